@@ -1,0 +1,413 @@
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	cgroups "github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// Root is where cgroup file systems are mounted.
+const Root = "/sys/fs/cgroup"
+
+// ErrUnavailable: no usable cgroup hierarchy is mounted.
+var ErrUnavailable = errors.New("cgroup: no cgroup hierarchy mounted")
+
+// Mode is the cgroup version jaild drives.
+type Mode int
+
+const (
+	V1 Mode = 1 // legacy or hybrid: controllers in v1 hierarchies
+	V2 Mode = 2 // unified
+)
+
+func (m Mode) String() string {
+	switch m {
+	case V1:
+		return "v1"
+	case V2:
+		return "v2"
+	}
+	return "unknown"
+}
+
+// Detect reports the host's cgroup mode. Hybrid hosts count as V1: their
+// controllers live in v1 hierarchies and the unified one is empty.
+func Detect() (Mode, error) {
+	switch cgroups.Mode() {
+	case cgroups.Unified:
+		return V2, nil
+	case cgroups.Legacy, cgroups.Hybrid:
+		return V1, nil
+	}
+	return 0, ErrUnavailable
+}
+
+// Budget is the aggregate limit for all sandboxes under one parent. A zero
+// field means no aggregate limit for that resource.
+type Budget struct {
+	Memory int64   // bytes
+	Pids   int64   // processes and threads
+	CPUs   float64 // cores
+}
+
+// Group names one sandbox cgroup in a form that stays valid after the jaild
+// that made it has died: Dirs are absolute, so a sweeper in another cgroup
+// finds them. Path is what libcontainer's configs.Cgroup.Path takes.
+type Group struct {
+	Mode Mode     `json:"mode"`
+	Path string   `json:"path"`
+	Dirs []string `json:"dirs"`
+}
+
+// ownPaths maps each v1 hierarchy (by its mount dir name: "memory",
+// "cpu,cpuacct", "systemd") to the calling process's cgroup in it, and "" to
+// its v2 path.
+func ownPaths() (map[string]string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		ctrl := strings.TrimPrefix(parts[1], "name=")
+		out[ctrl] = parts[2]
+	}
+	return out, nil
+}
+
+// v1Dirs lists, for every mounted v1 hierarchy, the absolute directory of
+// rel nested under the calling process's own cgroup in that hierarchy: the
+// same place libcontainer's v1 manager puts a relative path.
+func v1Dirs(rel string) ([]string, error) {
+	own, err := ownPaths()
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for ctrl, p := range own {
+		mnt := filepath.Join(Root, ctrl)
+		if ctrl == "" {
+			// The unified hierarchy of a hybrid host: it has no
+			// controllers, but libcontainer still makes the cgroup
+			// there, so it has to be removed there too.
+			mnt = filepath.Join(Root, "unified")
+		}
+		if _, err := os.Stat(mnt); err != nil {
+			continue
+		}
+		dirs = append(dirs, filepath.Join(mnt, p, rel))
+	}
+	return dirs, nil
+}
+
+// isDir reports whether d is an existing directory.
+func isDir(d string) bool {
+	fi, err := os.Stat(d)
+	return err == nil && fi.IsDir()
+}
+
+// readKey returns the value of key in a flat "key value" cgroup file.
+func readKey(file, key string) (uint64, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, nil
+}
+
+// Usage is what a sandbox consumed, read after its processes are gone and
+// before its cgroup is destroyed.
+type Usage struct {
+	CPU        time.Duration // user + system
+	MemoryPeak int64         // bytes
+	OOMKills   uint64        // processes the OOM killer killed
+	PidsMax    uint64        // forks refused by the pids limit
+}
+
+// Read returns the usage recorded in g.
+func (g *Group) Read() (Usage, error) {
+	if g.Mode == V2 {
+		return g.readV2()
+	}
+	return g.readV1()
+}
+
+func (g *Group) readV2() (Usage, error) {
+	group := strings.TrimPrefix(g.Dirs[0], Root)
+	m, err := cgroup2.Load(group)
+	if err != nil {
+		return Usage{}, fmt.Errorf("load cgroup %s: %w", group, err)
+	}
+	st, err := m.Stat()
+	if err != nil {
+		return Usage{}, fmt.Errorf("read cgroup %s: %w", group, err)
+	}
+	var u Usage
+	if st.CPU != nil {
+		u.CPU = time.Duration(st.CPU.UsageUsec) * time.Microsecond
+	}
+	if st.Memory != nil {
+		u.MemoryPeak = int64(st.Memory.MaxUsage) // memory.peak, Linux 5.19+
+	}
+	if st.MemoryEvents != nil {
+		u.OOMKills = st.MemoryEvents.OomKill
+	}
+	u.PidsMax, _ = readKey(filepath.Join(g.Dirs[0], "pids.events"), "max")
+	return u, nil
+}
+
+func (g *Group) readV1() (Usage, error) {
+	// Read only the three controllers that carry the verdict; a full Stat
+	// walks every hierarchy.
+	rel := map[cgroup1.Name]string{}
+	for _, d := range g.Dirs {
+		r := strings.TrimPrefix(d, Root+"/")
+		ctrl, p, _ := strings.Cut(r, "/")
+		for _, c := range strings.Split(ctrl, ",") {
+			rel[cgroup1.Name(c)] = "/" + p
+		}
+	}
+	pathOf := func(n cgroup1.Name) (string, error) {
+		if p, ok := rel[n]; ok {
+			return p, nil
+		}
+		return "", fmt.Errorf("no %s hierarchy", n)
+	}
+	hier := func() ([]cgroup1.Subsystem, error) {
+		return []cgroup1.Subsystem{cgroup1.NewMemory(Root), cgroup1.NewCpuacct(Root), cgroup1.NewPids(Root)}, nil
+	}
+	cg, err := cgroup1.Load(pathOf, cgroup1.WithHierarchy(hier))
+	if err != nil {
+		return Usage{}, fmt.Errorf("load cgroup %s: %w", g.Path, err)
+	}
+	st, err := cg.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return Usage{}, fmt.Errorf("read cgroup %s: %w", g.Path, err)
+	}
+	var u Usage
+	if st.CPU != nil && st.CPU.Usage != nil {
+		u.CPU = time.Duration(st.CPU.Usage.Total)
+	}
+	if st.Memory != nil && st.Memory.Usage != nil {
+		u.MemoryPeak = int64(st.Memory.Usage.Max)
+	}
+	if st.MemoryOomControl != nil {
+		u.OOMKills = st.MemoryOomControl.OomKill
+	}
+	if p, ok := rel[cgroup1.Pids]; ok {
+		u.PidsMax, _ = readKey(filepath.Join(Root, "pids", p, "pids.events"), "max")
+	}
+	return u, nil
+}
+
+// Remove kills every process left in g and removes its directories. It is
+// for sandboxes whose owner died; a live sandbox is torn down by
+// libcontainer. Missing directories are not an error.
+func (g *Group) Remove() error {
+	if g.Mode == V2 {
+		group := strings.TrimPrefix(g.Dirs[0], Root)
+		if !isDir(g.Dirs[0]) {
+			return nil
+		}
+		m, err := cgroup2.Load(group)
+		if err != nil {
+			return err
+		}
+		if err := m.Kill(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("kill cgroup %s: %w", group, err)
+		}
+		return rmdirWait(g.Dirs[0])
+	}
+	// v1 has no cgroup.kill: freeze, kill every member, thaw, so a fork
+	// bomb cannot outrun the kill loop.
+	var freezer string
+	for _, d := range g.Dirs {
+		if strings.HasPrefix(d, filepath.Join(Root, "freezer")+"/") && isDir(d) {
+			freezer = d
+		}
+	}
+	if freezer != "" {
+		_ = os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("FROZEN"), 0)
+	}
+	for _, d := range g.Dirs {
+		killProcs(d)
+	}
+	if freezer != "" {
+		_ = os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("THAWED"), 0)
+	}
+	var errs []error
+	for _, d := range g.Dirs {
+		if err := rmdirWait(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killProcs sends SIGKILL to every process in the cgroup dir d and its
+// descendants.
+func killProcs(d string) {
+	_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return nil
+		}
+		data, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		return nil
+	})
+}
+
+// rmdirWait removes the cgroup dir d and its child cgroups, retrying while
+// killed processes are still exiting (a throttled cgroup takes tens of ms).
+func rmdirWait(d string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := rmdirTree(d)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w", d, err)
+		}
+		killProcs(d)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rmdirTree removes d after its sub-directories, deepest first. A cgroup
+// directory holds only kernel files, which rmdir does not need removed.
+func rmdirTree(d string) error {
+	entries, err := os.ReadDir(d)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := rmdirTree(filepath.Join(d, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return unix.Rmdir(d)
+}
+
+// v1Resources converts a Budget for containerd's v1 controllers.
+func v1Resources(b Budget) *specs.LinuxResources {
+	r := &specs.LinuxResources{}
+	if b.Memory > 0 {
+		r.Memory = &specs.LinuxMemory{Limit: &b.Memory}
+	}
+	if b.Pids > 0 {
+		r.Pids = &specs.LinuxPids{Limit: &b.Pids}
+	}
+	if b.CPUs > 0 {
+		q, p := cpuQuota(b.CPUs)
+		r.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
+	}
+	return r
+}
+
+// cpuQuota converts cores into a CFS quota over a 100 ms period.
+func cpuQuota(cpus float64) (quota int64, period uint64) {
+	const p = 100000
+	return int64(cpus * p), p
+}
+
+// CPUQuota is cpuQuota for libcontainer's per-sandbox limits, so that one
+// rule converts cores everywhere.
+func CPUQuota(cpus float64) (quota int64, period uint64) { return cpuQuota(cpus) }
+
+func v2Resources(b Budget) *cgroup2.Resources {
+	r := &cgroup2.Resources{}
+	if b.Memory > 0 {
+		r.Memory = &cgroup2.Memory{Max: &b.Memory}
+	}
+	if b.Pids > 0 {
+		r.Pids = &cgroup2.Pids{Max: b.Pids}
+	}
+	if b.CPUs > 0 {
+		q, p := cpuQuota(b.CPUs)
+		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&q, &p)}
+	}
+	return r
+}
+
+func cleanGroup(p string) string { return path.Clean("/" + p) }
+
+// MissingControllers lists which of want the host cannot give sandboxes.
+func MissingControllers(mode Mode, want ...string) []string {
+	var missing []string
+	if mode == V2 {
+		data, _ := os.ReadFile(filepath.Join(Root, "cgroup.controllers"))
+		have := strings.Fields(string(data))
+		for _, w := range want {
+			found := false
+			for _, h := range have {
+				found = found || h == w
+			}
+			if !found {
+				missing = append(missing, w)
+			}
+		}
+		return missing
+	}
+	own, _ := ownPaths()
+	for _, w := range want {
+		found := false
+		for ctrl := range own {
+			for _, c := range strings.Split(ctrl, ",") {
+				found = found || c == w
+			}
+		}
+		if !found {
+			missing = append(missing, w)
+		}
+	}
+	return missing
+}
+
+// DescribeV2Placement says where sandboxes would go on a v2 host, without
+// moving anything.
+func DescribeV2Placement() string {
+	own, err := ownPaths()
+	if err != nil {
+		return err.Error()
+	}
+	base := own[""]
+	if filepath.Base(base) == "daemon" {
+		base = filepath.Dir(base)
+	}
+	if base != "/" && delegated(filepath.Join(Root, base)) {
+		return fmt.Sprintf("delegated cgroup %s: jaild moves into %s/daemon, sandboxes go to %s/sandboxes", base, base, base)
+	}
+	return fmt.Sprintf("cgroup %s is not delegated (systemd Delegate=yes); sandboxes go to /%s", base, DefaultName)
+}

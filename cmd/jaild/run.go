@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+
+	"github.com/docker/go-units"
+	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/jail"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+)
+
+var runCommand = &cli.Command{
+	Name:      "run",
+	Usage:     "run one command in a fresh sandbox and exit with its exit code",
+	ArgsUsage: "-- COMMAND [ARG...]",
+	Description: `Runs COMMAND (argv, no shell) or --shell STRING (/bin/sh -c STRING) in a new
+sandbox, prints its stdout and stderr, and exits with its exit code. Exit codes
+of jaild itself: 119 internal error, 120 not root, 121 host lacks support,
+122 rootfs error, 123 OOM-killed, 124 timed out, 125 bad usage or input,
+126 command not executable, 127 command not found; a command killed by
+signal N exits 128+N. --json prints the whole result instead of the output.
+Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
+	Flags: append([]cli.Flag{
+		&cli.DurationFlag{Name: "timeout", Value: jail.DefaultTimeout, EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit; the sandbox is killed when it expires"},
+		&cli.StringFlag{Name: "memory", Value: "256M", EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit, no swap (tmpfs pages count too)"},
+		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads"},
+		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota in cores"},
+		&cli.StringFlag{Name: "tmpfs-size", Value: "64M", EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
+		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
+		&cli.StringFlag{Name: "cwd", Value: jail.DefaultDir, EnvVars: []string{"JAILD_CWD"}, Usage: "working directory, under /work or /tmp"},
+		&cli.StringFlag{Name: "stdin", EnvVars: []string{"JAILD_STDIN"}, Usage: "file to feed as stdin, - for jaild's own stdin; default /dev/null"},
+		&cli.StringFlag{Name: "max-output", Value: "1M", EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
+		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "print the result as JSON instead of the output"},
+		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
+	}, managerFlags...),
+	Action: runAction,
+}
+
+// managerFlags configure the jail.Manager; every command that builds
+// sandboxes shares them.
+var managerFlags = []cli.Flag{
+	&cli.StringFlag{Name: "rootfs", Value: "host", EnvVars: []string{"JAILD_ROOTFS"}, Usage: `root file system: "host" (read-only template over the host's /usr) or a prepared DIR`},
+	&cli.StringFlag{Name: "state-dir", Value: jail.DefaultStateDir, EnvVars: []string{"JAILD_STATE_DIR"}, Usage: "where container state and the rootfs template live"},
+	&cli.StringFlag{Name: "cgroup-parent", EnvVars: []string{"JAILD_CGROUP_PARENT"}, Usage: "parent cgroup of all sandboxes (default: automatic, see jaild doctor)"},
+	&cli.StringFlag{Name: "total-memory", EnvVars: []string{"JAILD_TOTAL_MEMORY"}, Usage: "memory budget of all sandboxes together (default half the host's)"},
+	&cli.Int64Flag{Name: "total-pids", EnvVars: []string{"JAILD_TOTAL_PIDS"}, Usage: "pids budget of all sandboxes together (default 16384)"},
+	&cli.Float64Flag{Name: "total-cpus", EnvVars: []string{"JAILD_TOTAL_CPUS"}, Usage: "CPU budget of all sandboxes together (default all)"},
+	&cli.BoolFlag{Name: "debug", EnvVars: []string{"JAILD_DEBUG"}, Usage: "log debug messages to stderr"},
+}
+
+// newManager builds the jail.Manager from managerFlags.
+func newManager(c *cli.Context) (*jail.Manager, error) {
+	total, err := sizeFlag(c, "total-memory")
+	if err != nil {
+		return nil, err
+	}
+	level := slog.LevelWarn
+	if c.Bool("debug") {
+		level = slog.LevelDebug
+	}
+	m, err := jail.New(jail.Config{
+		StateDir:     c.String("state-dir"),
+		Rootfs:       c.String("rootfs"),
+		CgroupParent: c.String("cgroup-parent"),
+		Budget:       cgroup.Budget{Memory: total, Pids: c.Int64("total-pids"), CPUs: c.Float64("total-cpus")},
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+	})
+	if err != nil {
+		return nil, exitError(err)
+	}
+	return m, nil
+}
+
+// sizeFlag parses a size flag such as "256M"; an empty flag is 0.
+func sizeFlag(c *cli.Context, name string) (int64, error) {
+	s := c.String(name)
+	if s == "" {
+		return 0, nil
+	}
+	n, err := units.RAMInBytes(s)
+	if err != nil || n < 0 {
+		return 0, usageError("--%s %q: not a size (e.g. 512K, 256M, 1G)", name, s)
+	}
+	return n, nil
+}
+
+func runAction(c *cli.Context) error {
+	spec, closeStdin, err := specFromFlags(c)
+	if err != nil {
+		return err
+	}
+	defer closeStdin()
+	if err := spec.Validate(); err != nil {
+		return exitError(err)
+	}
+	m, err := newManager(c)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+
+	// SIGINT/SIGTERM cancel the run; the sandbox is killed and torn down
+	// before jaild exits.
+	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	defer stop()
+	res, err := m.Run(ctx, spec)
+	if err != nil && res == nil {
+		return exitError(err)
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	} else {
+		_, _ = io.WriteString(os.Stdout, res.Stdout)
+		_, _ = io.WriteString(os.Stderr, res.Stderr)
+	}
+	if err != nil { // cancelled by a signal
+		return cli.Exit("", exitInternal)
+	}
+	if code := resultCode(res); code != 0 {
+		return cli.Exit("", code)
+	}
+	return nil
+}
+
+// specFromFlags turns run's flags and arguments into a Spec.
+func specFromFlags(c *cli.Context) (*jail.Spec, func(), error) {
+	noop := func() {}
+	spec := &jail.Spec{}
+	var err error
+	if spec.Limits.Memory, err = sizeFlag(c, "memory"); err != nil {
+		return nil, noop, err
+	}
+	if spec.Limits.TmpfsSize, err = sizeFlag(c, "tmpfs-size"); err != nil {
+		return nil, noop, err
+	}
+	if spec.MaxOutput, err = sizeFlag(c, "max-output"); err != nil {
+		return nil, noop, err
+	}
+	if c.IsSet("memory") && spec.Limits.Memory == 0 || c.IsSet("tmpfs-size") && spec.Limits.TmpfsSize == 0 {
+		return nil, noop, usageError("sizes must be positive")
+	}
+	if c.IsSet("max-output") && spec.MaxOutput == 0 {
+		return nil, noop, usageError("--max-output must be positive")
+	}
+	spec.Limits.Pids = c.Int64("pids")
+	spec.Limits.CPUs = c.Float64("cpus")
+	if spec.Limits.Pids <= 0 || spec.Limits.CPUs <= 0 {
+		return nil, noop, usageError("--pids and --cpus must be positive")
+	}
+	spec.Timeout = c.Duration("timeout")
+	if spec.Timeout <= 0 {
+		return nil, noop, usageError("--timeout must be positive")
+	}
+	spec.Env = c.StringSlice("env")
+	spec.Dir = c.String("cwd")
+
+	switch sh, args := c.String("shell"), c.Args().Slice(); {
+	case sh != "" && len(args) > 0:
+		return nil, noop, usageError("give either --shell STRING or -- COMMAND, not both")
+	case c.IsSet("shell"):
+		if sh == "" {
+			return nil, noop, usageError("--shell: empty command")
+		}
+		spec.Args = []string{"/bin/sh", "-c", sh}
+	case len(args) == 0:
+		return nil, noop, usageError("missing command: jaild run [flags] -- COMMAND [ARG...]")
+	default:
+		spec.Args = args
+	}
+
+	switch in := c.String("stdin"); in {
+	case "":
+	case "-":
+		spec.Stdin = os.Stdin
+	default:
+		f, err := os.Open(in)
+		if err != nil {
+			return nil, noop, usageError("--stdin: %v", err)
+		}
+		spec.Stdin = f
+		return spec, func() { f.Close() }, nil
+	}
+	return spec, noop, nil
+}
+

@@ -1,0 +1,330 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/rootfs"
+	"github.com/opencontainers/cgroups"
+	devices "github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"golang.org/x/sys/unix"
+
+	// The cgroup device controller implementation, registered by import.
+	_ "github.com/opencontainers/cgroups/devices"
+	// nsenter's C constructor sets up namespaces when this binary is
+	// re-executed as a container's init; without it every start fails
+	// with "can't get final child's PID from pipe: EOF".
+	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+)
+
+// DefaultStateDir is where jaild keeps its state: on tmpfs, so a reboot,
+// which ends every sandbox, also clears their state.
+const DefaultStateDir = "/run/jaild"
+
+// sandboxUser is the unprivileged user commands run as.
+var sandboxUser = rootfs.User{Name: "sandbox", UID: SandboxUID, GID: SandboxGID}
+
+// Config configures a [Manager]. The zero value is usable: every field
+// documents what its zero means.
+type Config struct {
+	// StateDir holds container state and the rootfs template; empty means
+	// DefaultStateDir. Use one state dir per CgroupParent.
+	StateDir string
+	// Rootfs is "host" (or empty) for the generated read-only template
+	// over the host's /usr, or the path of a prepared directory.
+	Rootfs string
+	// CgroupParent overrides where sandbox cgroups go (see package
+	// cgroup); empty means automatic.
+	CgroupParent string
+	// Budget is the aggregate limit for all sandboxes under the parent;
+	// a zero field means its default: half the host's memory, 16384
+	// pids, all CPUs.
+	Budget cgroup.Budget
+	// Logger receives debug and warning messages; nil discards them.
+	Logger *slog.Logger
+}
+
+// Manager builds sandboxes. It is safe for concurrent use.
+type Manager struct {
+	stateDir   string
+	containers string // libcontainer's state root
+	slotDir    string
+	root       *rootfs.Root
+	parent     *cgroup.Parent
+	log        *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	live   sync.WaitGroup
+}
+
+// New checks the host, prepares the rootfs and the parent cgroup, and sweeps
+// the sandboxes of any jaild that died.
+func New(cfg Config) (*Manager, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	if err := checkUserns(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	m := &Manager{
+		stateDir:   cfg.StateDir,
+		containers: filepath.Join(cfg.StateDir, "containers"),
+		slotDir:    SlotDir,
+		log:        cfg.Logger,
+	}
+	// The state dir must be traversable (not readable) by the sandboxes'
+	// unprivileged root, which mounts the rootfs template inside it.
+	for d, mode := range map[string]os.FileMode{m.stateDir: 0o711, m.containers: 0o700, m.slotDir: 0o700} {
+		if err := os.MkdirAll(d, mode); err != nil {
+			return nil, fmt.Errorf("create state dir: %w", err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			return nil, fmt.Errorf("create state dir: %w", err)
+		}
+	}
+	var err error
+	if cfg.Rootfs == "" || cfg.Rootfs == "host" {
+		m.root, err = rootfs.Host(m.stateDir, sandboxUser)
+	} else {
+		m.root, err = rootfs.Open(cfg.Rootfs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRootfs, err)
+	}
+	m.parent, err = cgroup.Open(cgroup.Options{
+		Path:     cfg.CgroupParent,
+		LockFile: filepath.Join(m.stateDir, "cgroup.lock"),
+		Budget:   budgetDefaults(cfg.Budget),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
+	}
+	if n, err := m.Sweep(); err != nil {
+		m.log.Warn("sweeping orphaned sandboxes", "found", n, "err", err)
+	} else if n > 0 {
+		m.log.Info("swept orphaned sandboxes", "count", n)
+	}
+	return m, nil
+}
+
+func budgetDefaults(b cgroup.Budget) cgroup.Budget {
+	if b.Memory == 0 {
+		var si unix.Sysinfo_t
+		if unix.Sysinfo(&si) == nil {
+			b.Memory = int64(si.Totalram) * int64(si.Unit) / 2
+		}
+	}
+	if b.Pids == 0 {
+		b.Pids = 16384
+	}
+	if b.CPUs == 0 {
+		b.CPUs = float64(runtime.NumCPU())
+	}
+	return b
+}
+
+// checkUserns fails if the kernel cannot create user namespaces.
+func checkUserns() error {
+	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
+		return fmt.Errorf("%w: kernel has no user namespaces", ErrUnsupported)
+	}
+	data, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	if err == nil && strings.TrimSpace(string(data)) == "0" {
+		return fmt.Errorf("%w: user namespaces are disabled (user.max_user_namespaces = 0)", ErrUnsupported)
+	}
+	return nil
+}
+
+// Run runs spec in a fresh sandbox and destroys the sandbox. A spec that
+// fails validation is returned as an *InvalidError before anything is built.
+// When the timeout expires the result has TimedOut set and err is nil; when
+// ctx ends first, the sandbox is killed and Run returns the partial result
+// (Canceled set) with ctx's error.
+func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	sb, err := m.Create(ctx, spec.Limits)
+	if err != nil {
+		return nil, err
+	}
+	res, err := sb.Run(ctx, &spec.Command)
+	if derr := sb.Destroy(); derr != nil {
+		m.log.Warn("destroying sandbox", "id", sb.id, "err", derr)
+		if err == nil {
+			err = derr
+		}
+	}
+	return res, err
+}
+
+// Create builds a sandbox with limits l, ready to run one command. Its
+// uid range, cgroup parent and configuration are fixed here, so a pool can
+// create sandboxes ahead of time. The caller must Destroy it.
+func (m *Manager) Create(ctx context.Context, l Limits) (*Sandbox, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	m.live.Add(1)
+	m.mu.Unlock()
+
+	l = l.WithDefaults()
+	id := uuid.NewString()
+	rec := &record{ID: id, StateRoot: m.containers, Cgroup: m.parent.Child(id), Owner: os.Getpid()}
+	sl, err := acquireSlot(m.slotDir, rec, m.sweepRecord)
+	if err != nil {
+		m.live.Done()
+		return nil, err
+	}
+	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, sl.hostID(), l))
+	if err != nil {
+		// Create writes only the state dir; nothing runs yet.
+		_ = os.RemoveAll(filepath.Join(m.containers, id))
+		sl.release()
+		m.live.Done()
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	return &Sandbox{m: m, id: id, c: c, slot: sl, limits: l, group: rec.Cgroup}, nil
+}
+
+// containerConfig is the whole isolation policy of one sandbox.
+func (m *Manager) containerConfig(id string, hostID int, l Limits) *configs.Config {
+	var devs []*devices.Device
+	var rules []*devices.Rule
+	for _, d := range specconv.AllowedDevices {
+		if d.Path != "" {
+			devs = append(devs, d)
+		}
+		rules = append(rules, &d.Rule)
+	}
+	pids := l.Pids
+	quota, period := cgroup.CPUQuota(l.CPUs)
+	oomScore := 1000 // the kernel's OOM killer picks sandboxes before jaild
+	cfg := &configs.Config{
+		Rootfs:     m.root.Dir,
+		Readonlyfs: true,
+		Hostname:   Hostname,
+		Namespaces: configs.Namespaces{
+			{Type: configs.NEWNS}, {Type: configs.NEWUTS}, {Type: configs.NEWIPC},
+			{Type: configs.NEWPID}, {Type: configs.NEWNET}, {Type: configs.NEWUSER},
+			{Type: configs.NEWCGROUP},
+		},
+		UIDMappings: []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: slotSize}},
+		GIDMappings: []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: slotSize}},
+		// A lone loopback interface: the network namespace has no route out.
+		Networks:        []*configs.Network{{Type: "loopback"}},
+		Capabilities:    &configs.Capabilities{}, // nil would keep them all
+		NoNewPrivileges: true,
+		Seccomp:         seccompProfile(),
+		OomScoreAdj:     &oomScore,
+		Mounts:          m.root.Mounts(l.TmpfsSize, sandboxUser),
+		Devices:         devs,
+		MaskPaths: []string{
+			"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+			"/sys/firmware", "/sys/devices/virtual/powercap",
+		},
+		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+		Rlimits: []configs.Rlimit{
+			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
+			{Type: unix.RLIMIT_NOFILE, Hard: 4096, Soft: 4096},
+		},
+		Cgroups: &cgroups.Cgroup{
+			Path: m.parent.Child(id).Path,
+			Resources: &cgroups.Resources{
+				Memory:     l.Memory,
+				MemorySwap: l.Memory, // equal to Memory: no swap
+				PidsLimit:  &pids,
+				CpuQuota:   quota,
+				CpuPeriod:  period,
+				Devices:    rules,
+			},
+		},
+	}
+	return cfg
+}
+
+// Sweep tears down the sandboxes of jaild processes that died, on the whole
+// host, and reports how many it found. Sandboxes of live jaild processes are
+// never touched.
+func (m *Manager) Sweep() (int, error) {
+	return sweepSlots(m.slotDir, m.sweepRecord)
+}
+
+// sweepRecord destroys the orphaned sandbox rec describes: libcontainer
+// kills and destroys it if its state survived, and the cgroup removal
+// catches a sandbox that died before its state was written.
+func (m *Manager) sweepRecord(rec *record) error {
+	m.log.Info("sweeping orphaned sandbox", "id", rec.ID, "owner_pid", rec.Owner)
+	var errs []error
+	if c, err := libcontainer.Load(rec.StateRoot, rec.ID); err == nil {
+		_ = c.Signal(unix.SIGKILL)
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if st, err := c.Status(); err != nil || st == libcontainer.Stopped {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := c.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if rec.Cgroup != nil && len(rec.Cgroup.Dirs) > 0 {
+		if err := rec.Cgroup.Remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if rec.StateRoot != "" && rec.ID != "" && !strings.ContainsAny(rec.ID, "/.") {
+		if err := os.RemoveAll(filepath.Join(rec.StateRoot, rec.ID)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close waits for live sandboxes to be destroyed, then releases the parent
+// cgroup (removing it if no other jaild uses it). Callers cancel running
+// commands through their contexts first.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	m.live.Wait()
+	return m.parent.Close()
+}
+
+// Mode is the cgroup mode in use.
+func (m *Manager) Mode() cgroup.Mode { return m.parent.Mode() }

@@ -1,0 +1,298 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jaild/jaild/cgroup"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+)
+
+// waitDelay bounds each wait after a kill: for the init process to be
+// reaped, and then for the output pipes to drain. A process stuck in the
+// kernel must not hang jaild; whatever is left is destroyed anyway.
+const waitDelay = 5 * time.Second
+
+// Sandbox is one created container that runs one command. Methods are not
+// safe for concurrent use, except that Destroy may follow a Run that was
+// cancelled through its context.
+type Sandbox struct {
+	m      *Manager
+	id     string
+	c      *libcontainer.Container
+	slot   *slot
+	group  *cgroup.Group
+	limits Limits
+	used   bool
+}
+
+// ID is the sandbox's id, also its container and cgroup name.
+func (s *Sandbox) ID() string { return s.id }
+
+// Limits are the sandbox's resource limits, with defaults applied.
+func (s *Sandbox) Limits() Limits { return s.limits }
+
+// Run runs cmd as the sandbox's init process and waits for it. A sandbox
+// runs one command; a second Run fails. See [Manager.Run] for how timeouts
+// and cancellation are reported.
+func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
+	if err := cmd.Validate(); err != nil {
+		return nil, err
+	}
+	if s.used || s.c == nil {
+		return nil, ErrClosed
+	}
+	s.used = true
+
+	timeout := cmd.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	maxOut := cmd.MaxOutput
+	if maxOut == 0 {
+		maxOut = DefaultMaxOutput
+	}
+	dir := cmd.Dir
+	if dir == "" {
+		dir = DefaultDir
+	}
+
+	p := &libcontainer.Process{
+		Args: cmd.Args,
+		Env:  environ(cmd.Env),
+		Cwd:  dir,
+		UID:  SandboxUID,
+		GID:  SandboxGID,
+		Init: true,
+	}
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	outR, outW, err := s.pipe()
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, outR, outW)
+	errR, errW, err := s.pipe()
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, errR, errW)
+	p.Stdout, p.Stderr = outW, errW
+
+	var stdinW *os.File
+	switch in := cmd.Stdin.(type) {
+	case nil:
+	case *os.File:
+		p.Stdin = in
+	default:
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("create stdin pipe: %w", err)
+		}
+		closers = append(closers, r)
+		p.Stdin, stdinW = r, w
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	if err := s.c.Run(p); err != nil {
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		return nil, startError(err)
+	}
+	// The container holds its own copies now; ours would keep the
+	// readers from ever seeing EOF.
+	outW.Close()
+	errW.Close()
+
+	if stdinW != nil {
+		// Abandoned if in.Read blocks past the command's end, like
+		// os/exec; closing stdinW then makes its next Write fail.
+		go func() {
+			_, _ = io.Copy(stdinW, cmd.Stdin)
+			stdinW.Close()
+		}()
+		defer stdinW.Close()
+	}
+
+	stdout := newCapture(maxOut, cmd.Stdout)
+	stderr := newCapture(maxOut, cmd.Stderr)
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); _, _ = io.Copy(stdout, outR) }()
+	go func() { defer readers.Done(); _, _ = io.Copy(stderr, errR) }()
+
+	type waitResult struct {
+		ps  *os.ProcessState
+		err error
+	}
+	waited := make(chan waitResult, 1)
+	go func() {
+		ps, err := p.Wait()
+		waited <- waitResult{ps, err}
+	}()
+
+	res := &Result{ID: s.id, Limits: s.limits}
+	var wr waitResult
+	select {
+	case wr = <-waited:
+	case <-runCtx.Done():
+		if ctx.Err() != nil {
+			res.Canceled = true
+		} else {
+			res.TimedOut = true
+		}
+		// Killing the pid namespace's init makes the kernel kill every
+		// other process in it.
+		if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+			s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
+		}
+		select {
+		case wr = <-waited:
+		case <-time.After(waitDelay):
+			wr.err = errors.New("sandbox init did not exit after SIGKILL")
+		}
+	}
+	res.Duration = time.Since(start)
+
+	// Output written before the end is still in the pipes: drain it, but
+	// not forever if a process of the sandbox lingers in the kernel.
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(waitDelay):
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+
+	res.Stdout, res.StdoutBytes, res.StdoutTruncated = stdout.String(), stdout.total, stdout.truncated()
+	res.Stderr, res.StderrBytes, res.StderrTruncated = stderr.String(), stderr.total, stderr.truncated()
+	if wr.ps != nil {
+		if ws, ok := wr.ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
+			switch {
+			case ws.Signaled():
+				res.ExitCode = -1
+				res.Signal = unix.SignalName(ws.Signal())
+			default:
+				res.ExitCode = ws.ExitStatus()
+			}
+		}
+	} else {
+		res.ExitCode = -1
+	}
+
+	// Counters are read before Destroy removes the cgroup.
+	if u, err := s.group.Read(); err != nil {
+		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
+	} else {
+		res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
+		res.OOMKilled = u.OOMKills > 0
+		res.PidsLimitHit = u.PidsMax > 0
+	}
+	res.DurationMS = res.Duration.Milliseconds()
+	res.CPUMS = res.CPUTime.Milliseconds()
+
+	var exitErr *exec.ExitError
+	if wr.err != nil && wr.ps == nil && !errors.As(wr.err, &exitErr) {
+		return res, fmt.Errorf("wait for sandbox %s: %w", s.id, wr.err)
+	}
+	if res.Canceled {
+		return res, ctx.Err()
+	}
+	return res, nil
+}
+
+// pipe returns an output pipe whose write end the container can use: it is
+// handed over as the container's root, which maps to the slot's host id.
+func (s *Sandbox) pipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("create output pipe: %w", err)
+	}
+	if err := w.Chown(s.slot.hostID(), s.slot.hostID()); err != nil {
+		r.Close()
+		w.Close()
+		return nil, nil, fmt.Errorf("chown output pipe: %w", err)
+	}
+	return r, w, nil
+}
+
+// startError classifies a failure to start the command.
+func startError(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "no such file or directory"):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "exec format error"):
+		return fmt.Errorf("%w: %w", ErrNotExecutable, err)
+	}
+	return fmt.Errorf("start sandbox: %w", err)
+}
+
+// environ builds the command's environment: fixed defaults, overridden by
+// the caller's pairs. Nothing comes from jaild's own environment.
+func environ(extra []string) []string {
+	env := []string{"PATH=" + Path, "HOME=/work", "USER=" + sandboxUser.Name, "LANG=C.UTF-8"}
+	idx := map[string]int{}
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		idx[k] = i
+	}
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			env[i] = kv
+			continue
+		}
+		idx[k] = len(env)
+		env = append(env, kv)
+	}
+	return env
+}
+
+// Destroy kills anything still running in the sandbox and removes its
+// container state, cgroup and uid range. It is safe to call more than once.
+func (s *Sandbox) Destroy() error {
+	if s.c == nil {
+		return nil
+	}
+	defer s.m.live.Done()
+	var err error
+	_ = s.c.Signal(unix.SIGKILL)
+	deadline := time.Now().Add(waitDelay)
+	for {
+		err = s.c.Destroy()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		// "container still running": init was killed but not yet reaped
+		// by the kernel.
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err != nil {
+		// Keep the slot record: the next sweep finishes the job.
+		s.slot.f.Close()
+		s.c = nil
+		return fmt.Errorf("destroy sandbox %s: %w", s.id, err)
+	}
+	s.slot.release()
+	s.c = nil
+	return nil
+}

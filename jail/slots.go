@@ -1,0 +1,176 @@
+package jail
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/jaild/jaild/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// Each sandbox's user namespace maps container ids 0..slotSize-1 to a host
+// range of its own, far above ordinary users and the usual /etc/subuid
+// ranges, so that no two live sandboxes share an id and no sandbox id is a
+// real host user.
+const (
+	slotBase  = 1 << 30
+	slotSize  = 1 << 16
+	slotCount = 4096 // slotBase + slotCount*slotSize stays below 2^31
+)
+
+// SlotDir holds one lock file per live sandbox. It is host-wide, not per
+// state dir, because host uid ranges are a host-wide resource: every jaild
+// process on the host (daemon, one-shot runs, tests) allocates from it.
+const SlotDir = "/run/jaild/slots"
+
+// record is what a slot file says about the sandbox that holds it: enough
+// for any jaild to tear the sandbox down once its owner has died.
+type record struct {
+	ID        string        `json:"id"`
+	StateRoot string        `json:"state_root"`
+	Cgroup    *cgroup.Group `json:"cgroup"`
+	Owner     int           `json:"owner_pid"`
+}
+
+// slot is a held uid range. The flock on f is the proof of ownership: the
+// kernel drops it when the owner exits, however it exits, which is how a
+// sweep tells an orphan from a live sandbox without trusting pids.
+type slot struct {
+	n    int
+	path string
+	f    *os.File
+}
+
+func (s *slot) hostID() int { return slotBase + s.n*slotSize }
+
+// acquireSlot takes the lowest free slot and writes rec into it. A free slot
+// whose file still names a sandbox belonged to a dead jaild: that orphan is
+// torn down first, since it may still run with this uid range.
+func acquireSlot(dir string, rec *record, sweep func(*record) error) (*slot, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	for n := 0; n < slotCount; n++ {
+		s, old, err := lockSlot(dir, n)
+		if err != nil {
+			return nil, err
+		}
+		if s == nil {
+			continue // held by a live sandbox
+		}
+		if old != nil {
+			if err := sweep(old); err != nil {
+				// Leave the file: the next sweep retries. Its uid
+				// range may still be in use, so skip it.
+				s.f.Close()
+				continue
+			}
+		}
+		if err := s.f.Truncate(0); err == nil {
+			_, err = s.f.WriteAt(data, 0)
+		}
+		if err != nil {
+			s.release()
+			return nil, fmt.Errorf("write slot %d: %w", n, err)
+		}
+		return s, nil
+	}
+	return nil, errors.New("jail: all sandbox uid ranges are in use")
+}
+
+// lockSlot tries to lock slot n. It returns (nil, nil, nil) if a live owner
+// holds it, and otherwise the locked slot plus the record a dead owner left
+// in it, if any.
+func lockSlot(dir string, n int) (*slot, *record, error) {
+	p := filepath.Join(dir, strconv.Itoa(n))
+	for {
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open slot: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, nil, nil
+			}
+			return nil, nil, fmt.Errorf("lock slot %s: %w", p, err)
+		}
+		// A releasing owner unlinks the file before closing it; if we
+		// locked such an unlinked file, start over on the path.
+		var a, b unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &a) != nil || unix.Stat(p, &b) != nil || a.Ino != b.Ino {
+			f.Close()
+			continue
+		}
+		s := &slot{n: n, path: p, f: f}
+		data, err := io.ReadAll(f)
+		if err != nil || len(data) == 0 {
+			return s, nil, nil
+		}
+		var old record
+		if err := json.Unmarshal(data, &old); err != nil || old.ID == "" {
+			return s, nil, nil // garbage: nothing to sweep
+		}
+		return s, &old, nil
+	}
+}
+
+// release unlinks the slot file, then drops the lock.
+func (s *slot) release() {
+	if s.f == nil {
+		return
+	}
+	_ = os.Remove(s.path)
+	s.f.Close()
+	s.f = nil
+}
+
+// sweepSlots tears down every sandbox whose owner has died and returns how
+// many it found. Slots held by live owners are never touched.
+func sweepSlots(dir string, sweep func(*record) error) (int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	var (
+		found int
+		errs  []error
+	)
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n < 0 || n >= slotCount {
+			continue
+		}
+		s, old, err := lockSlot(dir, n)
+		if err != nil {
+			if errors.Is(err, syscall.ENOENT) {
+				continue
+			}
+			errs = append(errs, err)
+			continue
+		}
+		if s == nil {
+			continue
+		}
+		if old != nil {
+			found++
+			if err := sweep(old); err != nil {
+				errs = append(errs, fmt.Errorf("sweep sandbox %s: %w", old.ID, err))
+				s.f.Close() // keep the record for the next try
+				continue
+			}
+		}
+		s.release()
+	}
+	return found, errors.Join(errs...)
+}

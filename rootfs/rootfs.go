@@ -1,0 +1,203 @@
+package rootfs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"golang.org/x/sys/unix"
+)
+
+// ErrInvalid: the directory cannot serve as a sandbox root.
+var ErrInvalid = errors.New("rootfs: invalid root")
+
+// MountPoints must exist in every root; the sandbox mounts over them.
+var MountPoints = []string{"proc", "dev", "tmp", "work"}
+
+// Root is a read-only root file system and the host paths bound into it.
+type Root struct {
+	// Dir is the directory that becomes "/".
+	Dir string
+	// binds are host paths bind-mounted read-only at the same place.
+	binds []string
+}
+
+// User describes the unprivileged user the command runs as.
+type User struct {
+	Name     string
+	UID, GID int
+}
+
+// Open takes a prepared directory as the root.
+func Open(dir string) (*Root, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, dir, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrInvalid, abs)
+	}
+	for _, mp := range MountPoints {
+		// Lstat: a symlink here would be followed by the mount.
+		fi, err := os.Lstat(filepath.Join(abs, mp))
+		if err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: %s has no directory /%s to mount on (scripts/mkrootfs.sh makes one)", ErrInvalid, abs, mp)
+		}
+	}
+	return &Root{Dir: abs}, nil
+}
+
+// usrLinks are the top-level directories that merged-/usr hosts turn into
+// symlinks into /usr.
+var usrLinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// etcBinds are host files under /etc that programs need and that hold
+// nothing secret: the dynamic linker's cache and Debian's alternatives
+// symlinks (awk, editor, ...).
+var etcBinds = []string{"/etc/ld.so.cache", "/etc/alternatives"}
+
+// entry is one file of the generated template.
+type entry struct {
+	path   string // relative to the root
+	mode   os.FileMode
+	link   string // symlink target
+	data   string // file content
+	isFile bool   // an empty mount-point file
+}
+
+// Host returns the default root, generating its template under stateDir if
+// this host's layout has not been generated before. Templates are
+// content-addressed and built under a temporary name then renamed, so
+// concurrent jaild processes never see a half-built one.
+func Host(stateDir string, u User) (*Root, error) {
+	entries, binds := hostLayout(u)
+	h := sha256.New()
+	for _, e := range entries {
+		fmt.Fprintf(h, "%s\x00%o\x00%s\x00%s\x00%t\n", e.path, e.mode, e.link, e.data, e.isFile)
+	}
+	dir := filepath.Join(stateDir, "rootfs-"+hex.EncodeToString(h.Sum(nil))[:12])
+	if _, err := os.Stat(dir); err == nil {
+		return &Root{Dir: dir, binds: binds}, nil
+	}
+	tmp, err := os.MkdirTemp(stateDir, ".rootfs-")
+	if err != nil {
+		return nil, fmt.Errorf("create rootfs template: %w", err)
+	}
+	if err := writeLayout(tmp, entries); err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("create rootfs template: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if _, serr := os.Stat(dir); serr != nil { // not lost to a concurrent builder
+			return nil, fmt.Errorf("create rootfs template: %w", err)
+		}
+	}
+	return &Root{Dir: dir, binds: binds}, nil
+}
+
+func hostLayout(u User) ([]entry, []string) {
+	es := []entry{
+		{path: "usr", mode: 0o755}, {path: "etc", mode: 0o755},
+		{path: "proc", mode: 0o555}, {path: "dev", mode: 0o755},
+		{path: "tmp", mode: 0o1777}, {path: "work", mode: 0o755},
+		{path: "etc/passwd", mode: 0o644, data: fmt.Sprintf(
+			"root:x:0:0:root:/root:/bin/sh\n%s:x:%d:%d:%s:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			u.Name, u.UID, u.GID, u.Name)},
+		{path: "etc/group", mode: 0o644, data: fmt.Sprintf("root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", u.Name, u.GID)},
+		{path: "etc/hosts", mode: 0o644, data: "127.0.0.1\tlocalhost jaild\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+		{path: "etc/hostname", mode: 0o644, data: "jaild\n"},
+		{path: "etc/nsswitch.conf", mode: 0o644, data: "passwd: files\ngroup: files\nhosts: files\n"},
+		{path: "etc/resolv.conf", mode: 0o644, data: "# no network in the sandbox\n"},
+		{path: "etc/mtab", link: "../proc/self/mounts"},
+	}
+	var binds []string
+	for _, name := range usrLinks {
+		hp := "/" + name
+		fi, err := os.Lstat(hp)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(hp)
+			if err != nil || !strings.HasPrefix(filepath.Clean(filepath.Join("/", target)), "/usr/") {
+				continue // only links into /usr make sense in the sandbox
+			}
+			es = append(es, entry{path: name, link: target})
+		case fi.IsDir():
+			es = append(es, entry{path: name, mode: 0o755})
+			binds = append(binds, hp)
+		}
+	}
+	binds = append([]string{"/usr"}, binds...)
+	for _, hp := range etcBinds {
+		fi, err := os.Stat(hp)
+		if err != nil {
+			continue
+		}
+		es = append(es, entry{path: hp[1:], mode: 0o755, isFile: !fi.IsDir()})
+		binds = append(binds, hp)
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].path < es[j].path })
+	return es, binds
+}
+
+func writeLayout(dir string, es []entry) error {
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	for _, e := range es {
+		p := filepath.Join(dir, e.path)
+		var err error
+		switch {
+		case e.link != "":
+			err = os.Symlink(e.link, p)
+		case e.isFile:
+			err = os.WriteFile(p, nil, 0o644)
+		case e.data != "":
+			err = os.WriteFile(p, []byte(e.data), e.mode)
+		default:
+			if err = os.Mkdir(p, e.mode); err == nil {
+				err = os.Chmod(p, e.mode) // past the umask, for /tmp's sticky bit
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Mounts returns the sandbox's mounts, in order: /proc, a minimal /dev,
+// size-capped tmpfs /work (owned by u) and /tmp, and the read-only binds.
+func (r *Root) Mounts(tmpfsSize int64, u User) []*configs.Mount {
+	size := strconv.FormatInt(tmpfsSize, 10)
+	const nosuid = unix.MS_NOSUID | unix.MS_NODEV
+	ms := []*configs.Mount{
+		{Source: "proc", Destination: "/proc", Device: "proc", Flags: nosuid | unix.MS_NOEXEC},
+		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
+		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620"},
+		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: nosuid | unix.MS_NOEXEC, Data: "mode=1777,size=" + size},
+		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: nosuid, Data: "mode=1777,size=" + size},
+		{Source: "tmpfs", Destination: "/work", Device: "tmpfs", Flags: nosuid,
+			Data: fmt.Sprintf("mode=755,size=%s,uid=%d,gid=%d", size, u.UID, u.GID)},
+	}
+	for _, b := range r.binds {
+		ms = append(ms, &configs.Mount{
+			Source: b, Destination: b, Device: "bind",
+			Flags: unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | nosuid,
+		})
+	}
+	return ms
+}
