@@ -9,12 +9,12 @@ import (
 // capture keeps the first and last bytes of a stream, up to max in all, and
 // counts the rest. Its memory is bounded by max whatever the stream's size.
 type capture struct {
-	max   int64
-	head  []byte
-	tail  []byte // ring buffer of cap max-len(head), valid once total > max
-	start int    // index of the oldest byte in tail
-	total int64
-	tee   io.Writer
+	max    int64
+	head   []byte
+	tail   []byte // ring buffer of cap max-len(head), valid once total > max
+	start  int    // index of the oldest byte in tail
+	total  int64
+	tee    io.Writer
 	teeErr error
 }
 

@@ -190,4 +190,3 @@ func specFromFlags(c *cli.Context) (*jail.Spec, func(), error) {
 	}
 	return spec, noop, nil
 }
-
