@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what jaild needs on a fresh Debian/Ubuntu machine that has Go and
+# gcc, then builds bin/jaild. Idempotent; needs root.
+#
+#   libseccomp-dev pkg-config  seccomp support (cgo, -tags seccomp)
+#   iproute2 procps psmisc     tools the tests and the security suite use
+#   jq                         the security suite reads jaild's JSON with it
+#   runc bubblewrap hyperfine  the side-by-side benchmark (scripts/bench.sh)
+#   busybox-static             scripts/mkrootfs.sh builds a small rootfs from it
+#   nodejs npm                 the MCP end-to-end test drives jaild with the
+#                              official TypeScript MCP client
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "setup.sh: run as root (it installs packages; jaild itself needs root)" >&2
+	exit 1
+fi
+
+pkgs=(libseccomp-dev pkg-config iproute2 procps psmisc jq runc bubblewrap hyperfine busybox-static ca-certificates)
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "setup.sh: installing ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+export PATH="$PATH:/usr/local/go/bin"
+CGO_ENABLED=1 go build -tags seccomp -trimpath -o bin/jaild ./cmd/jaild
+echo "setup.sh: built $(pwd)/bin/jaild"
