@@ -113,7 +113,7 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 		if stdinW != nil {
 			stdinW.Close()
 		}
-		return nil, startError(err)
+		return nil, startError(cmd.Args[0], err)
 	}
 	// The container holds its own copies now; ours would keep the
 	// readers from ever seeing EOF.
@@ -234,14 +234,15 @@ func (s *Sandbox) pipe() (r, w *os.File, err error) {
 	return r, w, nil
 }
 
-// startError classifies a failure to start the command.
-func startError(err error) error {
+// startError classifies a failure to start the command. libcontainer
+// reports the init's exec failure only as text.
+func startError(name string, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "no such file or directory"):
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "exec format error"):
-		return fmt.Errorf("%w: %w", ErrNotExecutable, err)
+		return fmt.Errorf("%w: %s", ErrNotExecutable, name)
 	}
 	return fmt.Errorf("start sandbox: %w", err)
 }

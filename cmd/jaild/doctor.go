@@ -20,6 +20,7 @@ Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 	Flags: append([]cli.Flag{
 		&cli.BoolFlag{Name: "json", Usage: "print the findings as JSON"},
 	}, managerFlags...),
+	OnUsageError: onUsageError,
 	Action: func(c *cli.Context) error {
 		findings := jail.Check()
 		ok := true

@@ -32,14 +32,21 @@ Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads"},
 		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota in cores"},
 		&cli.StringFlag{Name: "tmpfs-size", Value: "64M", EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
-		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
+		&cli.StringSliceFlag{Name: "env", EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
 		&cli.StringFlag{Name: "cwd", Value: jail.DefaultDir, EnvVars: []string{"JAILD_CWD"}, Usage: "working directory, under /work or /tmp"},
 		&cli.StringFlag{Name: "stdin", EnvVars: []string{"JAILD_STDIN"}, Usage: "file to feed as stdin, - for jaild's own stdin; default /dev/null"},
 		&cli.StringFlag{Name: "max-output", Value: "1M", EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "print the result as JSON instead of the output"},
 		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
 	}, managerFlags...),
-	Action: runAction,
+	Action:       runAction,
+	OnUsageError: onUsageError,
+}
+
+// onUsageError makes a flag error one line and exit code exitUsage, instead
+// of urfave/cli's full help text.
+func onUsageError(_ *cli.Context, err error, _ bool) error {
+	return usageError("%v (see --help)", err)
 }
 
 // managerFlags configure the jail.Manager; every command that builds

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/jail"
+)
+
+// jaildBin is the binary under test, built once by TestMain.
+var jaildBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "jaild-bin-")
+	if err != nil {
+		panic(err)
+	}
+	_ = os.Chmod(dir, 0o755) // TestNotRoot runs it as nobody
+	jaildBin = filepath.Join(dir, "jaild")
+	build := exec.Command("go", "build", "-tags", "seccomp", "-o", jaildBin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		panic("building jaild: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// install is a private jaild installation for one test: state dir and
+// parent cgroup of its own, checked for leftovers at cleanup.
+type install struct {
+	stateDir, parent string
+}
+
+func newInstall(t *testing.T) install {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	dir, err := os.MkdirTemp("/run", "jaild-cli-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	in := install{stateDir: dir, parent: "jaild-cli-test-" + hex.EncodeToString(b)}
+	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
+		in.parent = "/" + in.parent
+	}
+	t.Cleanup(func() {
+		if ents, _ := os.ReadDir(filepath.Join(dir, "containers")); len(ents) > 0 {
+			t.Errorf("container state left behind in %s", dir)
+		}
+		var left []string
+		_ = filepath.WalkDir(cgroup.Root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && d.Name() == filepath.Base(in.parent) {
+				left = append(left, p)
+			}
+			if err == nil && d.IsDir() && strings.Count(p, "/") > 9 {
+				return filepath.SkipDir
+			}
+			return nil
+		})
+		if len(left) > 0 {
+			t.Errorf("cgroups left behind: %v", left)
+		}
+		os.RemoveAll(dir)
+	})
+	return in
+}
+
+func (in install) cmd(args ...string) *exec.Cmd {
+	full := append([]string{args[0], "--state-dir", in.stateDir, "--cgroup-parent", in.parent}, args[1:]...)
+	cmd := exec.Command(jaildBin, full...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	return cmd
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestRunExitCodes(t *testing.T) {
+	in := newInstall(t)
+	stdinFile := filepath.Join(t.TempDir(), "in")
+	if err := os.WriteFile(stdinFile, []byte("from a file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		env        []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "echo", args: []string{"--", "echo", "hi"}, wantStdout: "hi\n"},
+		{name: "shell", args: []string{"--shell", "echo a; echo b >&2; exit 7"}, wantCode: 7, wantStdout: "a\n", wantStderr: "b\n"},
+		{name: "stdin file", args: []string{"--stdin", stdinFile, "--", "cat"}, wantStdout: "from a file\n"},
+		{name: "env flag", args: []string{"--env", "A=1", "--env", "B=2", "--shell", "echo $A$B"}, wantStdout: "12\n"},
+		{name: "signal", args: []string{"--shell", "sh -c 'kill -KILL $$'"}, wantCode: 137},
+		{name: "timeout", args: []string{"--timeout", "500ms", "--shell", "echo partial; sleep 10"}, wantCode: exitTimeout, wantStdout: "partial\n"},
+		{name: "timeout from env", env: []string{"JAILD_TIMEOUT=500ms"}, args: []string{"--", "sleep", "10"}, wantCode: exitTimeout},
+		{name: "flag beats env", env: []string{"JAILD_TIMEOUT=100ms"}, args: []string{"--timeout", "20s", "--shell", "sleep 0.5; echo done"}, wantStdout: "done\n"},
+		{name: "oom", args: []string{"--memory", "32M", "--", "tail", "/dev/zero"}, wantCode: exitOOM},
+		{name: "not found", args: []string{"--", "no-such-cmd"}, wantCode: exitNotFound, wantStderr: "command not found"},
+		{name: "not executable", args: []string{"--", "/etc/passwd"}, wantCode: exitNotExecutable},
+		{name: "missing command", args: []string{}, wantCode: exitUsage, wantStderr: "missing command"},
+		{name: "both shell and argv", args: []string{"--shell", "true", "--", "true"}, wantCode: exitUsage},
+		{name: "bad memory", args: []string{"--memory", "lots", "--", "true"}, wantCode: exitUsage, wantStderr: "not a size"},
+		{name: "memory too small", args: []string{"--memory", "1K", "--", "true"}, wantCode: exitUsage, wantStderr: "memory"},
+		{name: "bad timeout", args: []string{"--timeout", "-1s", "--", "true"}, wantCode: exitUsage},
+		{name: "bad cwd", args: []string{"--cwd", "/etc", "--", "true"}, wantCode: exitUsage, wantStderr: "cwd"},
+		{name: "env without =", args: []string{"--env", "A", "--", "true"}, wantCode: exitUsage, wantStderr: "KEY=VALUE"},
+		{name: "unknown flag", args: []string{"--frobnicate", "--", "true"}, wantCode: exitUsage},
+		{name: "missing rootfs", args: []string{"--rootfs", "/nonexistent-rootfs", "--", "true"}, wantCode: exitRootfs, wantStderr: "rootfs"},
+		{name: "missing stdin file", args: []string{"--stdin", "/nonexistent", "--", "true"}, wantCode: exitUsage},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := in.cmd(append([]string{"run"}, tt.args...)...)
+			cmd.Env = append(cmd.Env, tt.env...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			code := exitCode(cmd.Run())
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d; stderr %q", code, tt.wantCode, stderr.String())
+			}
+			if tt.wantStdout != "" && stdout.String() != tt.wantStdout {
+				t.Errorf("stdout %q, want %q", stdout.String(), tt.wantStdout)
+			}
+			if tt.wantStderr != "" && !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Errorf("stderr %q, want it to contain %q", stderr.String(), tt.wantStderr)
+			}
+			if code == exitUsage && strings.Count(strings.TrimSpace(stderr.String()), "\n") > 0 && !strings.Contains(stderr.String(), "USAGE") {
+				t.Errorf("usage error is not one line: %q", stderr.String())
+			}
+		})
+	}
+}
+
+func TestRunJSON(t *testing.T) {
+	in := newInstall(t)
+	out, err := in.cmd("run", "--json", "--max-output", "10", "--shell", "printf '\\377'; seq 1 100").Output()
+	if exitCode(err) != 0 {
+		t.Fatalf("jaild run --json: %v", err)
+	}
+	var res jail.Result
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("output is not a Result: %v\n%s", err, out)
+	}
+	if !res.StdoutTruncated || res.StdoutBytes != 293 || res.ID == "" || !strings.HasPrefix(res.Stdout, "\ufffd1\n") {
+		t.Errorf("result %+v", res)
+	}
+}
+
+func TestNotRoot(t *testing.T) {
+	newInstall(t)
+	cmd := exec.Command(jaildBin, "run", "--", "true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if code := exitCode(cmd.Run()); code != exitNotRoot {
+		t.Errorf("exit %d, want %d; stderr %q", code, exitNotRoot, stderr.String())
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	in := newInstall(t)
+	out, err := in.cmd("doctor").CombinedOutput()
+	if exitCode(err) != 0 {
+		t.Fatalf("doctor failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"user namespaces", "cgroups", "seccomp", "ran a command in a real sandbox"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestKilledRunIsSwept SIGKILLs a jaild run mid-command and checks that the
+// next jaild start destroys the sandbox it left behind.
+func TestKilledRunIsSwept(t *testing.T) {
+	in := newInstall(t)
+	victim := in.cmd("run", "--timeout", "5m", "--shell", "echo started; sleep 300")
+	stdout, err := victim.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
+	// jaild run prints output at the end; wait for the sandbox instead.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sandboxes(in)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(sandboxes(in)) != 1 {
+		t.Fatalf("sandbox never appeared")
+	}
+	time.Sleep(100 * time.Millisecond)
+	_ = victim.Process.Signal(syscall.SIGKILL)
+	_ = victim.Wait()
+	_ = stdout
+	if len(sandboxes(in)) != 1 {
+		t.Fatalf("the orphan is already gone; the test would prove nothing")
+	}
+	if out, err := in.cmd("run", "--", "true").CombinedOutput(); err != nil {
+		t.Fatalf("next run: %v %s", err, out)
+	}
+	if s := sandboxes(in); len(s) != 0 {
+		t.Errorf("orphan not swept: %v", s)
+	}
+}
+
+func sandboxes(in install) []string {
+	ents, _ := os.ReadDir(filepath.Join(in.stateDir, "containers"))
+	var ids []string
+	for _, e := range ents {
+		ids = append(ids, e.Name())
+	}
+	return ids
+}
