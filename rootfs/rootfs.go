@@ -48,6 +48,9 @@ func Open(dir string) (*Root, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrInvalid, abs)
 	}
+	if err := checkTraversable(abs); err != nil {
+		return nil, err
+	}
 	for _, mp := range MountPoints {
 		// Lstat: a symlink here would be followed by the mount.
 		fi, err := os.Lstat(filepath.Join(abs, mp))
@@ -86,6 +89,9 @@ func Host(stateDir string, u User) (*Root, error) {
 	for _, e := range entries {
 		fmt.Fprintf(h, "%s\x00%o\x00%s\x00%s\x00%t\n", e.path, e.mode, e.link, e.data, e.isFile)
 	}
+	if err := checkTraversable(stateDir); err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(stateDir, "rootfs-"+hex.EncodeToString(h.Sum(nil))[:12])
 	if _, err := os.Stat(dir); err == nil {
 		return &Root{Dir: dir, binds: binds}, nil
@@ -105,6 +111,30 @@ func Host(stateDir string, u User) (*Root, error) {
 		}
 	}
 	return &Root{Dir: dir, binds: binds}, nil
+}
+
+// checkTraversable fails if a sandbox's root could not reach dir. The
+// sandbox mounts its root from inside its user namespace, where host root's
+// directories are owned by nobody: every ancestor needs the o+x bit, or the
+// start fails with a bare "permission denied".
+func checkTraversable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: %s is not searchable by others (mode %v), so sandboxes cannot reach %s; chmod o+x it or use another directory",
+				ErrInvalid, d, fi.Mode().Perm(), abs)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }
 
 func hostLayout(u User) ([]entry, []string) {
