@@ -1,0 +1,56 @@
+// Package jail runs one command in a fresh, locked-down Linux sandbox built
+// with libcontainer, and reports what happened.
+//
+// A [Manager] builds sandboxes; [Manager.Run] is the whole life of one:
+//
+//	m, err := jail.New(jail.Config{})
+//	res, err := m.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"echo", "hi"}}})
+//
+// Each sandbox has its own user, pid, mount, network (loopback only), IPC,
+// UTS and cgroup namespaces. Container root maps to a host uid range of its
+// own (a "slot", never host root, never shared by two live sandboxes) and
+// the command runs as uid 1000 inside, with no capabilities, no_new_privs, a
+// seccomp filter that denies what a sandbox never needs (see seccomp.go) and
+// runc's masked and read-only /proc paths. The root is read-only (package
+// rootfs); /work and /tmp are size-capped tmpfs mounts that vanish with the
+// sandbox. Memory (no swap), pids and CPU limits are set on the sandbox's
+// cgroup before the command starts, under a parent cgroup with an aggregate
+// budget (package cgroup). The environment is fixed plus what the caller
+// passes; nothing of jaild's own environment leaks in.
+//
+// # Verdict
+//
+// [Result] carries the exit status, the output (capped while it is read:
+// head and tail kept with an [Elide] marker between, the rest drained so
+// the command never blocks), and the verdict: timed out, cancelled,
+// OOM-killed (from the cgroup's oom_kill counter: a shell can exit 0 after
+// its child was OOM-killed), pids limit hit (pids.events), CPU time and
+// peak memory.
+//
+// # Teardown
+//
+// On exit, timeout or cancellation every process of the sandbox is killed
+// (killing the pid namespace's init kills the rest), jaild waits a bounded
+// time, reads the counters and destroys the container, its cgroup and
+// state. A sandbox outlives a jaild that is SIGKILLed, so each one records
+// itself in a slot file under [SlotDir] and holds an flock on it while its
+// owner lives; [New] and [Manager.Sweep] destroy every sandbox whose slot
+// lock is free, and only those, so a sweep never touches a sandbox of a jaild
+// that is still running.
+//
+// # Pools
+//
+// [Manager.Create] fixes a sandbox's limits, uid range and configuration
+// without starting anything, and [Sandbox.Run] hands it the command, so a
+// later pool can create sandboxes ahead of time.
+//
+// # Binaries
+//
+// libcontainer re-executes the calling binary as "<binary> init" for every
+// container: a program using this package must call libcontainer.Init from
+// an init function when os.Args[1] is "init", before anything else (see
+// cmd/jaild/init.go), and lock its main goroutine to the main thread.
+// Building needs cgo and, for seccomp, the seccomp build tag and
+// libseccomp-dev; without the tag every sandbox start fails rather than run
+// unfiltered.
+package jail
