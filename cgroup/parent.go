@@ -112,13 +112,9 @@ func (p *Parent) openV2(opts Options) error {
 		return fmt.Errorf("create cgroup %s: %w", group, err)
 	}
 	// Children need the controllers enabled in the parent's own
-	// subtree_control; libcontainer enables them on the ancestors it
-	// creates, but not on a parent that already exists.
-	m, err := cgroup2.Load(group)
-	if err != nil {
-		return err
-	}
-	if err := m.ToggleControllers([]string{"cpu", "memory", "pids"}, cgroup2.Enable); err != nil {
+	// subtree_control; NewManager enables them only in its ancestors.
+	ctl := filepath.Join(p.dirs[0], "cgroup.subtree_control")
+	if err := os.WriteFile(ctl, []byte("+cpu +memory +pids"), 0); err != nil {
 		return fmt.Errorf("enable controllers in %s: %w", group, err)
 	}
 	return nil
