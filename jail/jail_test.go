@@ -453,3 +453,49 @@ func TestCrashSweep(t *testing.T) {
 	}
 	assertClean(t, env)
 }
+
+// TestPreparedRootfs runs a command in a prepared busybox root instead of
+// the host template, as `jaild run --rootfs DIR` does.
+func TestPreparedRootfs(t *testing.T) {
+	requireHost(t)
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("needs busybox-static (scripts/setup.sh installs it)")
+	}
+	env := newTestEnv(t)
+	root := filepath.Join(env.StateDir, "bb")
+	for _, d := range []string{"bin", "etc", "proc", "dev", "tmp", "work"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(busybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin/busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, applet := range []string{"sh", "echo", "ls", "cat", "id"} {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := env.config()
+	cfg.Rootfs = root
+	m, err := jail.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Run(context.Background(), sh("ls /; test -e /usr/bin && echo host-usr-visible; id -u"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != "bin\ndev\netc\nproc\ntmp\nwork\n1000\n" {
+		t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+	if err := m.Close(); err != nil {
+		t.Error(err)
+	}
+	assertClean(t, env)
+}
