@@ -30,5 +30,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 export PATH="$PATH:/usr/local/go/bin"
-CGO_ENABLED=1 go build -tags seccomp -trimpath -o bin/jaild ./cmd/jaild
+# seccomp: libcontainer's seccomp support (without it every sandbox start
+# fails rather than run unfiltered). urfave_cli_no_docs: leaves out the CLI's
+# man-page generator, whose package init would otherwise run in every
+# sandbox's init process (jaild re-executes itself as each container's init).
+CGO_ENABLED=1 go build -tags seccomp,urfave_cli_no_docs -trimpath -o bin/jaild ./cmd/jaild
 echo "setup.sh: built $(pwd)/bin/jaild"

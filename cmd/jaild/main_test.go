@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	}
 	_ = os.Chmod(dir, 0o755) // TestNotRoot runs it as nobody
 	jaildBin = filepath.Join(dir, "jaild")
-	build := exec.Command("go", "build", "-tags", "seccomp", "-o", jaildBin, ".")
+	build := exec.Command("go", "build", "-tags", "seccomp,urfave_cli_no_docs", "-o", jaildBin, ".")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)
