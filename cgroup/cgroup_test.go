@@ -1,0 +1,180 @@
+package cgroup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+func testParent(t *testing.T) *Parent {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	mode, err := Detect()
+	if err != nil {
+		t.Skipf("no cgroups: %v", err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "jaild-cgtest-" + hex.EncodeToString(b)
+	if mode == V2 {
+		name = "/" + name
+	}
+	p, err := Open(Options{
+		Path:     name,
+		LockFile: filepath.Join(t.TempDir(), "lock"),
+		Budget:   Budget{Memory: 512 << 20, Pids: 1000, CPUs: 1.5},
+	})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		for _, d := range p.Dirs() {
+			if _, err := os.Stat(d); err == nil {
+				t.Errorf("parent cgroup %s left behind", d)
+			}
+		}
+	})
+	return p
+}
+
+func TestParentBudget(t *testing.T) {
+	p := testParent(t)
+	var memFile, pidsFile, want string
+	for _, d := range p.Dirs() {
+		switch {
+		case p.Mode() == V2:
+			memFile, pidsFile, want = filepath.Join(d, "memory.max"), filepath.Join(d, "pids.max"), "536870912"
+		case filepath.Base(filepath.Dir(d)) == "memory" || contains(d, "/memory/"):
+			memFile, want = filepath.Join(d, "memory.limit_in_bytes"), "536870912"
+		case contains(d, "/pids/"):
+			pidsFile = filepath.Join(d, "pids.max")
+		}
+	}
+	if got := readTrim(t, memFile); got != want {
+		t.Errorf("%s = %s, want %s", memFile, got, want)
+	}
+	if got := readTrim(t, pidsFile); got != "1000" {
+		t.Errorf("%s = %s, want 1000", pidsFile, got)
+	}
+}
+
+// TestRemoveOrphan puts a live process into a child cgroup, as a dead
+// jaild's sandbox would be left, and checks that Remove kills it and
+// removes the cgroup in every hierarchy.
+func TestRemoveOrphan(t *testing.T) {
+	p := testParent(t)
+	g := mkGroup(t, p, "orphan")
+	sleeper := exec.Command("sleep", "300")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	pid := []byte(strconv.Itoa(sleeper.Process.Pid))
+	for _, d := range g.Dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), pid, 0); err != nil {
+			t.Fatalf("move sleeper into %s: %v", d, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- sleeper.Wait() }()
+	if err := g.Remove(); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if err := <-done; err == nil {
+		t.Errorf("sleeper exited cleanly; want it killed")
+	}
+	for _, d := range g.Dirs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("%s still exists", d)
+		}
+	}
+	// Removing what is already gone is not an error.
+	if err := g.Remove(); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+}
+
+// TestReadUsage reads the counters of a cgroup a process ran in.
+func TestReadUsage(t *testing.T) {
+	p := testParent(t)
+	g := mkGroup(t, p, "usage")
+	// A shell that moves itself into the cgroup, then burns a little CPU.
+	script := "for f in " + joinProcs(g.Dirs) + "; do echo $$ > $f; done; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"
+	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	u, err := g.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.CPU <= 0 || u.MemoryPeak <= 0 || u.OOMKills != 0 || u.PidsMax != 0 {
+		t.Errorf("usage %+v: want CPU and memory used, no OOM kill, no refused fork", u)
+	}
+}
+
+// mkGroup creates the child cgroup name of p the way libcontainer would,
+// and removes it at cleanup.
+func mkGroup(t *testing.T, p *Parent, name string) *Group {
+	t.Helper()
+	g := p.Child(name)
+	t.Cleanup(func() { _ = g.Remove() })
+	for _, d := range g.Dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// A new v1 cpuset cgroup has no cpus or mems until given its
+		// parent's; attaching a process before that fails with ENOSPC.
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if data, err := os.ReadFile(filepath.Join(filepath.Dir(d), f)); err == nil {
+				if err := os.WriteFile(filepath.Join(d, f), data, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return g
+}
+
+func joinProcs(dirs []string) string {
+	s := ""
+	for _, d := range dirs {
+		s += " " + filepath.Join(d, "cgroup.procs")
+	}
+	return s
+}
+
+func readTrim(t *testing.T, f string) string {
+	t.Helper()
+	data, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(trimSpace(data))
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func contains(s, sub string) bool { return len(s) >= len(sub) && indexOf(s, sub) >= 0 }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
