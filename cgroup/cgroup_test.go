@@ -26,9 +26,9 @@ func testParent(t *testing.T) *Parent {
 		name = "/" + name
 	}
 	p, err := Open(Options{
-		Path:     name,
-		LockFile: filepath.Join(t.TempDir(), "lock"),
-		Budget:   Budget{Memory: 512 << 20, Pids: 1000, CPUs: 1.5},
+		Path:    name,
+		LockDir: t.TempDir(),
+		Budget:  Budget{Memory: 512 << 20, Pids: 1000, CPUs: 1.5},
 	})
 	if err != nil {
 		t.Fatalf("Open: %v", err)

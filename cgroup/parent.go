@@ -1,6 +1,8 @@
 package cgroup
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -18,15 +20,18 @@ const DefaultName = "jaild"
 
 // Parent is the cgroup that holds all of one jaild installation's sandboxes
 // and carries their aggregate budget. Several jaild processes (a daemon and
-// one-shot runs) share it; a shared flock on LockFile marks each user, and
-// the last one to close removes the parent.
+// one-shot runs) share it. Each user holds a shared flock per directory of
+// the parent, and whoever closes last for a directory removes it: on a v1
+// host two jaild processes can share the pids hierarchy's parent but not the
+// memory one (when they sit in different memory cgroups), so one lock for
+// the whole parent would leak or race.
 type Parent struct {
 	mode Mode
 	// path is the parent as libcontainer's configs.Cgroup.Path takes it:
 	// relative on v1 (nested under jaild's own cgroups), absolute on v2.
-	path string
-	dirs []string // absolute directories of the parent
-	lock *os.File
+	path  string
+	dirs  []string   // absolute directories of the parent
+	locks []*os.File // one per dir, same order
 }
 
 // Options configure [Open].
@@ -35,9 +40,10 @@ type Options struct {
 	// own cgroup on v1, an absolute cgroup path on v2. Empty means
 	// automatic (see the package doc), with DefaultName.
 	Path string
-	// LockFile is the file whose shared flock marks a user of the parent.
-	// Required.
-	LockFile string
+	// LockDir holds the lock files whose shared flocks mark the users of
+	// each parent directory. Required; it must be the same for every
+	// jaild process that shares the parent.
+	LockDir string
 	// Budget is applied to the parent on every Open.
 	Budget Budget
 }
@@ -48,21 +54,12 @@ func Open(opts Options) (_ *Parent, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	lock, err := os.OpenFile(opts.LockFile, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open cgroup lock: %w", err)
-	}
+	p := &Parent{mode: mode}
 	defer func() {
 		if retErr != nil {
-			lock.Close()
+			p.unlock()
 		}
 	}()
-	// Shared: any number of users; the last one upgrades to exclusive in
-	// Close before removing the parent, and waits out a remover here.
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", opts.LockFile, err)
-	}
-	p := &Parent{mode: mode, lock: lock}
 	if mode == V2 {
 		err = p.openV2(opts)
 	} else {
@@ -72,6 +69,35 @@ func Open(opts Options) (_ *Parent, retErr error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// lock takes a shared flock for each of p.dirs, waiting out a jaild that is
+// removing one of them, so that nothing removes them while p uses them.
+func (p *Parent) lock(lockDir string) error {
+	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+		return fmt.Errorf("create cgroup lock dir: %w", err)
+	}
+	for _, d := range p.dirs {
+		sum := sha256.Sum256([]byte(d))
+		name := filepath.Join(lockDir, hex.EncodeToString(sum[:8])+".lock")
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return fmt.Errorf("open cgroup lock: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+			f.Close()
+			return fmt.Errorf("lock %s: %w", name, err)
+		}
+		p.locks = append(p.locks, f)
+	}
+	return nil
+}
+
+func (p *Parent) unlock() {
+	for _, f := range p.locks {
+		f.Close()
+	}
+	p.locks = nil
 }
 
 func (p *Parent) openV1(opts Options) error {
@@ -88,6 +114,9 @@ func (p *Parent) openV1(opts Options) error {
 		return err
 	}
 	p.dirs = dirs
+	if err := p.lock(opts.LockDir); err != nil {
+		return err
+	}
 	if _, err := cgroup1.New(cgroup1.NestedPath(p.path), v1Resources(opts.Budget)); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", p.path, err)
 	}
@@ -108,6 +137,9 @@ func (p *Parent) openV2(opts Options) error {
 	}
 	p.path = group
 	p.dirs = []string{filepath.Join(Root, group)}
+	if err := p.lock(opts.LockDir); err != nil {
+		return err
+	}
 	if _, err := cgroup2.NewManager(Root, group, v2Resources(opts.Budget)); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", group, err)
 	}
@@ -176,22 +208,19 @@ func (p *Parent) Child(id string) *Group {
 	return g
 }
 
-// Close drops this process's claim on the parent and, if no other jaild
-// process holds one, removes the parent. rmdir never removes a cgroup with
-// children or processes, so a parent still in use survives a race.
+// Close drops this process's claim on the parent and removes each of its
+// directories that no other jaild process holds. rmdir never removes a
+// cgroup with children or processes, so a parent still in use survives.
 func (p *Parent) Close() error {
-	if p.lock == nil {
-		return nil
-	}
-	defer func() { p.lock.Close(); p.lock = nil }()
-	if err := unix.Flock(int(p.lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil // another jaild still uses the parent
-	}
 	var errs []error
-	for _, d := range p.dirs {
-		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+	for i, f := range p.locks {
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			continue // another jaild still uses this directory
+		}
+		if err := unix.Rmdir(p.dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p.dirs[i], err))
 		}
 	}
+	p.unlock()
 	return errors.Join(errs...)
 }

@@ -112,9 +112,9 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("%w: %w", ErrRootfs, err)
 	}
 	m.parent, err = cgroup.Open(cgroup.Options{
-		Path:     cfg.CgroupParent,
-		LockFile: filepath.Join(m.stateDir, "cgroup.lock"),
-		Budget:   budgetDefaults(cfg.Budget),
+		Path:    cfg.CgroupParent,
+		LockDir: filepath.Join(m.stateDir, "cgroup-locks"),
+		Budget:  budgetDefaults(cfg.Budget),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
