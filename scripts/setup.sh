@@ -36,3 +36,8 @@ export PATH="$PATH:/usr/local/go/bin"
 # sandbox's init process (jaild re-executes itself as each container's init).
 CGO_ENABLED=1 go build -tags seccomp,urfave_cli_no_docs -trimpath -o bin/jaild ./cmd/jaild
 echo "setup.sh: built $(pwd)/bin/jaild"
+
+# The MCP end-to-end test's client, at the exact versions of its lock file.
+if [ ! -d scripts/mcp-e2e/node_modules ]; then
+	(cd scripts/mcp-e2e && npm ci --no-audit --no-fund --loglevel=error)
+fi

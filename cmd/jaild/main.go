@@ -18,6 +18,9 @@ func main() {
 		Commands: []*cli.Command{
 			runCommand,
 			doctorCommand,
+			mcpCommand,
+			serveCommand,
+			remoteCommand,
 		},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // main decides how to exit

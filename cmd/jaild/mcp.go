@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/server"
+)
+
+var mcpCommand = &cli.Command{
+	Name:  "mcp",
+	Usage: "serve the bash and execute tools over MCP on stdin and stdout",
+	Description: `Speaks the Model Context Protocol on stdin/stdout for clients that launch
+their tools as subprocesses. Tools: bash (a shell command line) and execute
+(a program and its arguments, with optional stdin); every call runs in a fresh
+sandbox with the limits below. Only protocol messages go to stdout; logs go to
+stderr. jaild mcp exits when stdin closes, or on SIGINT/SIGTERM, after killing
+and cleaning up every running sandbox. It needs root, like every command that
+builds sandboxes: register it with a client as "sudo jaild mcp" (see the
+README). Sizes take a unit: 512K, 256M, 1G.`,
+	Flags: append([]cli.Flag{
+		&cli.StringFlag{Name: "memory", Value: "256M", EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit of each sandbox, no swap"},
+		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads of each sandbox"},
+		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota of each sandbox in cores"},
+		&cli.StringFlag{Name: "tmpfs-size", Value: "64M", EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
+		&cli.DurationFlag{Name: "timeout", Value: server.DefaultMCPTimeout, EnvVars: []string{"JAILD_MCP_TIMEOUT"}, Usage: "timeout of a tool call that gives none"},
+		&cli.DurationFlag{Name: "max-timeout", Value: server.MaxMCPTimeout, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "ceiling for the timeout a tool call asks for (at most 10m)"},
+		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT"}, Usage: "bytes of each stream a tool result keeps; beyond it head and tail are kept with a marker"},
+		&cli.IntFlag{Name: "max-concurrent", Value: server.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once; further calls wait in a queue"},
+		&cli.IntFlag{Name: "queue", Aliases: []string{"max-queue"}, Value: 100, EnvVars: []string{"JAILD_QUEUE", "JAILD_MAX_QUEUE"}, Usage: "calls that may wait for a sandbox; beyond it a call fails at once with \"busy\""},
+		&cli.DurationFlag{Name: "queue-wait", Value: time.Minute, EnvVars: []string{"JAILD_QUEUE_WAIT"}, Usage: "how long a queued call waits before it fails with \"busy\""},
+		&cli.StringFlag{Name: "shell-path", Value: "/bin/bash", EnvVars: []string{"JAILD_SHELL_PATH"}, Usage: "shell inside the sandbox that runs the bash tool's command lines (with -c)"},
+	}, managerFlags...),
+	Action:       mcpAction,
+	OnUsageError: onUsageError,
+}
+
+func mcpAction(c *cli.Context) error {
+	if c.Args().Len() > 0 {
+		return usageError("jaild mcp takes no arguments")
+	}
+	opts, err := mcpOptions(c)
+	if err != nil {
+		return err
+	}
+	// The protocol gets its own descriptor for stdout, and fd 1 becomes
+	// stderr: nothing but protocol messages can reach the client, even if
+	// some library prints.
+	out, err := protocolStdout()
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("set up stdout: %v", err), exitInternal)
+	}
+	defer out.Close()
+
+	m, err := newManager(c)
+	if err != nil {
+		return err
+	}
+	defer m.Close() // waits until every sandbox is torn down
+
+	// Signals end the session. The SDK lets calls in flight finish before
+	// it closes, so the runner's contexts are tied to the signal too: a
+	// signal kills running sandboxes instead of waiting for them.
+	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	defer stop()
+	// One client may still send many calls at once; admission control
+	// keeps them from starting more sandboxes than the host can run.
+	adm, err := server.Admit(m, server.AdmitOptions{
+		MaxConcurrent: c.Int("max-concurrent"),
+		MaxQueue:      c.Int("queue"),
+		MaxWait:       c.Duration("queue-wait"),
+	})
+	if err != nil {
+		return usageError("%v", err)
+	}
+	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: adm}, opts)
+	// Run returns when stdin reaches EOF (the client went away), which
+	// also cancels the calls in flight and so kills their sandboxes.
+	err = srv.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: out})
+	if err != nil && ctx.Err() == nil {
+		return cli.Exit(fmt.Sprintf("mcp session: %v", err), exitInternal)
+	}
+	return nil
+}
+
+func mcpOptions(c *cli.Context) (server.MCPOptions, error) {
+	var o server.MCPOptions
+	var err error
+	if o.Limits.Memory, err = sizeFlag(c, "memory"); err != nil {
+		return o, err
+	}
+	if o.Limits.TmpfsSize, err = sizeFlag(c, "tmpfs-size"); err != nil {
+		return o, err
+	}
+	if o.MaxOutput, err = sizeFlag(c, "max-output"); err != nil {
+		return o, err
+	}
+	o.Limits.Pids = c.Int64("pids")
+	o.Limits.CPUs = c.Float64("cpus")
+	if err := o.Limits.Validate(); err != nil {
+		return o, exitError(err)
+	}
+	if o.Limits.Memory <= 0 || o.Limits.TmpfsSize <= 0 || o.MaxOutput <= 0 || o.Limits.Pids <= 0 || o.Limits.CPUs <= 0 {
+		return o, usageError("--memory, --tmpfs-size, --max-output, --pids and --cpus must be positive")
+	}
+	o.DefaultTimeout = c.Duration("timeout")
+	o.MaxTimeout = c.Duration("max-timeout")
+	if o.DefaultTimeout <= 0 || o.MaxTimeout <= 0 || o.MaxTimeout > server.MaxMCPTimeout {
+		return o, usageError("--timeout and --max-timeout must be positive, --max-timeout at most %v", server.MaxMCPTimeout)
+	}
+	o.Shell = c.String("shell-path")
+	level := slog.LevelInfo
+	if c.Bool("debug") {
+		level = slog.LevelDebug
+	}
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return o, nil
+}
+
+// protocolStdout returns a file for the original stdout and points fd 1 at
+// stderr.
+func protocolStdout() (*os.File, error) {
+	fd, err := unix.FcntlInt(uintptr(unix.Stdout), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, fmt.Errorf("dup stdout: %w", err)
+	}
+	if err := unix.Dup3(unix.Stderr, unix.Stdout, 0); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("point stdout at stderr: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "mcp-stdout"), nil
+}
+
+// shutdownRunner ends every run when ctx (the process's signal context)
+// ends, as well as when the run's own context does.
+type shutdownRunner struct {
+	ctx context.Context
+	r   server.Runner
+}
+
+func (s shutdownRunner) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	res, err := s.r.Run(ctx, spec)
+	if err != nil && s.ctx.Err() != nil {
+		err = fmt.Errorf("jaild is shutting down: %w", err)
+	}
+	return res, err
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/server"
+)
+
+// maxRemoteStdin bounds how much of its stdin jaild remote reads into
+// memory; the daemon's own --max-body is usually lower and answers 413.
+const maxRemoteStdin = 64 << 20
+
+var remoteCommand = &cli.Command{
+	Name:      "remote",
+	Usage:     "run a command on a jaild daemon, streaming its output, and exit with its exit code",
+	ArgsUsage: "-- COMMAND [ARG...]",
+	Description: `Sends COMMAND (argv, no shell) or --shell STRING to a jaild serve daemon's
+/raw endpoint, writes its stdout and stderr here as they are produced, and
+exits with its exit code. Unless --no-stdin is given or stdin is a terminal,
+stdin is read to its end and sent along. Ctrl-C kills the remote sandbox.
+
+Exit codes are those of jaild run: the command's own, 128+N if signal N killed
+it, 123 OOM-killed, 124 timed out, 125 refused as invalid (or not authorized),
+126 not executable, 127 not found, 120-122 the daemon's host cannot build
+sandboxes, 119 anything else (daemon unreachable or busy, run cancelled).
+
+Limits left unset get the daemon's defaults; a request may only ask for less
+than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", EnvVars: []string{"JAILD_SERVER", "RUN_REMOTE_SERVER"}, Usage: "daemon URL"},
+		&cli.StringFlag{Name: "socket", EnvVars: []string{"JAILD_SOCKET"}, Usage: "daemon unix socket; wins over --server"},
+		&cli.StringFlag{Name: "token-file", EnvVars: []string{"JAILD_TOKEN_FILE"}, Usage: "file holding the bearer token (TOKEN or NAME:TOKEN on its first line)"},
+		&cli.StringSliceFlag{Name: "keep-env", EnvVars: []string{"JAILD_KEEP_ENV"}, Usage: "pass these local environment variables on, e.g. CI,LANG (repeatable)"},
+		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
+		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit (default: the daemon's, " + jail.DefaultTimeout.String() + " unless it caps lower)"},
+		&cli.StringFlag{Name: "cwd", EnvVars: []string{"JAILD_CWD"}, Usage: "working directory, under /work or /tmp (default /work)"},
+		&cli.StringFlag{Name: "memory", EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit (default: the daemon's)"},
+		&cli.Int64Flag{Name: "pids", EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads (default: the daemon's)"},
+		&cli.Float64Flag{Name: "cpus", EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota in cores (default: the daemon's)"},
+		&cli.StringFlag{Name: "tmpfs-size", EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size of each of /work and /tmp (default: the daemon's)"},
+		&cli.StringFlag{Name: "max-output", EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "output the daemon keeps per stream; the stream itself is not cut"},
+		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
+		&cli.BoolFlag{Name: "no-stdin", Aliases: []string{"n"}, EnvVars: []string{"JAILD_NO_STDIN"}, Usage: "do not read stdin; the command reads /dev/null"},
+		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "use /run and print the whole result as JSON instead of streaming"},
+	},
+	Action:       remoteAction,
+	OnUsageError: onUsageError,
+}
+
+func remoteAction(c *cli.Context) error {
+	req, err := remoteRequest(c)
+	if err != nil {
+		return err
+	}
+	// --socket, when set, wins over --server (which always has a value).
+	opts := server.ClientOptions{Socket: c.String("socket")}
+	if opts.Socket == "" {
+		opts.Server = c.String("server")
+	}
+	if path := c.String("token-file"); path != "" {
+		if opts.Token, err = server.ReadTokenFile(path); err != nil {
+			return usageError("%v", err)
+		}
+	}
+	client, err := server.NewClient(opts)
+	if err != nil {
+		return usageError("%v", err)
+	}
+
+	// A signal closes the connection, which makes the daemon kill the
+	// sandbox at once.
+	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	defer stop()
+
+	if c.Bool("json") {
+		resp, err := client.Run(ctx, req)
+		if err != nil {
+			return remoteError(ctx, err)
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(resp)
+		return remoteExit(resp.ExitCode, &resp.Verdict)
+	}
+	exit, err := client.Raw(ctx, req, os.Stdout, os.Stderr)
+	if err != nil {
+		return remoteError(ctx, err)
+	}
+	return remoteExit(*exit.ExitCode, exit.Verdict)
+}
+
+// remoteRequest builds the request from the flags, arguments and stdin.
+func remoteRequest(c *cli.Context) (*server.Request, error) {
+	req := &server.Request{Cwd: c.String("cwd")}
+	switch sh, args := c.String("shell"), c.Args().Slice(); {
+	case sh != "" && len(args) > 0:
+		return nil, usageError("give either --shell STRING or -- COMMAND, not both")
+	case c.IsSet("shell"):
+		if strings.TrimSpace(sh) == "" {
+			return nil, usageError("--shell: empty command")
+		}
+		req.Command = sh
+	case len(args) == 0:
+		return nil, usageError("missing command: jaild remote [flags] -- COMMAND [ARG...]")
+	default:
+		req.Executable, req.Args = args[0], args[1:]
+	}
+
+	env := map[string]string{}
+	for _, name := range c.StringSlice("keep-env") {
+		for _, n := range strings.Split(name, ",") {
+			if v, ok := os.LookupEnv(strings.TrimSpace(n)); ok {
+				env[strings.TrimSpace(n)] = v
+			}
+		}
+	}
+	for _, kv := range c.StringSlice("env") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usageError("--env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	if len(env) > 0 {
+		req.Env = env
+	}
+
+	if c.IsSet("timeout") {
+		d := c.Duration("timeout")
+		if d <= 0 {
+			return nil, usageError("--timeout must be positive")
+		}
+		ms := d.Milliseconds()
+		req.TimeoutMS = &ms
+	}
+	for _, s := range []struct {
+		flag string
+		dst  **int64
+	}{{"memory", &req.MemoryBytes}, {"tmpfs-size", &req.TmpfsSizeBytes}, {"max-output", &req.MaxOutputBytes}} {
+		if !c.IsSet(s.flag) {
+			continue
+		}
+		n, err := sizeFlag(c, s.flag)
+		if err != nil {
+			return nil, err
+		}
+		*s.dst = &n
+	}
+	if c.IsSet("pids") {
+		n := c.Int64("pids")
+		req.Pids = &n
+	}
+	if c.IsSet("cpus") {
+		n := c.Float64("cpus")
+		req.CPUs = &n
+	}
+
+	if !c.Bool("no-stdin") && !isTerminal(os.Stdin) {
+		data, err := io.ReadAll(io.LimitReader(os.Stdin, maxRemoteStdin+1))
+		if err != nil {
+			return nil, usageError("read stdin: %v", err)
+		}
+		if len(data) > maxRemoteStdin {
+			return nil, usageError("stdin is larger than %d bytes", maxRemoteStdin)
+		}
+		if len(data) > 0 {
+			// Always as base64: stdin may be any bytes, and JSON text
+			// would turn invalid UTF-8 into U+FFFD.
+			req.StdinB64 = data
+		}
+	}
+	return req, nil
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// remoteExit exits as jaild run would for the same result.
+func remoteExit(exitCode int, v *server.Verdict) error {
+	code := resultCode(&jail.Result{ExitCode: exitCode, Signal: v.Signal, TimedOut: v.TimedOut, OOMKilled: v.OOMKilled})
+	if code != 0 {
+		return cli.Exit("", code)
+	}
+	return nil
+}
+
+// remoteError maps a failed call to jaild run's exit codes.
+func remoteError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return cli.Exit("interrupted; the remote sandbox was killed", exitInternal)
+	}
+	var ae *server.APIError
+	if !errors.As(err, &ae) {
+		return cli.Exit(err.Error(), exitInternal)
+	}
+	code := exitInternal
+	switch ae.Code {
+	case server.CodeInvalid, server.CodeBadJSON, server.CodeTooLarge, server.CodeUnsupportedMedia,
+		server.CodeBodyTimeout, server.CodeUnauthorized:
+		code = exitUsage
+	case server.CodeNotFound:
+		code = exitNotFound
+	case server.CodeNotExecutable:
+		code = exitNotExecutable
+	case server.CodeNotRoot:
+		code = exitNotRoot
+	case server.CodeUnsupported:
+		code = exitUnsupported
+	case server.CodeRootfs:
+		code = exitRootfs
+	}
+	msg := ae.Error()
+	if ae.RetryAfter > 0 {
+		msg = fmt.Sprintf("%s; retry after %v", msg, ae.RetryAfter)
+	}
+	return cli.Exit(msg, code)
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"time"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// This file holds every JSON field name of the daemon's API and audit log,
+// so that the wire format is read, reviewed and changed in one place. Keep it
+// in step with openapi.yaml (TestOpenAPIMentionsEveryField checks the names).
+
+// Request is the body of POST /run and POST /raw. Exactly one of Command
+// (shell mode) and Executable (argv mode) is required. Optional fields are
+// pointers where an explicit zero must differ from "not given"; an explicit
+// zero or negative limit is an error, not "the default".
+type Request struct {
+	// Command is a shell command line, run as /bin/sh -c COMMAND.
+	Command string `json:"command,omitempty"`
+	// Executable and Args run a program directly, without a shell.
+	// Executable is looked up in the sandbox's PATH.
+	Executable string   `json:"executable,omitempty"`
+	Args       []string `json:"args,omitempty"`
+
+	// Stdin is text for the command's standard input; StdinB64 is the
+	// same for arbitrary bytes, base64-encoded. At most one may be set.
+	// Without either the command reads /dev/null.
+	Stdin    *string `json:"stdin,omitempty"`
+	StdinB64 []byte  `json:"stdin_b64,omitempty"`
+
+	// Env adds environment variables to the sandbox's fixed ones.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is the working directory inside the sandbox: /work (the
+	// default), /tmp or below them.
+	Cwd string `json:"cwd,omitempty"`
+
+	// TimeoutSeconds (the first seed's name) or TimeoutMS bound the run's
+	// wall-clock time; at most one may be set. Unset means the jail's
+	// default timeout, capped at the operator's maximum.
+	TimeoutSeconds *int64 `json:"timeout_seconds,omitempty"`
+	TimeoutMS      *int64 `json:"timeout_ms,omitempty"`
+
+	// Limits that may only tighten the operator's maximums. Unset means
+	// the jail's default, capped at the operator's maximum.
+	MemoryBytes    *int64   `json:"memory_bytes,omitempty"`
+	Pids           *int64   `json:"pids,omitempty"`
+	CPUs           *float64 `json:"cpus,omitempty"`
+	TmpfsSizeBytes *int64   `json:"tmpfs_size_bytes,omitempty"`
+	MaxOutputBytes *int64   `json:"max_output_bytes,omitempty"`
+}
+
+// Verdict is how a run ended and what it used: everything of a
+// [jail.Result] but the output itself and the exit code (whose name differs
+// between /run and the /raw exit event).
+type Verdict struct {
+	ID              string `json:"id"`
+	Signal          string `json:"signal,omitempty"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StderrBytes     int64  `json:"stderr_bytes"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	TimedOut        bool   `json:"timed_out"`
+	Canceled        bool   `json:"canceled,omitempty"`
+	OOMKilled       bool   `json:"oom_killed"`
+	PidsLimitHit    bool   `json:"pids_limit_hit"`
+	DurationMS      int64  `json:"duration_ms"`
+	CPUMS           int64  `json:"cpu_ms"`
+	MemoryPeakBytes int64  `json:"memory_peak_bytes"`
+}
+
+// Response is the body of a successful POST /run: the first seed's
+// {stdout, stderr, exit_code, duration_ms} extended with the jail's verdict.
+// A command that fails, times out or is killed is still a successful run.
+type Response struct {
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// ExitCode is the command's exit status, or -1 if a signal killed it.
+	ExitCode int `json:"exit_code"`
+	Verdict
+}
+
+// ErrorResponse is the body of every 4xx and 5xx answer of /run and of
+// /raw before its stream starts.
+type ErrorResponse struct {
+	Error string `json:"error"`
+	// Code is one of the Code* constants; clients branch on it, not on
+	// the message.
+	Code string `json:"code"`
+	// Field names the request field at fault, for Code "invalid".
+	Field string `json:"field,omitempty"`
+}
+
+// Event is one line of the NDJSON stream of POST /raw, in the fourth seed's
+// shapes:
+//
+//	{"event":"start","request_id":"..."}
+//	{"event":"stdout","data_b64":"..."}
+//	{"event":"stderr","data_b64":"..."}
+//	{"event":"exit","exitCode":0, ...Verdict}
+//	{"event":"error","message":"...","code":"..."}
+//
+// exit and error are final: exactly one of them ends every stream that
+// started.
+type Event struct {
+	Event     string `json:"event"`
+	RequestID string `json:"request_id,omitempty"`
+	// Data is a chunk of output as the command wrote it.
+	Data []byte `json:"data_b64,omitempty"`
+	// ExitCode (the seed's camelCase name) is set on the exit event only.
+	ExitCode *int `json:"exitCode,omitempty"`
+	*Verdict
+	Message string `json:"message,omitempty"`
+	Code    string `json:"code,omitempty"`
+}
+
+// Event kinds.
+const (
+	EventStart  = "start"
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventExit   = "exit"
+	EventError  = "error"
+)
+
+// Error codes of ErrorResponse.Code and Event.Code.
+const (
+	CodeInvalid          = "invalid"                // 400: a field is wrong; see Field
+	CodeBadJSON          = "bad_json"               // 400: malformed JSON or unknown field
+	CodeUnauthorized     = "unauthorized"           // 401
+	CodeTooLarge         = "too_large"              // 413: body above the limit
+	CodeUnsupportedMedia = "unsupported_media_type" // 415: not application/json
+	CodeBodyTimeout      = "body_timeout"           // 408: body not sent in time
+	CodeNotFound         = "not_found"              // 422: command not found in the sandbox
+	CodeNotExecutable    = "not_executable"         // 422: command not executable
+	CodeBusy             = "busy"                   // 429: admission queue full or wait expired
+	CodeShuttingDown     = "shutting_down"          // 503: the daemon is stopping
+	CodeCanceled         = "canceled"               // 503: the run was cancelled
+	CodeNotRoot          = "not_root"               // 500: the daemon cannot build sandboxes
+	CodeUnsupported      = "unsupported"            // 500: the host lacks sandbox support
+	CodeRootfs           = "rootfs"                 // 500: the root filesystem is unusable
+	CodeInternal         = "internal"               // 500
+)
+
+// Health is the body of GET /healthz.
+type Health struct {
+	// Status is "ok", "draining" or "unhealthy".
+	Status string `json:"status"`
+	// Jail is "ok" or why sandboxes cannot run on this host.
+	Jail string `json:"jail"`
+}
+
+// Verdicts, as the audit log and the runs_total metric name them. They form
+// a small fixed set so that metric cardinality stays bounded.
+const (
+	VerdictOK            = "ok"           // exited 0
+	VerdictExitNonzero   = "exit_nonzero" // exited with another code
+	VerdictSignaled      = "signaled"     // killed by a signal it was not sent by jaild
+	VerdictTimedOut      = "timed_out"
+	VerdictOOMKilled     = "oom_killed"
+	VerdictPidsLimit     = "pids_limit"
+	VerdictCanceled      = "canceled" // the caller went away or the daemon stopped
+	VerdictBusy          = "busy"     // rejected by admission control
+	VerdictInvalid       = "invalid"
+	VerdictNotFound      = "not_found"
+	VerdictNotExecutable = "not_executable"
+	VerdictError         = "error"
+)
+
+// AuditRecord is one line of the audit log: who ran what, with which limits,
+// and how it ended. It never holds the command's output, and holds the
+// command itself only if the operator asked for it (the hash always).
+type AuditRecord struct {
+	Time      time.Time `json:"time"`
+	RequestID string    `json:"request_id,omitempty"`
+	// Caller is the token's name, or the peer ("uid:1000",
+	// "127.0.0.1:53211") when the daemon runs without tokens.
+	Caller string `json:"caller"`
+	// CommandSHA256 is the hex SHA-256 of the argv joined by NUL bytes,
+	// so equal commands can be matched without logging them.
+	CommandSHA256 string   `json:"command_sha256"`
+	Command       []string `json:"command,omitempty"`
+	// EnvKeys lists the names of the requested variables; values may be
+	// secrets and are never logged.
+	EnvKeys    []string    `json:"env_keys,omitempty"`
+	Cwd        string      `json:"cwd,omitempty"`
+	StdinBytes int64       `json:"stdin_bytes,omitempty"`
+	Limits     AuditLimits `json:"limits"`
+
+	Verdict string `json:"verdict"`
+	Error   string `json:"error,omitempty"`
+	// SandboxID is the jail's id of the sandbox, empty if none was built.
+	SandboxID       string `json:"sandbox_id,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Signal          string `json:"signal,omitempty"`
+	WaitMS          int64  `json:"wait_ms"` // time spent queued for admission
+	DurationMS      int64  `json:"duration_ms"`
+	CPUMS           int64  `json:"cpu_ms"`
+	MemoryPeakBytes int64  `json:"memory_peak_bytes"`
+	StdoutBytes     int64  `json:"stdout_bytes"`
+	StderrBytes     int64  `json:"stderr_bytes"`
+}
+
+// AuditLimits are the effective limits of an audited run.
+type AuditLimits struct {
+	MemoryBytes    int64   `json:"memory_bytes"`
+	Pids           int64   `json:"pids"`
+	CPUs           float64 `json:"cpus"`
+	TmpfsSizeBytes int64   `json:"tmpfs_size_bytes"`
+	TimeoutMS      int64   `json:"timeout_ms"`
+	MaxOutputBytes int64   `json:"max_output_bytes"`
+}
+
+// verdictOf reduces a Result to its fields for the wire.
+func verdictOf(res *jail.Result) Verdict {
+	return Verdict{
+		ID:              res.ID,
+		Signal:          res.Signal,
+		StdoutBytes:     res.StdoutBytes,
+		StderrBytes:     res.StderrBytes,
+		StdoutTruncated: res.StdoutTruncated,
+		StderrTruncated: res.StderrTruncated,
+		TimedOut:        res.TimedOut,
+		Canceled:        res.Canceled,
+		OOMKilled:       res.OOMKilled,
+		PidsLimitHit:    res.PidsLimitHit,
+		DurationMS:      res.DurationMS,
+		CPUMS:           res.CPUMS,
+		MemoryPeakBytes: res.MemoryPeak,
+	}
+}
+
+// responseOf is the /run answer for a Result.
+func responseOf(res *jail.Result) *Response {
+	return &Response{
+		Stdout:   res.Stdout,
+		Stderr:   res.Stderr,
+		ExitCode: res.ExitCode,
+		Verdict:  verdictOf(res),
+	}
+}

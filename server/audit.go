@@ -1,0 +1,209 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// AuditOptions configure [Audit].
+type AuditOptions struct {
+	// LogCommand puts the full argv in each record. Off by default: the
+	// SHA-256 of the argv is always there, and commands may carry secrets.
+	LogCommand bool
+	// Logger gets write errors of the audit log; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now. For tests.
+	Now func() time.Time
+}
+
+// Audit returns a Runner that writes one [AuditRecord] as a JSON line to w
+// for every run of r, refused ones included, once the run has ended. It
+// never writes the command's output. Writes are serialized, each record in a
+// single Write, so w may be a file shared by several writers in O_APPEND
+// mode. A failing w does not fail runs: the error is logged.
+func Audit(r Runner, w io.Writer, o AuditOptions) Runner {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = discard
+	}
+	return &auditor{next: r, w: w, o: o}
+}
+
+type auditor struct {
+	next Runner
+	o    AuditOptions
+	mu   sync.Mutex // serializes writes to w
+	w    io.Writer
+}
+
+func (a *auditor) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	start := a.o.Now()
+	var admitted time.Time
+	var once sync.Once
+	ctx = withStarted(ctx, func() { once.Do(func() { admitted = a.o.Now() }) })
+
+	// The size of in-memory stdin (what HTTP requests carry) is known up
+	// front; other readers are left alone rather than wrapped, so that the
+	// jail can still hand an *os.File over directly.
+	stdinBytes := int64(-1)
+	if l, ok := spec.Stdin.(interface{ Len() int }); ok {
+		stdinBytes = int64(l.Len())
+	}
+	res, err := a.next.Run(ctx, spec)
+
+	rec := auditRecordOf(ctx, spec, res, err, a.o.LogCommand)
+	rec.Time = start
+	if !admitted.IsZero() {
+		rec.WaitMS = admitted.Sub(start).Milliseconds()
+	}
+	if stdinBytes > 0 {
+		rec.StdinBytes = stdinBytes
+	}
+	a.write(rec)
+	return res, err
+}
+
+func (a *auditor) write(rec *AuditRecord) {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(rec); err != nil {
+		a.o.Logger.Error("audit: encode record", "err", err)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.w.Write(buf.Bytes()); err != nil {
+		a.o.Logger.Error("audit: write record", "request_id", rec.RequestID, "err", err)
+	}
+}
+
+func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err error, logCommand bool) *AuditRecord {
+	rec := &AuditRecord{
+		RequestID:     RequestIDFromContext(ctx),
+		Caller:        CallerFromContext(ctx),
+		CommandSHA256: CommandHash(spec.Args),
+		Cwd:           spec.Dir,
+		Limits: AuditLimits{
+			MemoryBytes:    spec.Limits.Memory,
+			Pids:           spec.Limits.Pids,
+			CPUs:           spec.Limits.CPUs,
+			TmpfsSizeBytes: spec.Limits.TmpfsSize,
+			TimeoutMS:      spec.Timeout.Milliseconds(),
+			MaxOutputBytes: spec.MaxOutput,
+		},
+		Verdict: verdict(res, err),
+	}
+	if logCommand {
+		rec.Command = spec.Args
+	}
+	for _, kv := range spec.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		rec.EnvKeys = append(rec.EnvKeys, k)
+	}
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	if res != nil {
+		code := res.ExitCode
+		rec.ExitCode = &code
+		rec.SandboxID = res.ID
+		rec.Signal = res.Signal
+		rec.DurationMS = res.DurationMS
+		rec.CPUMS = res.CPUMS
+		rec.MemoryPeakBytes = res.MemoryPeak
+		rec.StdoutBytes = res.StdoutBytes
+		rec.StderrBytes = res.StderrBytes
+		if res.Limits != (jail.Limits{}) {
+			// What the jail really applied, should it differ.
+			rec.Limits.MemoryBytes = res.Limits.Memory
+			rec.Limits.Pids = res.Limits.Pids
+			rec.Limits.CPUs = res.Limits.CPUs
+			rec.Limits.TmpfsSizeBytes = res.Limits.TmpfsSize
+		}
+	}
+	return rec
+}
+
+// CommandHash is the hex SHA-256 of args joined by NUL bytes: NUL cannot
+// occur inside an argument, so different argvs never hash the same input.
+func CommandHash(args []string) string {
+	h := sha256.New()
+	for i, a := range args {
+		if i > 0 {
+			h.Write([]byte{0})
+		}
+		io.WriteString(h, a)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// verdict names how a run ended, for the audit log and the metrics.
+func verdict(res *jail.Result, err error) string {
+	if err != nil {
+		var ie *jail.InvalidError
+		switch {
+		case errors.Is(err, ErrBusy):
+			return VerdictBusy
+		case errors.As(err, &ie):
+			return VerdictInvalid
+		case errors.Is(err, jail.ErrNotFound):
+			return VerdictNotFound
+		case errors.Is(err, jail.ErrNotExecutable):
+			return VerdictNotExecutable
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			return VerdictCanceled
+		}
+		return VerdictError
+	}
+	if res == nil {
+		return VerdictError
+	}
+	switch {
+	case res.TimedOut:
+		return VerdictTimedOut
+	case res.Canceled:
+		return VerdictCanceled
+	case res.OOMKilled:
+		return VerdictOOMKilled
+	case res.PidsLimitHit:
+		return VerdictPidsLimit
+	case res.Signal != "" || res.ExitCode < 0:
+		return VerdictSignaled
+	case res.ExitCode != 0:
+		return VerdictExitNonzero
+	}
+	return VerdictOK
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// OpenAuditLog opens path for appending audit records ("-" is stderr),
+// creating it mode 0600: the log names callers and may hold commands.
+func OpenAuditLog(path string, stderr io.Writer) (io.WriteCloser, error) {
+	if path == "-" {
+		return nopCloser{stderr}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open audit log: %w", err)
+	}
+	return f, nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }

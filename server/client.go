@@ -1,0 +1,220 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client calls a jaild daemon, over TCP or a unix socket. It is what
+// `jaild remote` and the load generator use.
+type Client struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// ClientOptions configure NewClient. Exactly one of Server and Socket is
+// required.
+type ClientOptions struct {
+	// Server is the daemon's base URL, "http://127.0.0.1:8080". A trailing
+	// /run or /raw (the fourth seed's RUN_REMOTE_SERVER form) is ignored.
+	Server string
+	// Socket is the path of the daemon's unix socket.
+	Socket string
+	// Token is sent as a bearer token if non-empty.
+	Token string
+	// Transport overrides the HTTP transport (tests, load generation).
+	Transport http.RoundTripper
+}
+
+// NewClient checks o and returns a Client.
+func NewClient(o ClientOptions) (*Client, error) {
+	c := &Client{token: o.Token}
+	tr := o.Transport
+	switch {
+	case o.Server != "" && o.Socket != "":
+		return nil, errors.New("client: server URL and socket are mutually exclusive")
+	case o.Socket != "":
+		// The host part of the URL is a placeholder: every connection
+		// goes to the socket.
+		c.base = "http://jaild"
+		if tr == nil {
+			socket := o.Socket
+			t := http.DefaultTransport.(*http.Transport).Clone()
+			t.Proxy = nil
+			t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", socket)
+			}
+			tr = t
+		}
+	case o.Server != "":
+		u, err := url.Parse(o.Server)
+		if err != nil {
+			return nil, fmt.Errorf("client: server URL: %w", err)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("client: server URL %q: want http://HOST:PORT or https://HOST:PORT", o.Server)
+		}
+		u.Path = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/raw"), "/run")
+		u.RawQuery, u.Fragment = "", ""
+		c.base = strings.TrimSuffix(u.String(), "/")
+	default:
+		return nil, errors.New("client: no server URL or socket given")
+	}
+	if tr == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// The daemon is local or explicitly named: an HTTP proxy from
+		// the environment would only leak commands and tokens.
+		t.Proxy = nil
+		tr = t
+	}
+	// No overall timeout: /raw streams for as long as the command runs,
+	// and runs are bounded by their own timeout on the server.
+	c.hc = &http.Client{Transport: tr}
+	return c, nil
+}
+
+// ReadTokenFile reads a client token: the first line that is neither blank
+// nor a comment, either TOKEN or NAME:TOKEN (so that a daemon's one-line
+// token file can be shared with its client).
+func ReadTokenFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read token file: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if _, tok, ok := strings.Cut(line, ":"); ok {
+			return tok, nil
+		}
+		return line, nil
+	}
+	return "", fmt.Errorf("read token file %s: no token in it", path)
+}
+
+// APIError is an error answer of the daemon, or an error event of /raw
+// (Status 0 then).
+type APIError struct {
+	Status int
+	ErrorResponse
+	// RetryAfter is the daemon's hint for 429 answers.
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("run failed: %s (%s)", e.ErrorResponse.Error, e.Code)
+	}
+	return fmt.Sprintf("daemon answered %d %s: %s (%s)", e.Status, http.StatusText(e.Status), e.ErrorResponse.Error, e.Code)
+}
+
+// Run calls POST /run.
+func (c *Client) Run(ctx context.Context, req *Request) (*Response, error) {
+	resp, err := c.post(ctx, "/run", req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out Response
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("client: decode /run answer: %w", err)
+	}
+	return &out, nil
+}
+
+// Raw calls POST /raw, writes the stdout and stderr events' data to stdout
+// and stderr as they arrive, and returns the exit event. An error event is
+// returned as an *APIError; a stream cut off before its final event as an
+// error wrapping io.ErrUnexpectedEOF. Cancelling ctx closes the connection,
+// which kills the sandbox.
+func (c *Client) Raw(ctx context.Context, req *Request, stdout, stderr io.Writer) (*Event, error) {
+	resp, err := c.post(ctx, "/raw", req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/x-ndjson" {
+		return nil, fmt.Errorf("client: /raw answered %q, not an NDJSON stream", mt)
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev Event
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("client: /raw stream ended before the exit event: %w", err)
+		}
+		switch ev.Event {
+		case EventStdout, EventStderr:
+			w := stdout
+			if ev.Event == EventStderr {
+				w = stderr
+			}
+			if w != nil {
+				if _, err := w.Write(ev.Data); err != nil {
+					return nil, fmt.Errorf("client: write %s: %w", ev.Event, err)
+				}
+			}
+		case EventExit:
+			if ev.ExitCode == nil || ev.Verdict == nil {
+				return nil, errors.New("client: exit event without exit code or verdict")
+			}
+			return &ev, nil
+		case EventError:
+			return nil, &APIError{ErrorResponse: ErrorResponse{Error: ev.Message, Code: ev.Code}}
+		}
+		// start, and kinds added later, carry nothing to act on.
+	}
+}
+
+// post sends req and returns a 2xx answer, or the error answer as *APIError.
+func (c *Client) post(ctx context.Context, path string, req *Request) (*http.Response, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: encode request: %w", err)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		hr.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		return nil, fmt.Errorf("client: POST %s: %w", path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	e := &APIError{Status: resp.StatusCode}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(data, &e.ErrorResponse) != nil || e.Code == "" {
+		e.ErrorResponse = ErrorResponse{Error: strings.TrimSpace(string(data)), Code: CodeInternal}
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return nil, e
+}

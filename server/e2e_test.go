@@ -1,0 +1,601 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/server"
+)
+
+// TestE2E drives a real `jaild serve`, built from this tree, with plain HTTP
+// and `jaild remote`, running real sandboxes. It needs root.
+func TestE2E(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to build sandboxes (run the tests as root)")
+	}
+	bin := buildJaild(t)
+	t.Run("tcp", func(t *testing.T) { testE2ETCP(t, bin) })
+	t.Run("unix socket", func(t *testing.T) { testE2EUnix(t, bin) })
+	t.Run("disconnect kills the sandbox", func(t *testing.T) { testE2EDisconnect(t, bin) })
+	t.Run("SIGTERM with 20 running lets them finish", func(t *testing.T) { testE2ESigtermFinish(t, bin) })
+	t.Run("SIGTERM with 20 running kills them after the grace period", func(t *testing.T) { testE2ESigtermKill(t, bin) })
+	t.Run("SIGKILL, restart sweeps the orphans", func(t *testing.T) { testE2ESigkill(t, bin) })
+	t.Run("refuses to serve off loopback without tokens", func(t *testing.T) { testE2ERefuse(t, bin) })
+}
+
+// buildJaild builds the binary into the test's temp dir.
+func buildJaild(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "jaild")
+	build := exec.Command("go", "build", "-tags", "seccomp,urfave_cli_no_docs", "-o", bin, "./cmd/jaild")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build jaild: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// e2eInstall is a private jaild installation: its own state dir and parent
+// cgroup, checked for leftovers when the test ends (after its daemons).
+type e2eInstall struct {
+	stateDir, parent, bin string
+	marker                string // unique per install, for finding its processes
+}
+
+func newE2EInstall(t *testing.T, bin string) *e2eInstall {
+	t.Helper()
+	dir, err := os.MkdirTemp("/run", "jaild-server-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	in := &e2eInstall{stateDir: dir, parent: "jaild-server-e2e-" + hex.EncodeToString(b), bin: bin}
+	// A sleep duration no other process on the host will have.
+	in.marker = fmt.Sprintf("%d.%d", 300+int(b[0]), 1000+int(b[1])*10+int(b[2]%10))
+	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
+		in.parent = "/" + in.parent
+	}
+	t.Cleanup(func() {
+		// Last resort, so that a failed test leaves nothing running:
+		// these processes were started by this test's daemons.
+		for _, pid := range pidsWith(in.marker) {
+			t.Errorf("sandbox process %d (%s) left behind; killing it", pid, in.marker)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(dir, "containers")); len(ents) > 0 {
+			t.Errorf("container state left behind in %s", dir)
+		}
+		if left := cgroupsNamed(filepath.Base(in.parent)); len(left) > 0 {
+			t.Errorf("cgroups left behind: %v", left)
+		}
+		os.RemoveAll(dir)
+	})
+	return in
+}
+
+func cgroupsNamed(name string) []string {
+	var left []string
+	filepath.WalkDir(cgroup.Root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == name {
+			left = append(left, p)
+		}
+		if err == nil && d.IsDir() && strings.Count(p, "/") > 9 {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return left
+}
+
+// pidsWith lists the processes whose command line contains s.
+func pidsWith(s string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(s)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// env is the whole environment of the jaild processes: nothing of the
+// test runner's JAILD_* settings leaks in.
+func (in *e2eInstall) env() []string {
+	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "JAILD_STATE_DIR=" + in.stateDir, "JAILD_CGROUP_PARENT=" + in.parent}
+}
+
+type daemon struct {
+	cmd    *exec.Cmd
+	addr   string // host:port or socket path
+	url    string // base URL, for TCP
+	exited chan error
+	log    *syncBuffer
+}
+
+// lineWriter passes each complete line to fn.
+type lineWriter struct {
+	mu  sync.Mutex
+	buf []byte
+	fn  func(line []byte)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.fn(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// serve starts `jaild serve ARGS` and waits until it listens. The daemon is
+// stopped (SIGTERM, then SIGKILL) when the test ends, if it still runs.
+func (in *e2eInstall) serve(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{exited: make(chan error, 1), log: &syncBuffer{}}
+	listening := make(chan string, 1)
+	full := append([]string{"serve", "--log-format", "json"}, args...)
+	if !slicesContains(args, "--socket") && !slicesContains(args, "--listen") {
+		full = append(full, "--listen", "127.0.0.1:0")
+	}
+	d.cmd = exec.Command(in.bin, full...)
+	d.cmd.Env = in.env()
+	d.cmd.Stderr = &lineWriter{fn: func(line []byte) {
+		d.log.Write(append(append([]byte(nil), line...), '\n'))
+		var m struct{ Msg, Addr string }
+		if json.Unmarshal(line, &m) == nil && m.Msg == "listening" {
+			select {
+			case listening <- m.Addr:
+			default:
+			}
+		}
+	}}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start jaild serve: %v", err)
+	}
+	go func() { d.exited <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case err := <-d.exited:
+			d.exited <- err
+			return
+		default:
+		}
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-d.exited:
+			d.exited <- err
+		case <-time.After(patience):
+			t.Errorf("jaild serve did not stop on SIGTERM; killing it")
+			d.cmd.Process.Kill()
+			<-d.exited
+		}
+		if t.Failed() {
+			t.Logf("jaild serve log:\n%s", d.log.Bytes())
+		}
+	})
+	select {
+	case d.addr = <-listening:
+	case err := <-d.exited:
+		d.exited <- err
+		t.Fatalf("jaild serve exited before listening: %v\n%s", err, d.log.Bytes())
+	case <-time.After(patience):
+		t.Fatalf("jaild serve did not listen\n%s", d.log.Bytes())
+	}
+	d.url = "http://" + d.addr
+	return d
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// stop signals the daemon and returns its exit error.
+func (d *daemon) stop(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	d.cmd.Process.Signal(sig)
+	err := recv(t, d.exited, "jaild serve to exit")
+	d.exited <- err
+	return err
+}
+
+// remote runs `jaild remote ARGS` with stdin.
+func (in *e2eInstall) remote(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(in.bin, append([]string{"remote"}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("jaild remote: %v", err)
+	}
+	return code, out.String(), errb.String()
+}
+
+func writeTokens(t *testing.T) (file, token string) {
+	t.Helper()
+	token = strings.ToLower(rand.Text())
+	file = filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("# e2e\ne2e-agent:"+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, token
+}
+
+func testE2ETCP(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	tokens, token := writeTokens(t)
+	auditPath := filepath.Join(t.TempDir(), "audit.log")
+	d := in.serve(t, "--token-file", tokens, "--audit-log", auditPath, "--max-memory", "512M")
+	auth := []string{"Authorization", "Bearer " + token}
+
+	if resp, body := get(t, d.url+"/healthz"); resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"jail":"ok"`)) {
+		t.Fatalf("/healthz: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := post(t, d.url+"/run", `{"command":"id"}`); resp.StatusCode != 401 {
+		t.Fatalf("/run without a token: %d", resp.StatusCode)
+	}
+
+	resp, body := post(t, d.url+"/run", `{"command":"echo hi; id -u; echo err >&2; exit 3","timeout_seconds":5}`, auth...)
+	var r server.Response
+	if err := json.Unmarshal(body, &r); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/run: %d %s", resp.StatusCode, body)
+	}
+	if r.Stdout != "hi\n1000\n" || r.Stderr != "err\n" || r.ExitCode != 3 || r.ID == "" || r.DurationMS <= 0 {
+		t.Errorf("/run result %+v", r)
+	}
+	resp, body = post(t, d.url+"/run", `{"executable":"cat","stdin_b64":"AP8K","env":{"X":"y"}}`, auth...)
+	if json.Unmarshal(body, &r); resp.StatusCode != 200 || r.Stdout != "\x00\ufffd\n" {
+		t.Errorf("/run with binary stdin: %d %q", resp.StatusCode, r.Stdout)
+	}
+	resp, body = post(t, d.url+"/run", `{"command":"true","memory_bytes":1073741824}`, auth...)
+	if e := decodeError(t, body); resp.StatusCode != 400 || e.Field != "memory" {
+		t.Errorf("memory above the daemon's maximum: %d %+v", resp.StatusCode, e)
+	}
+
+	resp, body = post(t, d.url+"/raw", `{"executable":"sh","args":["-c","echo out; echo err >&2; exit 4"]}`, auth...)
+	evs := events(t, body)
+	var out, errs string
+	for _, ev := range evs {
+		switch ev.Event {
+		case server.EventStdout:
+			out += string(ev.Data)
+		case server.EventStderr:
+			errs += string(ev.Data)
+		}
+	}
+	last := evs[len(evs)-1]
+	if resp.StatusCode != 200 || evs[0].Event != server.EventStart || out != "out\n" || errs != "err\n" ||
+		last.Event != server.EventExit || *last.ExitCode != 4 {
+		t.Errorf("/raw: %d %s", resp.StatusCode, body)
+	}
+
+	remote := []string{"--server", d.url, "--token-file", tokens}
+	tests := []struct {
+		name     string
+		stdin    string
+		args     []string
+		code     int
+		stdout   string
+		inStderr string
+	}{
+		{name: "exit code and stdin", stdin: "qwerty-stdin", args: []string{"--", "sh", "-c", "cat; echo; exit 5"}, code: 5, stdout: "qwerty-stdin\n"},
+		{name: "shell", args: []string{"--shell", "echo $0 $X", "-e", "X=1"}, stdout: "/bin/sh 1\n"},
+		{name: "keep env", args: []string{"--keep-env", "PATH", "--", "sh", "-c", "echo $PATH"}, stdout: "/usr/bin:/bin\n"},
+		{name: "timeout", args: []string{"--timeout", "500ms", "--shell", "echo partial; sleep " + in.marker}, code: 124, stdout: "partial\n"},
+		{name: "oom", args: []string{"--memory", "32M", "--", "tail", "/dev/zero"}, code: 123},
+		// Nested: the command itself is its pid namespace's init, which
+		// SIGKILL from inside cannot kill.
+		{name: "signal", args: []string{"--shell", "sh -c 'kill -KILL $$'"}, code: 137},
+		{name: "not found", args: []string{"--", "no-such-command"}, code: 127, inStderr: "not found"},
+		{name: "not executable", args: []string{"--", "/etc/passwd"}, code: 126},
+		{name: "above the maximum", args: []string{"--memory", "1G", "--", "true"}, code: 125, inStderr: "exceeds the maximum"},
+		{name: "json", args: []string{"--json", "--", "echo", "j"}, stdout: "\"stdout\": \"j\\n\""},
+	}
+	for _, tt := range tests {
+		t.Run("remote "+tt.name, func(t *testing.T) {
+			code, stdout, stderr := in.remote(t, tt.stdin, append(append([]string{}, remote...), tt.args...)...)
+			if code != tt.code || (tt.stdout != "" && !strings.Contains(stdout, tt.stdout)) || !strings.Contains(stderr, tt.inStderr) {
+				t.Errorf("exit %d stdout %q stderr %q; want exit %d stdout %q stderr with %q", code, stdout, stderr, tt.code, tt.stdout, tt.inStderr)
+			}
+		})
+	}
+	t.Run("remote without token", func(t *testing.T) {
+		code, _, stderr := in.remote(t, "", "--server", d.url, "--", "true")
+		if code != 125 || !strings.Contains(stderr, "401") {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
+
+	_, metrics := get(t, d.url+"/metrics", auth...)
+	for _, want := range []string{`jaild_runs_total{verdict="ok"}`, `jaild_runs_total{verdict="timed_out"} 1`, `jaild_runs_total{verdict="oom_killed"} 1`,
+		"jaild_sandboxes_running 0", "jaild_queue_depth 0", `jaild_requests_rejected_total{reason="unauthorized"} 2`, "jaild_run_duration_seconds_bucket"} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	if err := d.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("jaild serve exit: %v\n%s", err, d.log.Bytes())
+	}
+	fi, err := os.Stat(auditPath)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("audit log: %v %v", err, fi)
+	}
+	data, _ := os.ReadFile(auditPath)
+	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+	// 4 runs over HTTP but the one refused by the maxima, plus 10 remote
+	// runs but the one refused by the maxima: refused requests never get
+	// to the audit log (the 401s neither).
+	if len(lines) != 3+9 {
+		t.Errorf("audit log has %d lines, want 12:\n%s", len(lines), data)
+	}
+	for _, l := range lines {
+		var rec server.AuditRecord
+		if err := json.Unmarshal(l, &rec); err != nil || rec.Caller != "e2e-agent" || len(rec.CommandSHA256) != 64 {
+			t.Errorf("audit line %s", l)
+		}
+		if bytes.Contains(l, []byte("partial")) || bytes.Contains(l, []byte("qwerty")) {
+			t.Errorf("audit line holds output or stdin: %s", l)
+		}
+	}
+}
+
+func testE2EUnix(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	sock := filepath.Join(t.TempDir(), "jaild.sock")
+	d := in.serve(t, "--socket", sock, "--socket-group", "daemon", "--audit-log", "off")
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if fi.Mode().Perm() != 0o660 || fi.Mode().Type() != os.ModeSocket || st.Uid != 0 || st.Gid != 1 {
+		t.Errorf("socket mode %v uid %d gid %d, want 0660 root:daemon(1)", fi.Mode(), st.Uid, st.Gid)
+	}
+	code, stdout, stderr := in.remote(t, "", "--socket", sock, "--", "echo", "over the socket")
+	if code != 0 || stdout != "over the socket\n" {
+		t.Errorf("remote over the socket: exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	c, err := server.NewClient(server.ClientOptions{Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var so, se bytes.Buffer
+	ev, err := c.Raw(context.Background(), &server.Request{Command: "echo a; echo b >&2"}, &so, &se)
+	if err != nil || so.String() != "a\n" || se.String() != "b\n" || *ev.ExitCode != 0 {
+		t.Errorf("Raw over the socket: %v %q %q", err, so.String(), se.String())
+	}
+	if err := d.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("jaild serve exit: %v", err)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket file left behind: %v", err)
+	}
+}
+
+// testE2EDisconnect: output of a real sandbox reaches the client while it
+// runs, and hanging up kills it.
+func testE2EDisconnect(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	d := in.serve(t, "--audit-log", "off")
+	body := fmt.Sprintf(`{"command":"echo first; sleep %s; echo never","timeout_seconds":120}`, in.marker)
+	req, _ := http.NewRequest("POST", d.url+"/raw", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	readEvent(t, br) // start
+	if ev := readEvent(t, br); ev.Event != server.EventStdout || string(ev.Data) != "first\n" {
+		t.Fatalf("first output event %+v", ev)
+	}
+	// The sandbox still runs (sh and its sleep): its output came while
+	// it did.
+	if pids := pidsWith(in.marker); len(pids) == 0 {
+		t.Fatal("no sandbox process running after the first output")
+	}
+	cancel() // hang up
+	eventually(t, "the sandbox to be killed", func() bool { return len(pidsWith(in.marker)) == 0 })
+	eventually(t, "the run to be counted as canceled", func() bool {
+		_, m := get(t, d.url+"/metrics")
+		return bytes.Contains(m, []byte(`jaild_runs_total{verdict="canceled"} 1`))
+	})
+}
+
+// start20 starts 20 runs of cmd at once and waits until all 20 sandboxes
+// run.
+func start20(t *testing.T, d *daemon, cmd string) []<-chan answer {
+	t.Helper()
+	var answers []<-chan answer
+	for range 20 {
+		answers = append(answers, postAsync(t, d.url+"/run", fmt.Sprintf(`{"command":%q,"timeout_seconds":300}`, cmd)))
+	}
+	eventually(t, "20 sandboxes running", func() bool {
+		_, m := get(t, d.url+"/metrics")
+		return bytes.Contains(m, []byte("jaild_sandboxes_running 20\n"))
+	})
+	return answers
+}
+
+func testE2ESigtermFinish(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	d := in.serve(t, "--max-concurrent", "20", "--grace", "5m", "--audit-log", "off")
+	// Long enough that all 20 still run when the signal comes, unless
+	// they start very slowly.
+	answers := start20(t, d, "sleep 8; echo finished")
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, "the listener to close", func() bool {
+		c, err := net.Dial("tcp", d.addr)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	for i, c := range answers {
+		a := recv(t, c, "a run's answer")
+		var r server.Response
+		if a.err != nil || a.status != 200 || json.Unmarshal(a.body, &r) != nil || r.Stdout != "finished\n" || r.ExitCode != 0 {
+			t.Errorf("run %d: status %d err %v body %s", i, a.status, a.err, a.body)
+		}
+	}
+	if err := recv(t, d.exited, "jaild serve to exit"); err != nil {
+		t.Errorf("jaild serve exit: %v\n%s", err, d.log.Bytes())
+	}
+	d.exited <- nil
+}
+
+func testE2ESigtermKill(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	d := in.serve(t, "--max-concurrent", "20", "--grace", "1s", "--audit-log", "off")
+	answers := start20(t, d, "sleep "+in.marker)
+	if err := d.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("jaild serve exit: %v\n%s", err, d.log.Bytes())
+	}
+	for i, c := range answers {
+		a := recv(t, c, "a run's answer")
+		if a.err != nil || a.status != 503 || decodeError(t, a.body).Code != server.CodeShuttingDown {
+			t.Errorf("run %d: status %d err %v body %s", i, a.status, a.err, a.body)
+		}
+	}
+	// jaild exits only after its sandboxes are gone.
+	if pids := pidsWith(in.marker); len(pids) > 0 {
+		t.Errorf("sandbox processes %v still there after jaild exited", pids)
+	}
+}
+
+// testE2ESigkill: a daemon killed outright leaves its sandboxes behind; the
+// next daemon on the same state dir sweeps them before serving.
+func testE2ESigkill(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	d := in.serve(t, "--audit-log", "off")
+	for range 3 {
+		postAsync(t, d.url+"/raw", `{"command":"sleep `+in.marker+`","timeout_seconds":600}`)
+	}
+	eventually(t, "3 sandboxes running", func() bool {
+		_, m := get(t, d.url+"/metrics")
+		return bytes.Contains(m, []byte("jaild_sandboxes_running 3\n"))
+	})
+	if err := d.stop(t, syscall.SIGKILL); err == nil {
+		t.Fatal("jaild serve exited 0 on SIGKILL")
+	}
+	t.Logf("after SIGKILL: %d sandbox processes, %d containers' state", len(pidsWith(in.marker)), countDir(filepath.Join(in.stateDir, "containers")))
+
+	d2 := in.serve(t, "--audit-log", "off") // sweeps before it listens
+	if pids := pidsWith(in.marker); len(pids) > 0 {
+		t.Errorf("orphaned sandbox processes %v survived the restart", pids)
+	}
+	if n := countDir(filepath.Join(in.stateDir, "containers")); n != 0 {
+		t.Errorf("%d orphaned containers' state survived the restart", n)
+	}
+	code, stdout, _ := in.remote(t, "", "--server", d2.url, "--", "echo", "alive")
+	if code != 0 || stdout != "alive\n" {
+		t.Errorf("after the restart: exit %d stdout %q", code, stdout)
+	}
+	if err := d2.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("jaild serve exit: %v", err)
+	}
+}
+
+func countDir(dir string) int {
+	ents, _ := os.ReadDir(dir)
+	return len(ents)
+}
+
+// testE2ERefuse: the daemon refuses configurations that would expose it.
+func testE2ERefuse(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	open := filepath.Join(t.TempDir(), "open-tokens")
+	os.WriteFile(open, []byte("a:0123456789abcdef\n"), 0o644)
+	cfg := filepath.Join(t.TempDir(), "jaild.conf")
+	os.WriteFile(cfg, []byte("# test\nmax-memory = 64M\nlisten = \"0.0.0.0:0\"\n"), 0o600)
+	badCfg := filepath.Join(t.TempDir(), "bad.conf")
+	os.WriteFile(badCfg, []byte("no-such-setting = 1\n"), 0o600)
+	tests := []struct {
+		name  string
+		args  []string
+		env   []string
+		error string
+	}{
+		{name: "all interfaces", args: []string{"--listen", "0.0.0.0:0"}, error: "not a loopback address"},
+		{name: "all interfaces from MCP_BIND_ADDR", env: []string{"MCP_BIND_ADDR=0.0.0.0:0"}, error: "not a loopback address"},
+		{name: "all interfaces from the config file", args: []string{"--config", cfg}, error: "not a loopback address"},
+		{name: "unknown config setting", args: []string{"--config", badCfg}, error: "unknown setting"},
+		{name: "token file open to others", args: []string{"--token-file", open}, error: "other users"},
+		{name: "listen and socket", args: []string{"--listen", "127.0.0.1:0", "--socket", "/tmp/x.sock"}, error: "not both"},
+		{name: "bad maximum", args: []string{"--max-memory", "1K"}, error: "memory"},
+		{name: "arguments", args: []string{"extra"}, error: "no arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(in.bin, append([]string{"serve"}, tt.args...)...)
+			cmd.Env = append(in.env(), tt.env...)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(string(out), tt.error) {
+				t.Errorf("jaild serve: %v, output %q; want exit 125 and %q", err, out, tt.error)
+			}
+		})
+	}
+
+	// The config file applies where neither a flag nor the environment
+	// says otherwise.
+	tokens, token := writeTokens(t)
+	d := in.serve(t, "--config", cfg, "--listen", "127.0.0.1:0", "--token-file", tokens, "--audit-log", "off")
+	resp, body := post(t, d.url+"/run", `{"command":"true","memory_bytes":134217728}`, "Authorization", "Bearer "+token)
+	if e := decodeError(t, body); resp.StatusCode != 400 || !strings.Contains(e.Error, "67108864") {
+		t.Errorf("max-memory from the config file: %d %s", resp.StatusCode, body)
+	}
+}

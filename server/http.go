@@ -1,0 +1,341 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jaild/jaild/jail"
+)
+
+//go:embed openapi.yaml
+var openAPI []byte
+
+func handleOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Write(openAPI)
+}
+
+// withRequestID gives every request an id, in its context (for logs and the
+// audit record) and in the X-Request-Id answer header (for the caller).
+func (s *Server) withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := rand.Text()
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(WithRequestID(r.Context(), id)))
+	})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	h := Health{Status: "ok", Jail: "ok"}
+	status := http.StatusOK
+	if err := s.health.get(r.Context()); err != nil {
+		h.Status, h.Jail, status = "unhealthy", err.Error(), http.StatusServiceUnavailable
+	}
+	if s.draining.Load() {
+		h.Status, status = "draining", http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, &h)
+}
+
+// handleRun answers POST /run: the whole result once the command ended.
+func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
+	spec, ok := s.readSpec(w, r)
+	if !ok {
+		return
+	}
+	res, err := s.opts.Runner.Run(r.Context(), spec)
+	if err == nil && res == nil {
+		err = errNoResult
+	}
+	if err != nil {
+		s.writeRunError(w, r, err)
+		return
+	}
+	s.setWriteDeadline(w)
+	writeJSON(w, http.StatusOK, responseOf(res))
+}
+
+// handleRaw answers POST /raw with an NDJSON stream of events while the
+// command runs. Until the run is admitted nothing is sent, so that refusals
+// (invalid, busy) still get their HTTP status; from then on failures are
+// error events. A client that goes away, or stops reading for WriteTimeout,
+// cancels the run.
+func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
+	spec, ok := s.readSpec(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	st := &rawStream{
+		w:            w,
+		rc:           http.NewResponseController(w),
+		writeTimeout: s.opts.WriteTimeout,
+		requestID:    RequestIDFromContext(ctx),
+		fail:         cancel,
+	}
+	spec.Stdout = rawWriter{st, EventStdout}
+	spec.Stderr = rawWriter{st, EventStderr}
+	ctx = withStarted(ctx, st.start)
+
+	res, err := s.opts.Runner.Run(ctx, spec)
+	if err == nil && res == nil {
+		err = errNoResult
+	}
+
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// Output the jail may still be writing after Run returned (it should
+	// not) is dropped rather than sent after the final event.
+	defer func() { st.done = true }()
+	if err != nil && !st.started {
+		s.writeRunError(w, r, err)
+		return
+	}
+	if serr := st.startLocked(); serr != nil {
+		return
+	}
+	if err != nil {
+		status, e := s.classify(err)
+		if status == http.StatusInternalServerError {
+			s.log.Error("run failed", "request_id", st.requestID, "err", err)
+		}
+		st.emitLocked(&Event{Event: EventError, Message: e.Error, Code: e.Code})
+		return
+	}
+	v := verdictOf(res)
+	code := res.ExitCode
+	st.emitLocked(&Event{Event: EventExit, ExitCode: &code, Verdict: &v})
+}
+
+// rawStream writes /raw events. The jail's stdout and stderr copiers write
+// from their own goroutines, hence the mutex; each event is flushed at once
+// so that the client sees output as it is produced.
+type rawStream struct {
+	mu           sync.Mutex
+	w            http.ResponseWriter
+	rc           *http.ResponseController
+	writeTimeout time.Duration
+	requestID    string
+	fail         func() // cancels the run when the client is gone
+	started      bool
+	done         bool
+	err          error // first write error; the stream is dead after it
+	buf          bytes.Buffer
+}
+
+var (
+	errStreamDone = errors.New("server: event after the end of the stream")
+	errNoResult   = errors.New("server: the runner returned neither a result nor an error")
+)
+
+func (st *rawStream) start() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.startLocked()
+}
+
+func (st *rawStream) startLocked() error {
+	if st.started {
+		return st.err
+	}
+	st.started = true
+	h := st.w.Header()
+	h.Set("Content-Type", "application/x-ndjson")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	st.w.WriteHeader(http.StatusOK)
+	return st.emitLocked(&Event{Event: EventStart, RequestID: st.requestID})
+}
+
+func (st *rawStream) emitLocked(ev *Event) error {
+	if st.err != nil {
+		return st.err
+	}
+	if st.done {
+		return errStreamDone
+	}
+	st.buf.Reset()
+	if err := json.NewEncoder(&st.buf).Encode(ev); err != nil {
+		return err
+	}
+	// A deadline per write, not per response: a run may stream for as long
+	// as its timeout allows, but a client that stops reading must not
+	// hold the sandbox (whose pipe then fills) until then.
+	if err := st.rc.SetWriteDeadline(time.Now().Add(st.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		st.err = err
+	}
+	if st.err == nil {
+		if _, err := st.w.Write(st.buf.Bytes()); err != nil {
+			st.err = err
+		} else if err := st.rc.Flush(); err != nil {
+			st.err = err
+		}
+	}
+	if st.err != nil {
+		st.fail()
+	}
+	return st.err
+}
+
+// rawWriter is the io.Writer handed to the jail as Stdout or Stderr.
+type rawWriter struct {
+	st   *rawStream
+	kind string
+}
+
+func (sw rawWriter) Write(p []byte) (int, error) {
+	sw.st.mu.Lock()
+	defer sw.st.mu.Unlock()
+	if err := sw.st.startLocked(); err != nil {
+		return 0, err
+	}
+	if err := sw.st.emitLocked(&Event{Event: sw.kind, Data: p}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// readSpec reads and checks a request body and converts it, or answers
+// with the error and returns false.
+func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, bool) {
+	if s.draining.Load() {
+		s.metrics.rejected(rejectShutdown)
+		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "the server is shutting down", Code: CodeShuttingDown})
+		return nil, false
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		s.metrics.rejected(rejectMedia)
+		writeError(w, http.StatusUnsupportedMediaType, &ErrorResponse{
+			Error: "Content-Type must be application/json", Code: CodeUnsupportedMedia})
+		return nil, false
+	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	req, err := DecodeRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		// Part of the body may be unread, and net/http would try to
+		// drain it to reuse the connection: close it instead, and keep
+		// the deadline so that nothing waits on this client again.
+		w.Header().Set("Connection", "close")
+		var tooBig *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &tooBig):
+			s.metrics.rejected(rejectTooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, &ErrorResponse{
+				Error: "request body larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes", Code: CodeTooLarge})
+		case errors.As(err, &ne) && ne.Timeout():
+			s.metrics.rejected(rejectBodyTimeout)
+			writeError(w, http.StatusRequestTimeout, &ErrorResponse{
+				Error: "request body not received within " + s.opts.BodyTimeout.String(), Code: CodeBodyTimeout})
+		default:
+			s.metrics.rejected(rejectBadJSON)
+			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: err.Error(), Code: CodeBadJSON})
+		}
+		return nil, false
+	}
+	// The body was read to its end. Lift the deadline again: the server
+	// keeps reading the connection in the background to notice a client
+	// that goes away, and a deadline hitting that read would cancel the
+	// run as if the client had.
+	rc.SetReadDeadline(time.Time{})
+	spec, err := req.Spec()
+	if err != nil {
+		s.writeRunError(w, r, err)
+		return nil, false
+	}
+	return spec, true
+}
+
+// writeRunError answers a failed run (or a spec refused before it).
+func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error) {
+	status, e := s.classify(err)
+	switch status {
+	case http.StatusTooManyRequests:
+		secs := int64((s.opts.RetryAfter + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	case http.StatusBadRequest:
+		s.metrics.rejected(rejectInvalid)
+	}
+	if status == http.StatusInternalServerError {
+		s.log.Error("run failed", "request_id", RequestIDFromContext(r.Context()), "err", err)
+	}
+	// Answer even if the request's context ended: that may be the
+	// daemon's shutdown rather than the client leaving, and writing to a
+	// client that left merely fails.
+	s.setWriteDeadline(w)
+	writeError(w, status, e)
+}
+
+// classify maps a run error to its HTTP status and answer.
+func (s *Server) classify(err error) (int, *ErrorResponse) {
+	var ie *jail.InvalidError
+	e := &ErrorResponse{Error: err.Error()}
+	switch {
+	case errors.As(err, &ie):
+		e.Code, e.Field = CodeInvalid, ie.Field
+		return http.StatusBadRequest, e
+	case errors.Is(err, ErrBusy):
+		e.Code = CodeBusy
+		return http.StatusTooManyRequests, e
+	case errors.Is(err, jail.ErrNotFound):
+		e.Code = CodeNotFound
+		return http.StatusUnprocessableEntity, e
+	case errors.Is(err, jail.ErrNotExecutable):
+		e.Code = CodeNotExecutable
+		return http.StatusUnprocessableEntity, e
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jail.ErrClosed):
+		if s.draining.Load() {
+			e.Code = CodeShuttingDown
+			e.Error = "the server is shutting down: run killed"
+		} else {
+			e.Code = CodeCanceled
+		}
+		return http.StatusServiceUnavailable, e
+	case errors.Is(err, jail.ErrNotRoot):
+		e.Code = CodeNotRoot
+	case errors.Is(err, jail.ErrUnsupported):
+		e.Code = CodeUnsupported
+	case errors.Is(err, jail.ErrRootfs):
+		e.Code = CodeRootfs
+	default:
+		e.Code = CodeInternal
+	}
+	return http.StatusInternalServerError, e
+}
+
+func (s *Server) setWriteDeadline(w http.ResponseWriter) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+}
+
+func writeError(w http.ResponseWriter, status int, e *ErrorResponse) {
+	writeJSON(w, status, e)
+}
+
+// writeJSON sends v with a Content-Length, so that a client can tell a
+// complete answer from one cut off.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{"error":"encode answer","code":"internal"}`)
+	}
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(body)
+}

@@ -1,0 +1,364 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// Sanity bounds on request fields, whatever the operator allows: they keep
+// arithmetic on them from overflowing and catch typos (a cpus of 4000).
+const (
+	maxArgs      = 4096
+	maxEnv       = 1024
+	maxCPUs      = 1024
+	maxPids      = 1 << 22 // the kernel's own pid_max ceiling
+	maxTimeoutMS = int64(jail.MaxTimeout / time.Millisecond)
+)
+
+// DecodeRequest reads one JSON Request from r, strictly: an unknown field,
+// a field name in other case than documented ("Command"), a key given twice
+// in any object, a value of the wrong type, a second value or trailing
+// garbage after the object is an error. (encoding/json alone would take the
+// last of duplicate keys and match names case-insensitively: a proxy or
+// policy engine in front of jaild could then read a different request from
+// the same bytes than jaild runs.) It does not check the request's meaning;
+// see [Request.Spec].
+func DecodeRequest(r io.Reader) (*Request, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read request: %w", err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("empty body: expected a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var req Request
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("decode request: %w", err)
+	}
+	// A body must hold exactly one object: "{...}{...}" or "{...} x"
+	// would otherwise be silently half-read.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			return nil, errors.New("decode request: unexpected data after the JSON object")
+		}
+		return nil, fmt.Errorf("decode request: after the JSON object: %w", err)
+	}
+	if err := checkKeys(data); err != nil {
+		return nil, fmt.Errorf("decode request: %w", err)
+	}
+	return &req, nil
+}
+
+// requestFields are Request's JSON names, computed on first use (not at
+// init: the binary re-execs itself for every sandbox).
+var requestFields = sync.OnceValue(func() map[string]bool {
+	m := map[string]bool{}
+	rt := reflect.TypeFor[Request]()
+	for i := range rt.NumField() {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		m[name] = true
+	}
+	return m
+})
+
+// checkKeys walks data, which json.Unmarshal already accepted as one
+// object, and refuses duplicate keys in any object and top-level keys that
+// are not spelled exactly as documented.
+func checkKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	type frame struct {
+		keys    map[string]bool // nil for arrays
+		wantKey bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.keys != nil && top.wantKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			key := tok.(string)
+			if top.keys[key] {
+				return fmt.Errorf("duplicate key %q", key)
+			}
+			if len(stack) == 1 && !requestFields()[key] {
+				return fmt.Errorf("json: unknown field %q", key)
+			}
+			top.keys[key] = true
+			top.wantKey = false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, wantKey: true})
+			if top != nil && top.keys != nil {
+				top.wantKey = true // after this value, the parent wants a key
+			}
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			if top != nil && top.keys != nil {
+				top.wantKey = true
+			}
+			continue
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		if top != nil && top.keys != nil {
+			top.wantKey = true // a scalar value: next comes a key
+		}
+	}
+}
+
+// Spec turns a decoded request into a jail spec and checks everything that
+// does not depend on the operator's configuration. Errors are
+// *jail.InvalidError naming the request field. Limits left unset stay zero;
+// [Maxima.Apply] fills them in.
+func (req *Request) Spec() (*jail.Spec, error) {
+	s := &jail.Spec{}
+	switch {
+	case req.Command != "" && req.Executable != "":
+		return nil, invalid("command", "command (shell mode) and executable (argv mode) are mutually exclusive")
+	case req.Command != "":
+		if strings.TrimSpace(req.Command) == "" {
+			return nil, invalid("command", "is blank")
+		}
+		if len(req.Args) > 0 {
+			return nil, invalid("args", "only allowed with executable; in shell mode put the arguments in command")
+		}
+		s.Args = []string{"/bin/sh", "-c", req.Command}
+	case req.Executable != "":
+		if len(req.Args) >= maxArgs {
+			return nil, invalid("args", "more than %d arguments", maxArgs)
+		}
+		s.Args = append([]string{req.Executable}, req.Args...)
+	default:
+		return nil, invalid("command", "missing: set command (shell mode) or executable (argv mode)")
+	}
+	for i, a := range s.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			field := "args"
+			if i == 0 {
+				field = "executable"
+			}
+			if req.Command != "" {
+				field = "command"
+			}
+			return nil, invalid(field, "contains a NUL byte")
+		}
+	}
+
+	switch {
+	case req.Stdin != nil && req.StdinB64 != nil:
+		return nil, invalid("stdin", "stdin and stdin_b64 are mutually exclusive")
+	case req.Stdin != nil:
+		s.Stdin = strings.NewReader(*req.Stdin)
+	case req.StdinB64 != nil:
+		s.Stdin = bytes.NewReader(req.StdinB64)
+	}
+
+	if len(req.Env) > maxEnv {
+		return nil, invalid("env", "more than %d variables", maxEnv)
+	}
+	keys := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		switch {
+		case k == "":
+			return nil, invalid("env", "empty variable name")
+		case strings.ContainsAny(k, "=\x00"):
+			return nil, invalid("env", "variable name %q contains '=' or a NUL byte", k)
+		case strings.IndexByte(v, 0) >= 0:
+			return nil, invalid("env", "value of %s contains a NUL byte", k)
+		}
+		keys = append(keys, k)
+	}
+	// Sorted so that equal requests give equal specs (and audit hashes).
+	sort.Strings(keys)
+	for _, k := range keys {
+		s.Env = append(s.Env, k+"="+req.Env[k])
+	}
+
+	if strings.IndexByte(req.Cwd, 0) >= 0 {
+		return nil, invalid("cwd", "contains a NUL byte")
+	}
+	s.Dir = req.Cwd
+
+	switch {
+	case req.TimeoutSeconds != nil && req.TimeoutMS != nil:
+		return nil, invalid("timeout", "timeout_seconds and timeout_ms are mutually exclusive")
+	case req.TimeoutSeconds != nil:
+		n := *req.TimeoutSeconds
+		if n <= 0 || n > maxTimeoutMS/1000 {
+			return nil, invalid("timeout_seconds", "%d: must be between 1 and %d", n, maxTimeoutMS/1000)
+		}
+		s.Timeout = time.Duration(n) * time.Second
+	case req.TimeoutMS != nil:
+		n := *req.TimeoutMS
+		if n <= 0 || n > maxTimeoutMS {
+			return nil, invalid("timeout_ms", "%d: must be between 1 and %d", n, maxTimeoutMS)
+		}
+		s.Timeout = time.Duration(n) * time.Millisecond
+	}
+
+	var err error
+	if s.Limits.Memory, err = positive("memory_bytes", req.MemoryBytes, math.MaxInt64); err != nil {
+		return nil, err
+	}
+	if s.Limits.Pids, err = positive("pids", req.Pids, maxPids); err != nil {
+		return nil, err
+	}
+	if s.Limits.TmpfsSize, err = positive("tmpfs_size_bytes", req.TmpfsSizeBytes, math.MaxInt64); err != nil {
+		return nil, err
+	}
+	if s.MaxOutput, err = positive("max_output_bytes", req.MaxOutputBytes, math.MaxInt64); err != nil {
+		return nil, err
+	}
+	if req.CPUs != nil {
+		c := *req.CPUs
+		// !(c > 0) also rejects NaN, which JSON cannot carry but a Go
+		// caller of Spec could.
+		if !(c > 0) || c > maxCPUs {
+			return nil, invalid("cpus", "%g: must be above 0 and at most %d", c, maxCPUs)
+		}
+		s.Limits.CPUs = c
+	}
+
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func positive(field string, p *int64, max int64) (int64, error) {
+	if p == nil {
+		return 0, nil
+	}
+	if *p <= 0 || *p > max {
+		return 0, invalid(field, "%d: must be between 1 and %d", *p, max)
+	}
+	return *p, nil
+}
+
+// Maxima are the operator's upper bounds on what a request may ask for. A
+// request's unset limits get the jail's defaults, lowered to the maxima
+// where those are lower; a request's explicit limits above a maximum are
+// refused, never silently lowered, so that a caller learns what it got.
+type Maxima struct {
+	// Limits holds the largest memory, pids, cpus and tmpfs size a
+	// sandbox may get. A zero field means no maximum beyond the jail's.
+	Limits jail.Limits
+	// Timeout is the longest run; zero means jail.MaxTimeout.
+	Timeout time.Duration
+	// MaxOutput is the most output kept per stream; zero means no
+	// maximum.
+	MaxOutput int64
+}
+
+// Validate reports a negative maximum.
+func (m Maxima) Validate() error {
+	if m.Limits.Memory < 0 || m.Limits.Pids < 0 || m.Limits.CPUs < 0 || m.Limits.TmpfsSize < 0 {
+		return fmt.Errorf("server: negative limit in maxima %+v", m.Limits)
+	}
+	if m.Timeout < 0 || m.Timeout > jail.MaxTimeout {
+		return fmt.Errorf("server: maximum timeout %v not between 0 and %v", m.Timeout, jail.MaxTimeout)
+	}
+	if m.MaxOutput < 0 {
+		return fmt.Errorf("server: negative maximum output %d", m.MaxOutput)
+	}
+	return nil
+}
+
+// Apply fills s's unset limits, timeout and output size with the jail's
+// defaults capped at m, then refuses anything above m. After a nil error
+// every limit of s is explicit and within m, and s is valid.
+func (m Maxima) Apply(s *jail.Spec) error {
+	l := &s.Limits
+	l.Memory = orCapped(l.Memory, jail.DefaultMemory, m.Limits.Memory)
+	l.Pids = orCapped(l.Pids, jail.DefaultPids, m.Limits.Pids)
+	l.TmpfsSize = orCapped(l.TmpfsSize, jail.DefaultTmpfsSize, m.Limits.TmpfsSize)
+	if l.CPUs == 0 {
+		l.CPUs = jail.DefaultCPUs
+		if m.Limits.CPUs > 0 && l.CPUs > m.Limits.CPUs {
+			l.CPUs = m.Limits.CPUs
+		}
+	}
+	if err := l.Within(m.Limits); err != nil {
+		return err
+	}
+	maxTimeout := m.Timeout
+	if maxTimeout == 0 {
+		maxTimeout = jail.MaxTimeout
+	}
+	s.Timeout = time.Duration(orCapped(int64(s.Timeout), int64(jail.DefaultTimeout), int64(maxTimeout)))
+	if s.Timeout > maxTimeout {
+		return invalid("timeout", "%v exceeds the maximum of %v", s.Timeout, maxTimeout)
+	}
+	s.MaxOutput = orCapped(s.MaxOutput, jail.DefaultMaxOutput, m.MaxOutput)
+	if m.MaxOutput > 0 && s.MaxOutput > m.MaxOutput {
+		return invalid("max_output_bytes", "%d exceeds the maximum of %d", s.MaxOutput, m.MaxOutput)
+	}
+	return s.Validate()
+}
+
+// orCapped returns v, or if v is unset (zero) def lowered to max (if max > 0).
+func orCapped(v, def, max int64) int64 {
+	if v != 0 {
+		return v
+	}
+	if max > 0 && def > max {
+		return max
+	}
+	return def
+}
+
+// Enforce returns a Runner that applies max to every spec (on a copy, so the
+// caller's spec is left alone) before passing it on, and refuses specs above
+// it with a *jail.InvalidError. It is the first link of the daemon's chain,
+// so no front end can skip the operator's maxima.
+func Enforce(r Runner, max Maxima) Runner {
+	return &enforcer{next: r, max: max}
+}
+
+type enforcer struct {
+	next Runner
+	max  Maxima
+}
+
+func (e *enforcer) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	s := *spec
+	if err := e.max.Apply(&s); err != nil {
+		return nil, err
+	}
+	return e.next.Run(ctx, &s)
+}
+
+func invalid(field, format string, args ...any) *jail.InvalidError {
+	return &jail.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}

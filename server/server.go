@@ -1,0 +1,445 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Options; every zero field of Options means the default here.
+const (
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultMaxConns          = 256
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultBodyTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultShutdownGrace     = 10 * time.Second
+	DefaultKillWait          = 15 * time.Second
+	DefaultRetryAfter        = time.Second
+	DefaultHealthTTL         = 10 * time.Second
+	maxHeaderBytes           = 64 << 10
+)
+
+// Options configure a Server. Every duration and size left zero gets its
+// Default*; Runner is required.
+//
+// The server holds at most MaxConns connections, each reading at most
+// MaxBodyBytes of request, so its memory is bounded by about
+// MaxConns*2*MaxBodyBytes plus what the runner keeps per admitted run.
+type Options struct {
+	// Runner runs the commands; normally the chain built by [Chain], so
+	// that maxima, admission control, audit and metrics apply. Required.
+	Runner Runner
+	// Tokens, if non-nil, are required as "Authorization: Bearer TOKEN"
+	// on every endpoint but /healthz and /openapi.yaml. Nil means no auth:
+	// the caller must make sure only trusted peers can connect (loopback,
+	// or a unix socket with a restrictive mode).
+	Tokens *Tokens
+	// Metrics is served at /metrics; nil means a fresh set that only
+	// counts rejected requests. Pass the same Metrics as to [Chain].
+	Metrics *Metrics
+	// Health reports whether sandboxes work on this host, for /healthz;
+	// nil means they are assumed to. Its result is cached for HealthTTL,
+	// so that an unauthenticated endpoint cannot be made to build
+	// sandboxes at will.
+	Health    func(ctx context.Context) error
+	HealthTTL time.Duration
+
+	// MCP, if non-nil, is mounted at /mcp behind the same authentication
+	// as /run. HOOK: cmd/jaild builds it with NewMCPHandler over the same
+	// runner chain (server/mcp*.go).
+	MCP http.Handler
+
+	// Logger gets the server's own events; nil discards them.
+	Logger *slog.Logger
+
+	// MaxBodyBytes bounds a request body (413 beyond it).
+	MaxBodyBytes int64
+	// MaxConns bounds the open connections; beyond it new connections
+	// wait in the kernel's accept queue.
+	MaxConns int
+	// ReadHeaderTimeout and BodyTimeout bound how long a client may take
+	// to send its request (against slow-loris clients); WriteTimeout
+	// bounds each write of a response, so a client that stops reading a
+	// stream is dropped and its sandbox killed; IdleTimeout closes idle
+	// keep-alive connections.
+	ReadHeaderTimeout time.Duration
+	BodyTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+
+	// ShutdownGrace is how long Serve lets running commands finish after
+	// its ctx is done; then it cancels them (the jail kills their
+	// sandboxes) and waits up to KillWait for their handlers to return.
+	ShutdownGrace time.Duration
+	KillWait      time.Duration
+
+	// RetryAfter is the hint sent with 429 answers.
+	RetryAfter time.Duration
+}
+
+func (o *Options) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	def(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	def(&o.BodyTimeout, DefaultBodyTimeout)
+	def(&o.WriteTimeout, DefaultWriteTimeout)
+	def(&o.IdleTimeout, DefaultIdleTimeout)
+	def(&o.ShutdownGrace, DefaultShutdownGrace)
+	def(&o.KillWait, DefaultKillWait)
+	def(&o.RetryAfter, DefaultRetryAfter)
+	def(&o.HealthTTL, DefaultHealthTTL)
+	if o.Logger == nil {
+		o.Logger = discard
+	}
+}
+
+// Validate reports the first option that cannot work. It accepts the zero
+// value of every field but Runner.
+func (o *Options) Validate() error {
+	if o.Runner == nil {
+		return errors.New("server: Options.Runner is required")
+	}
+	if o.MaxBodyBytes < 0 || o.MaxConns < 0 {
+		return fmt.Errorf("server: negative MaxBodyBytes %d or MaxConns %d", o.MaxBodyBytes, o.MaxConns)
+	}
+	for name, d := range map[string]time.Duration{
+		"ReadHeaderTimeout": o.ReadHeaderTimeout, "BodyTimeout": o.BodyTimeout,
+		"WriteTimeout": o.WriteTimeout, "IdleTimeout": o.IdleTimeout,
+		"ShutdownGrace": o.ShutdownGrace, "KillWait": o.KillWait,
+		"RetryAfter": o.RetryAfter, "HealthTTL": o.HealthTTL,
+	} {
+		if d < 0 {
+			return fmt.Errorf("server: negative %s %v", name, d)
+		}
+	}
+	return nil
+}
+
+// Server is the jaild HTTP daemon. Create it with New, run it with Serve.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	metrics *Metrics
+	handler http.Handler
+	http    *http.Server
+	health  healthCache
+
+	// baseCtx is the parent of every request's context; cancelling it
+	// cancels every run, which makes the jail kill their sandboxes.
+	baseCtx    context.Context
+	cancelRuns context.CancelFunc
+
+	draining atomic.Bool
+	served   atomic.Bool
+
+	// In-flight handlers, so that shutdown can wait for killed runs to be
+	// cleaned up. A WaitGroup will not do: requests on kept-alive
+	// connections may still start while shutdown waits.
+	mu       sync.Mutex
+	inflight int
+	idle     []chan struct{}
+}
+
+// Chain builds the daemon's runner chain around base (the jail):
+//
+//	Enforce(max) -> Audit -> Admit -> Instrument -> base
+//
+// Enforce comes first so that invalid requests are refused before they wait
+// for a slot and audit records carry effective limits; Audit sees refused
+// runs too; Instrument sits inside admission to count only what reached the
+// jail. audit may be nil (no audit log); metrics may be nil.
+func Chain(base Runner, c ChainOptions) (Runner, error) {
+	if err := c.Max.Validate(); err != nil {
+		return nil, err
+	}
+	c.Admission.Metrics = c.Metrics
+	adm, err := Admit(Instrument(base, c.Metrics), c.Admission)
+	if err != nil {
+		return nil, err
+	}
+	var r Runner = adm
+	if c.Audit != nil {
+		r = Audit(r, c.Audit, c.AuditOptions)
+	}
+	return Enforce(r, c.Max), nil
+}
+
+// ChainOptions configure [Chain].
+type ChainOptions struct {
+	Max          Maxima
+	Admission    AdmitOptions
+	Audit        io.Writer
+	AuditOptions AuditOptions
+	Metrics      *Metrics
+}
+
+// New checks opts and builds a Server. It does not listen; see Serve.
+func New(opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.setDefaults()
+	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	s.health = healthCache{check: opts.Health, ttl: opts.HealthTTL}
+	s.baseCtx, s.cancelRuns = context.WithCancel(context.Background())
+
+	api := http.NewServeMux()
+	api.HandleFunc("POST /run", s.handleRun)
+	api.HandleFunc("POST /raw", s.handleRaw)
+	api.Handle("GET /metrics", s.metrics.Handler())
+	if opts.MCP != nil {
+		api.Handle("/mcp", opts.MCP)
+		api.Handle("/mcp/", opts.MCP)
+	}
+	root := http.NewServeMux()
+	root.HandleFunc("GET /healthz", s.handleHealth)
+	root.HandleFunc("GET /openapi.yaml", handleOpenAPI)
+	root.Handle("/", s.authenticate(api))
+	s.handler = s.track(s.withRequestID(root))
+
+	s.http = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: opts.ReadHeaderTimeout,
+		// No ReadTimeout or WriteTimeout: they would cut off long
+		// runs and streams. Handlers set per-request deadlines through
+		// http.ResponseController instead (see readRequest, stream).
+		IdleTimeout:    opts.IdleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		BaseContext:    func(net.Listener) context.Context { return s.baseCtx },
+		ConnContext:    connContext,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// Handler is the server's HTTP handler, for tests and for callers that
+// run their own http.Server (they lose the shutdown handling of Serve).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve accepts connections on ln until ctx is done or ln fails, then
+// shuts down as Shutdown does with Options.ShutdownGrace. It closes ln and
+// returns only when every handler it started has returned (or KillWait
+// expired after killing them). Serve may be called once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if !s.served.CompareAndSwap(false, true) {
+		return errors.New("server: Serve called twice")
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(newLimitListener(ln, s.opts.MaxConns)) }()
+	s.log.Info("listening", "addr", ln.Addr().String(), "network", ln.Addr().Network())
+
+	var serveErr error
+	select {
+	case err := <-errc:
+		serveErr = fmt.Errorf("serve %s: %w", ln.Addr(), err)
+		errc = nil
+	case <-ctx.Done():
+	}
+	gctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownGrace)
+	defer cancel()
+	err := s.Shutdown(gctx)
+	if errc != nil {
+		<-errc // http.Server.Serve returns ErrServerClosed once Shutdown began
+	}
+	return errors.Join(serveErr, err)
+}
+
+// Shutdown stops the server gracefully: it stops accepting connections,
+// answers new requests on open ones with 503, and waits for running
+// commands until ctx is done. Then it cancels them, which kills their
+// sandboxes, and waits up to KillWait for their handlers to return. It may
+// be called concurrently with itself and with Serve's own shutdown: calling
+// it with an expired ctx cuts the grace period short (a second SIGTERM).
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.draining.Swap(true) {
+		s.log.Info("shutting down", "running", s.inflightCount())
+	}
+	// http.Server.Shutdown fails either because ctx expired while
+	// connections were still active, or with an error from closing the
+	// listener (after waiting for them all the same).
+	if err := s.http.Shutdown(ctx); err == nil || ctx.Err() == nil {
+		s.cancelRuns()
+		return nil
+	}
+	s.log.Warn("grace period over, killing running commands", "running", s.inflightCount())
+	s.cancelRuns()
+	kctx, cancel := context.WithTimeout(context.Background(), s.opts.KillWait)
+	defer cancel()
+	werr := s.waitIdle(kctx)
+	// A handler that returned may not have finished its response on the
+	// wire yet (net/http ends it after the handler): give those
+	// connections a moment to go idle, then drop what is left.
+	fctx, fcancel := context.WithTimeout(context.Background(), time.Second)
+	defer fcancel()
+	s.http.Shutdown(fctx)
+	s.http.Close()
+	if werr != nil {
+		return fmt.Errorf("server: handlers still running after kill wait: %w", werr)
+	}
+	return nil
+}
+
+// track counts in-flight handlers for waitIdle.
+func (s *Server) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.inflight++
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.inflight--
+			if s.inflight == 0 {
+				for _, c := range s.idle {
+					close(c)
+				}
+				s.idle = nil
+			}
+			s.mu.Unlock()
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) inflightCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inflight
+}
+
+func (s *Server) waitIdle(ctx context.Context) error {
+	s.mu.Lock()
+	if s.inflight == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	c := make(chan struct{})
+	s.idle = append(s.idle, c)
+	s.mu.Unlock()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// healthCache runs the health check at most once per ttl, whatever the
+// request rate; concurrent requests share one check.
+type healthCache struct {
+	check func(context.Context) error
+	ttl   time.Duration
+
+	mu      sync.Mutex
+	at      time.Time
+	err     error
+	running chan struct{} // closed when the running check ends
+}
+
+func (h *healthCache) get(ctx context.Context) error {
+	if h.check == nil {
+		return nil
+	}
+	h.mu.Lock()
+	if !h.at.IsZero() && time.Since(h.at) < h.ttl {
+		err := h.err
+		h.mu.Unlock()
+		return err
+	}
+	if c := h.running; c != nil {
+		h.mu.Unlock()
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.err
+	}
+	c := make(chan struct{})
+	h.running = c
+	h.mu.Unlock()
+
+	// The check outlives the asking request's cancellation: other
+	// requests wait for its result.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	err := h.check(cctx)
+	cancel()
+
+	h.mu.Lock()
+	h.at, h.err, h.running = time.Now(), err, nil
+	h.mu.Unlock()
+	close(c)
+	return err
+}
+
+// limitListener accepts at most n connections at a time; beyond that,
+// Accept waits for one to close, leaving new connections in the kernel's
+// backlog. (golang.org/x/net/netutil has one, but its connections hide the
+// *net.UnixConn that SO_PEERCRED needs.)
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newLimitListener(ln net.Listener, n int) *limitListener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// NetConn returns the accepted connection, as tls.Conn's method of that
+// name does.
+func (c *limitConn) NetConn() net.Conn { return c.Conn }
