@@ -23,6 +23,10 @@ import (
 	"github.com/jaild/jaild/server"
 )
 
+// sweepInterval is how often the daemon looks for sandboxes whose jaild
+// died while it runs.
+const sweepInterval = time.Minute
+
 var serveCommand = &cli.Command{
 	Name:  "serve",
 	Usage: "run the HTTP daemon: POST /run, streaming POST /raw, /mcp, /healthz, /metrics",
@@ -133,6 +137,30 @@ func serveAction(c *cli.Context) error {
 	// Close waits until every sandbox is torn down, so that jaild exits
 	// only when nothing of it is left on the host.
 	defer m.Close()
+
+	// A one-shot jaild run that is killed while the daemon runs leaves an
+	// orphan that no restart will find soon; sweep for such orphans now and
+	// then, not only at start.
+	sweepDone := make(chan struct{})
+	sweepStopped := make(chan struct{})
+	go func() {
+		defer close(sweepStopped)
+		t := time.NewTicker(sweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if n, err := m.Sweep(); err != nil {
+					log.Warn("sweeping orphaned sandboxes", "found", n, "err", err)
+				} else if n > 0 {
+					log.Info("swept orphaned sandboxes", "count", n)
+				}
+			case <-sweepDone:
+				return
+			}
+		}
+	}()
+	defer func() { close(sweepDone); <-sweepStopped }()
 
 	metrics := server.NewMetrics()
 	co := server.ChainOptions{
