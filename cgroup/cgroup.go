@@ -402,12 +402,15 @@ func DescribeV2Placement() string {
 	if err != nil {
 		return err.Error()
 	}
-	base := own[""]
-	if filepath.Base(base) == "daemon" {
-		base = filepath.Dir(base)
+	self := own[""]
+	if filepath.Base(self) == "daemon" && delegated(filepath.Join(Root, filepath.Dir(self))) {
+		return fmt.Sprintf("jaild runs in %s; sandboxes go to %s/sandboxes", self, filepath.Dir(self))
 	}
-	if base != "/" && delegated(filepath.Join(Root, base)) {
-		return fmt.Sprintf("delegated cgroup %s: jaild moves into %s/daemon, sandboxes go to %s/sandboxes", base, base, base)
+	if self != "/" && delegated(filepath.Join(Root, self)) {
+		if alone(filepath.Join(Root, self)) {
+			return fmt.Sprintf("delegated cgroup %s: jaild moves into %s/daemon, sandboxes go to %s/sandboxes", self, self, self)
+		}
+		return fmt.Sprintf("delegated cgroup %s holds other processes; sandboxes go to /%s", self, DefaultName)
 	}
-	return fmt.Sprintf("cgroup %s is not delegated (systemd Delegate=yes); sandboxes go to /%s", base, DefaultName)
+	return fmt.Sprintf("cgroup %s is not delegated (systemd Delegate=yes); sandboxes go to /%s", self, DefaultName)
 }

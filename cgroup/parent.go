@@ -152,34 +152,43 @@ func (p *Parent) openV2(opts Options) error {
 	return nil
 }
 
-// autoV2Parent picks the parent on a v2 host: inside a delegated cgroup,
-// "<own>/sandboxes" after moving jaild itself into "<own>/daemon";
-// otherwise "/jaild".
+// autoV2Parent picks the parent on a v2 host: inside a delegated cgroup
+// that holds no process but jaild, "<own>/sandboxes" after moving jaild
+// itself into "<own>/daemon"; otherwise "/jaild". A delegated cgroup shared
+// with other processes (a shell in a unit, say) cannot enable controllers
+// for its children, and jaild does not move processes it did not start.
 func autoV2Parent() (string, error) {
 	own, err := ownPaths()
 	if err != nil {
 		return "", err
 	}
 	self := own[""]
-	base := self
-	if filepath.Base(self) == "daemon" {
-		base = filepath.Dir(self) // already moved (e.g. jaild restarted inside its unit)
+	if filepath.Base(self) == "daemon" && delegated(filepath.Join(Root, filepath.Dir(self))) {
+		return filepath.Join(filepath.Dir(self), "sandboxes"), nil // already moved, e.g. jaild restarted in its unit
 	}
-	if base == "/" || !delegated(filepath.Join(Root, base)) {
+	if self == "/" || !delegated(filepath.Join(Root, self)) || !alone(filepath.Join(Root, self)) {
 		return "/" + DefaultName, nil
 	}
-	if base == self {
-		leaf := filepath.Join(base, "daemon")
-		if err := os.MkdirAll(filepath.Join(Root, leaf), 0o755); err != nil {
-			return "", fmt.Errorf("create cgroup %s: %w", leaf, err)
-		}
-		// Writing our pid moves the whole process (all threads) on v2.
-		pid := []byte(strconv.Itoa(os.Getpid()))
-		if err := os.WriteFile(filepath.Join(Root, leaf, "cgroup.procs"), pid, 0); err != nil {
-			return "", fmt.Errorf("move jaild into %s: %w", leaf, err)
-		}
+	leaf := filepath.Join(self, "daemon")
+	if err := os.MkdirAll(filepath.Join(Root, leaf), 0o755); err != nil {
+		return "", fmt.Errorf("create cgroup %s: %w", leaf, err)
 	}
-	return filepath.Join(base, "sandboxes"), nil
+	// Writing our pid moves the whole process (all threads) on v2.
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(filepath.Join(Root, leaf, "cgroup.procs"), pid, 0); err != nil {
+		_ = unix.Rmdir(filepath.Join(Root, leaf))
+		return "", fmt.Errorf("move jaild into %s: %w", leaf, err)
+	}
+	return filepath.Join(self, "sandboxes"), nil
+}
+
+// alone reports whether the cgroup dir holds no process but this one.
+func alone(dir string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return false
+	}
+	return strings.TrimSpace(string(data)) == strconv.Itoa(os.Getpid())
 }
 
 // delegated reports whether systemd delegated the cgroup dir to its unit

@@ -463,7 +463,16 @@ func TestPreparedRootfs(t *testing.T) {
 		t.Skip("needs busybox-static (scripts/setup.sh installs it)")
 	}
 	env := newTestEnv(t)
-	root := filepath.Join(env.StateDir, "bb")
+	// Not under the state dir: /run is noexec on systemd hosts.
+	tmp, err := os.MkdirTemp("", "jaild-rootfs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(tmp, "bb")
 	for _, d := range []string{"bin", "etc", "proc", "dev", "tmp", "work"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)

@@ -51,6 +51,12 @@ func Open(dir string) (*Root, error) {
 	if err := checkTraversable(abs); err != nil {
 		return nil, err
 	}
+	// The sandbox's root is a bind of dir and keeps its mount's flags: on
+	// a noexec mount (systemd mounts /run so) nothing in it could run.
+	var st unix.Statfs_t
+	if err := unix.Statfs(abs, &st); err == nil && st.Flags&unix.ST_NOEXEC != 0 {
+		return nil, fmt.Errorf("%w: %s is on a noexec mount; programs in it could not run", ErrInvalid, abs)
+	}
 	for _, mp := range MountPoints {
 		// Lstat: a symlink here would be followed by the mount.
 		fi, err := os.Lstat(filepath.Join(abs, mp))
