@@ -178,3 +178,33 @@ func indexOf(s, sub string) int {
 	}
 	return -1
 }
+
+// TestKeepBudget: a second user that joins with Keep leaves the first
+// user's budget in place; one without Keep applies its own.
+func TestKeepBudget(t *testing.T) {
+	p := testParent(t) // pids budget 1000
+	pidsFile := ""
+	for _, d := range p.Dirs() {
+		if p.Mode() == V2 || contains(d, "/pids/") {
+			pidsFile = filepath.Join(d, "pids.max")
+		}
+	}
+	lockDir := t.TempDir()
+	path := p.Path()
+	q, err := Open(Options{Path: path, LockDir: lockDir, Budget: Budget{Pids: 500}, Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if got := readTrim(t, pidsFile); got != "1000" {
+		t.Errorf("after joining with Keep: pids.max %s, want 1000", got)
+	}
+	r, err := Open(Options{Path: path, LockDir: lockDir, Budget: Budget{Pids: 500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := readTrim(t, pidsFile); got != "500" {
+		t.Errorf("after joining without Keep: pids.max %s, want 500", got)
+	}
+}

@@ -44,8 +44,10 @@ type Options struct {
 	// each parent directory. Required; it must be the same for every
 	// jaild process that shares the parent.
 	LockDir string
-	// Budget is applied to the parent on every Open.
+	// Budget is applied to the parent when Open creates it, and when it
+	// joins an existing one unless Keep is set.
 	Budget Budget
+	Keep   bool
 }
 
 // Open creates (or joins) the parent cgroup and applies the budget.
@@ -117,8 +119,19 @@ func (p *Parent) openV1(opts Options) error {
 	if err := p.lock(opts.LockDir); err != nil {
 		return err
 	}
+	if opts.Keep && p.exists() {
+		return nil
+	}
 	if _, err := cgroup1.New(cgroup1.NestedPath(p.path), v1Resources(opts.Budget)); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", p.path, err)
+	}
+	// containerd skips hierarchies without a controller it drives (the
+	// named systemd one, a hybrid host's unified one); libcontainer
+	// creates sandboxes there too, so the parent must exist in all.
+	for _, d := range p.dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create cgroup %s: %w", d, err)
+		}
 	}
 	return nil
 }
@@ -139,6 +152,9 @@ func (p *Parent) openV2(opts Options) error {
 	p.dirs = []string{filepath.Join(Root, group)}
 	if err := p.lock(opts.LockDir); err != nil {
 		return err
+	}
+	if opts.Keep && p.exists() {
+		return nil
 	}
 	if _, err := cgroup2.NewManager(Root, group, v2Resources(opts.Budget)); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", group, err)
@@ -197,6 +213,16 @@ func delegated(dir string) bool {
 	buf := make([]byte, 8)
 	n, err := unix.Getxattr(dir, "trusted.delegate", buf)
 	return err == nil && n > 0 && buf[0] == '1'
+}
+
+// exists reports whether every directory of the parent exists.
+func (p *Parent) exists() bool {
+	for _, d := range p.dirs {
+		if !isDir(d) {
+			return false
+		}
+	}
+	return true
 }
 
 // Mode is the cgroup mode the parent lives in.

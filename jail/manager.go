@@ -51,8 +51,13 @@ type Config struct {
 	CgroupParent string
 	// Budget is the aggregate limit for all sandboxes under the parent;
 	// a zero field means its default: half the host's memory, 16384
-	// pids, all CPUs.
+	// pids, all CPUs. It is applied when this Manager creates the parent
+	// and, if KeepBudget is false, also when it joins an existing one.
 	Budget cgroup.Budget
+	// KeepBudget leaves an existing parent's budget as it is: a one-shot
+	// run joining the parent of a running daemon should not reset the
+	// daemon's budget.
+	KeepBudget bool
 	// Logger receives debug and warning messages; nil discards them.
 	Logger *slog.Logger
 }

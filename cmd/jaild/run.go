@@ -76,7 +76,10 @@ func newManager(c *cli.Context) (*jail.Manager, error) {
 		Rootfs:       c.String("rootfs"),
 		CgroupParent: c.String("cgroup-parent"),
 		Budget:       cgroup.Budget{Memory: total, Pids: c.Int64("total-pids"), CPUs: c.Float64("total-cpus")},
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		// A one-shot run keeps the budget of a parent it finds (a
+		// daemon's, say) unless it was given one.
+		KeepBudget: c.Command.Name == "run" && !c.IsSet("total-memory") && !c.IsSet("total-pids") && !c.IsSet("total-cpus"),
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		return nil, exitError(err)
