@@ -50,8 +50,14 @@ func Check() []Finding {
 	}
 
 	fsys, _ := os.ReadFile("/proc/filesystems")
-	add("overlayfs", strings.Contains(string(fsys), "\toverlay\n"), false,
-		"used to seal the init binary cheaply; without it libcontainer copies it per sandbox")
+	overlay := strings.Contains(string(fsys), "\toverlay\n")
+	if !overlay {
+		// Not loaded yet is fine: the kernel loads it on first use.
+		mods, _ := os.ReadFile("/lib/modules/" + unix.ByteSliceToString(uts.Release[:]) + "/modules.dep")
+		overlay = strings.Contains(string(mods), "/overlay.ko")
+	}
+	add("overlayfs", overlay, false,
+		"seals the init binary cheaply for each sandbox; without it libcontainer copies the binary every time")
 
 	kseccomp, _ := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
 	switch {

@@ -381,8 +381,15 @@ func procCount(out string) string {
 func TestCancel(t *testing.T) {
 	m := newManager(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(500*time.Millisecond, cancel)
-	res, err := m.Run(ctx, sh("echo before; sleep 100"))
+	defer cancel()
+	spec := sh("echo before; sleep 100")
+	// Cancel once the output is out, however slow the start is.
+	var once sync.Once
+	spec.Stdout = writerFunc(func(p []byte) (int, error) {
+		once.Do(func() { time.AfterFunc(100*time.Millisecond, cancel) })
+		return len(p), nil
+	})
+	res, err := m.Run(ctx, spec)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
