@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -178,8 +179,8 @@ func TestBadInput(t *testing.T) {
 
 func TestMissingRootfs(t *testing.T) {
 	requireHost(t)
-	env := newTestEnv(t)
-	cfg := env.config()
+	env := testenv.New(t, "jaild-test")
+	cfg := config(env)
 	cfg.Rootfs = filepath.Join(env.StateDir, "nope")
 	if _, err := jail.New(cfg); !errors.Is(err, jail.ErrRootfs) {
 		t.Fatalf("New with a missing rootfs: %v, want ErrRootfs", err)
@@ -189,7 +190,6 @@ func TestMissingRootfs(t *testing.T) {
 	if _, err := jail.New(cfg); !errors.Is(err, jail.ErrRootfs) {
 		t.Fatalf("New with an empty rootfs: %v, want ErrRootfs", err)
 	}
-	assertClean(t, env)
 }
 
 func TestIsolation(t *testing.T) {
@@ -403,7 +403,7 @@ func TestCancel(t *testing.T) {
 // that a sweep leaves a live owner's sandbox alone.
 func TestCrashSweep(t *testing.T) {
 	requireHost(t)
-	env := newTestEnv(t)
+	env := testenv.New(t, "jaild-test")
 	start := func() *exec.Cmd {
 		cmd := exec.Command("/proc/self/exe", "helper-run")
 		cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+env.StateDir, "JAILD_TEST_PARENT="+env.Parent)
@@ -426,8 +426,8 @@ func TestCrashSweep(t *testing.T) {
 	victim := start()
 	survivor := start()
 	name := filepath.Base(env.Parent)
-	if len(procsInCgroup(name)) < 4 {
-		t.Fatalf("expected two sandboxes' processes, found %v", procsInCgroup(name))
+	if len(testenv.ProcsInCgroup(name)) < 4 {
+		t.Fatalf("expected two sandboxes' processes, found %v", testenv.ProcsInCgroup(name))
 	}
 	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -435,15 +435,15 @@ func TestCrashSweep(t *testing.T) {
 	_ = victim.Wait()
 	// The victim's sandbox outlives it: nothing in the kernel ties it to
 	// its jaild.
-	if len(procsInCgroup(name)) < 3 {
+	if len(testenv.ProcsInCgroup(name)) < 3 {
 		t.Fatalf("orphan already gone; the test would prove nothing")
 	}
 
-	m, err := jail.New(env.config()) // the next jaild start
+	m, err := jail.New(config(env)) // the next jaild start
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(slotsOf(env.StateDir)); n != 1 {
+	if n := len(testenv.Slots(env.StateDir)); n != 1 {
 		t.Errorf("%d slots recorded after the sweep, want the survivor's 1", n)
 	}
 	if res, err := m.Run(context.Background(), sh("echo alive")); err != nil || res.Stdout != "alive\n" {
@@ -458,7 +458,6 @@ func TestCrashSweep(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Error(err)
 	}
-	assertClean(t, env)
 }
 
 // TestPreparedRootfs runs a command in a prepared busybox root instead of
@@ -469,7 +468,7 @@ func TestPreparedRootfs(t *testing.T) {
 	if err != nil {
 		t.Skip("needs busybox-static (scripts/setup.sh installs it)")
 	}
-	env := newTestEnv(t)
+	env := testenv.New(t, "jaild-test")
 	// Not under the state dir: /run is noexec on systemd hosts.
 	tmp, err := os.MkdirTemp("", "jaild-rootfs-")
 	if err != nil {
@@ -497,7 +496,7 @@ func TestPreparedRootfs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := env.config()
+	cfg := config(env)
 	cfg.Rootfs = root
 	m, err := jail.New(cfg)
 	if err != nil {
@@ -513,5 +512,4 @@ func TestPreparedRootfs(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Error(err)
 	}
-	assertClean(t, env)
 }

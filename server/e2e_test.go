@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/server"
 )
 
@@ -47,15 +46,9 @@ func TestE2E(t *testing.T) {
 // buildJaild builds the binary into the test's temp dir.
 func buildJaild(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
+	bin, err := testenv.BuildJaild(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "jaild")
-	build := exec.Command("go", "build", "-tags", "seccomp,urfave_cli_no_docs", "-o", bin, "./cmd/jaild")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build jaild: %v\n%s", err, out)
 	}
 	return bin
 }
@@ -63,54 +56,28 @@ func buildJaild(t *testing.T) string {
 // e2eInstall is a private jaild installation: its own state dir and parent
 // cgroup, checked for leftovers when the test ends (after its daemons).
 type e2eInstall struct {
-	stateDir, parent, bin string
-	marker                string // unique per install, for finding its processes
+	*testenv.Install
+	bin    string
+	marker string // unique per install, for finding its processes
 }
 
 func newE2EInstall(t *testing.T, bin string) *e2eInstall {
 	t.Helper()
-	dir, err := os.MkdirTemp("/run", "jaild-server-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 4)
+	b := make([]byte, 3)
 	rand.Read(b)
-	in := &e2eInstall{stateDir: dir, parent: "jaild-server-e2e-" + hex.EncodeToString(b), bin: bin}
+	in := &e2eInstall{Install: testenv.New(t, "jaild-server-e2e"), bin: bin}
 	// A sleep duration no other process on the host will have.
 	in.marker = fmt.Sprintf("%d.%d", 300+int(b[0]), 1000+int(b[1])*10+int(b[2]%10))
-	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
-		in.parent = "/" + in.parent
-	}
 	t.Cleanup(func() {
 		// Last resort, so that a failed test leaves nothing running:
-		// these processes were started by this test's daemons.
+		// these processes were started by this test's daemons. (This
+		// runs before testenv's leftover check.)
 		for _, pid := range pidsWith(in.marker) {
 			t.Errorf("sandbox process %d (%s) left behind; killing it", pid, in.marker)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if ents, _ := os.ReadDir(filepath.Join(dir, "containers")); len(ents) > 0 {
-			t.Errorf("container state left behind in %s", dir)
-		}
-		if left := cgroupsNamed(filepath.Base(in.parent)); len(left) > 0 {
-			t.Errorf("cgroups left behind: %v", left)
-		}
-		os.RemoveAll(dir)
 	})
 	return in
-}
-
-func cgroupsNamed(name string) []string {
-	var left []string
-	filepath.WalkDir(cgroup.Root, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && d.Name() == name {
-			left = append(left, p)
-		}
-		if err == nil && d.IsDir() && strings.Count(p, "/") > 9 {
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return left
 }
 
 // pidsWith lists the processes whose command line contains s.
@@ -133,7 +100,7 @@ func pidsWith(s string) []int {
 // env is the whole environment of the jaild processes: nothing of the
 // test runner's JAILD_* settings leaks in.
 func (in *e2eInstall) env() []string {
-	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "JAILD_STATE_DIR=" + in.stateDir, "JAILD_CGROUP_PARENT=" + in.parent}
+	return append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, in.Install.Env()...)
 }
 
 type daemon struct {
@@ -531,13 +498,13 @@ func testE2ESigkill(t *testing.T, bin string) {
 	if err := d.stop(t, syscall.SIGKILL); err == nil {
 		t.Fatal("jaild serve exited 0 on SIGKILL")
 	}
-	t.Logf("after SIGKILL: %d sandbox processes, %d containers' state", len(pidsWith(in.marker)), countDir(filepath.Join(in.stateDir, "containers")))
+	t.Logf("after SIGKILL: %d sandbox processes, %d containers' state", len(pidsWith(in.marker)), countDir(filepath.Join(in.StateDir, "containers")))
 
 	d2 := in.serve(t, "--audit-log", "off") // sweeps before it listens
 	if pids := pidsWith(in.marker); len(pids) > 0 {
 		t.Errorf("orphaned sandbox processes %v survived the restart", pids)
 	}
-	if n := countDir(filepath.Join(in.stateDir, "containers")); n != 0 {
+	if n := countDir(filepath.Join(in.StateDir, "containers")); n != 0 {
 		t.Errorf("%d orphaned containers' state survived the restart", n)
 	}
 	code, stdout, _ := in.remote(t, "", "--server", d2.url, "--", "echo", "alive")

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/internal/testenv"
 )
 
 // TestMCPEndToEnd drives jaild's MCP front end with the official TypeScript
@@ -57,12 +57,13 @@ func TestMCPEndToEnd(t *testing.T) {
 		}
 	}
 
-	env := privateInstall(t)
-	bin := filepath.Join(t.TempDir(), "jaild")
-	build := exec.CommandContext(ctx, "go", "build", "-tags", "seccomp", "-o", bin, "./cmd/jaild")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build jaild: %v\n%s", err, out)
+	// The jaild processes get a state dir and parent cgroup of their own
+	// through the environment; testenv checks at cleanup, after they have
+	// all exited, that they left nothing behind.
+	env := append(os.Environ(), testenv.New(t, "jaild-mcp-e2e").Env()...)
+	bin, err := testenv.BuildJaild(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, sub := range []string{"mcp", "serve"} {
 		if out, err := exec.CommandContext(ctx, bin, sub, "--help").CombinedOutput(); err != nil {
@@ -161,41 +162,6 @@ func startServe(t *testing.T, ctx context.Context, bin string, env []string) (ur
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// privateInstall gives the jaild processes of a test a state dir and parent
-// cgroup of their own (through the environment), and checks at cleanup,
-// after they have all exited, that they left nothing behind.
-func privateInstall(t *testing.T) []string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/run", "jaild-mcp-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := "jaild-mcp-e2e-" + strings.ToLower(rand.Text()[:8])
-	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
-		parent = "/" + parent
-	}
-	t.Cleanup(func() {
-		if ents, _ := os.ReadDir(filepath.Join(dir, "containers")); len(ents) > 0 {
-			t.Errorf("container state left behind in %s", dir)
-		}
-		var left []string
-		_ = filepath.WalkDir(cgroup.Root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() && d.Name() == filepath.Base(parent) {
-				left = append(left, p)
-			}
-			if err == nil && d.IsDir() && strings.Count(p, "/") > 9 {
-				return filepath.SkipDir
-			}
-			return nil
-		})
-		if len(left) > 0 {
-			t.Errorf("cgroups left behind: %v", left)
-		}
-		os.RemoveAll(dir)
-	})
-	return append(os.Environ(), "JAILD_STATE_DIR="+dir, "JAILD_CGROUP_PARENT="+parent)
 }
 
 // testLogWriter logs each line written to it, safely after the test ended.

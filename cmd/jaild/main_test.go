@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -14,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -26,64 +24,29 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	_ = os.Chmod(dir, 0o755) // TestNotRoot runs it as nobody
-	jaildBin = filepath.Join(dir, "jaild")
-	build := exec.Command("go", "build", "-tags", "seccomp,urfave_cli_no_docs", "-o", jaildBin, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
+	if jaildBin, err = testenv.BuildJaild(dir); err != nil {
 		os.RemoveAll(dir)
-		panic("building jaild: " + err.Error())
+		panic(err)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-// install is a private jaild installation for one test: state dir and
-// parent cgroup of its own, checked for leftovers at cleanup.
-type install struct {
-	stateDir, parent string
-}
+// install is a private jaild installation for one test, checked for
+// leftovers at cleanup.
+type install struct{ *testenv.Install }
 
 func newInstall(t *testing.T) install {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	dir, err := os.MkdirTemp("/run", "jaild-cli-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	in := install{stateDir: dir, parent: "jaild-cli-test-" + hex.EncodeToString(b)}
-	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
-		in.parent = "/" + in.parent
-	}
-	t.Cleanup(func() {
-		if ents, _ := os.ReadDir(filepath.Join(dir, "containers")); len(ents) > 0 {
-			t.Errorf("container state left behind in %s", dir)
-		}
-		var left []string
-		_ = filepath.WalkDir(cgroup.Root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() && d.Name() == filepath.Base(in.parent) {
-				left = append(left, p)
-			}
-			if err == nil && d.IsDir() && strings.Count(p, "/") > 9 {
-				return filepath.SkipDir
-			}
-			return nil
-		})
-		if len(left) > 0 {
-			t.Errorf("cgroups left behind: %v", left)
-		}
-		os.RemoveAll(dir)
-	})
-	return in
+	return install{testenv.New(t, "jaild-cli-test")}
 }
 
 func (in install) cmd(args ...string) *exec.Cmd {
-	full := append([]string{args[0], "--state-dir", in.stateDir, "--cgroup-parent", in.parent}, args[1:]...)
+	full := append([]string{args[0], "--state-dir", in.StateDir, "--cgroup-parent", in.Parent}, args[1:]...)
 	cmd := exec.Command(jaildBin, full...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	return cmd
@@ -235,7 +198,7 @@ func TestKilledRunIsSwept(t *testing.T) {
 }
 
 func sandboxes(in install) []string {
-	ents, _ := os.ReadDir(filepath.Join(in.stateDir, "containers"))
+	ents, _ := os.ReadDir(filepath.Join(in.StateDir, "containers"))
 	var ids []string
 	for _, e := range ents {
 		ids = append(ids, e.Name())

@@ -1,0 +1,155 @@
+// Package testenv gives tests that start real sandboxes a private jaild
+// installation (a state dir and a parent cgroup of their own, so a daemon on
+// the same host is never touched) and checks, when the test ends, that the
+// installation left nothing on the host: no process, cgroup, container state
+// or uid slot. It also builds the jaild binary for end-to-end tests.
+package testenv
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/jail"
+)
+
+// Install is a private jaild installation.
+type Install struct {
+	StateDir string // under /run, traversable by sandboxes
+	Parent   string // cgroup parent: relative on v1, absolute on v2
+}
+
+// New makes an installation named after prefix and registers, at cleanup,
+// the check that it left nothing behind, then the removal of its state dir.
+// Register the cleanups of what runs on it (managers, daemons) after New,
+// so that they run first.
+func New(t testing.TB, prefix string) *Install {
+	t.Helper()
+	// Under /run, not t.TempDir: the sandbox's unprivileged root must be
+	// able to traverse every parent of the rootfs template.
+	dir, err := os.MkdirTemp("/run", prefix+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	in := &Install{StateDir: dir, Parent: prefix + "-" + hex.EncodeToString(b)}
+	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
+		in.Parent = "/" + in.Parent
+	}
+	t.Cleanup(func() {
+		in.Check(t)
+		os.RemoveAll(dir)
+	})
+	return in
+}
+
+// Env is the environment that points jaild processes at the installation.
+func (in *Install) Env() []string {
+	return []string{"JAILD_STATE_DIR=" + in.StateDir, "JAILD_CGROUP_PARENT=" + in.Parent}
+}
+
+// Check fails t if the installation left processes, cgroups, container
+// state or uid slots behind.
+func (in *Install) Check(t testing.TB) {
+	t.Helper()
+	name := filepath.Base(in.Parent)
+	if procs := ProcsInCgroup(name); len(procs) > 0 {
+		t.Errorf("processes left in cgroup %s: %v", name, procs)
+	}
+	if dirs := CgroupsNamed(name); len(dirs) > 0 {
+		t.Errorf("cgroups left behind: %v", dirs)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(in.StateDir, "containers")); len(ents) > 0 {
+		t.Errorf("container state left behind: %d dirs in %s", len(ents), in.StateDir)
+	}
+	if slots := Slots(in.StateDir); len(slots) > 0 {
+		t.Errorf("uid slots still recorded: %v", slots)
+	}
+}
+
+// ProcsInCgroup describes the host processes whose cgroup path has a
+// component name. Zombies are left out: an orphaned sandbox's init, once
+// killed, waits for the host's pid 1 to reap it, and holds nothing but a
+// pid.
+func ProcsInCgroup(name string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err != nil || !strings.Contains(string(data), "/"+name) {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out = append(out, fmt.Sprintf("%s %q", e.Name(), bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))
+	}
+	return out
+}
+
+// CgroupsNamed lists the cgroup directories called name, in any hierarchy.
+func CgroupsNamed(name string) []string {
+	var out []string
+	_ = filepath.WalkDir(cgroup.Root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if d.Name() == name {
+			out = append(out, p)
+			return filepath.SkipDir
+		}
+		if strings.Count(p, "/") > 9 {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
+}
+
+// Slots lists the uid slot files whose record points into stateDir.
+func Slots(stateDir string) []string {
+	var out []string
+	ents, _ := os.ReadDir(jail.SlotDir)
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(jail.SlotDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var rec struct {
+			StateRoot string `json:"state_root"`
+		}
+		if json.Unmarshal(data, &rec) == nil && strings.HasPrefix(rec.StateRoot, stateDir+"/") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// BuildJaild builds cmd/jaild from this module into dir, which it makes
+// searchable by everyone (a test may run the binary as nobody).
+func BuildJaild(dir string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "jaild")
+	build := exec.Command("go", "build", "-tags", "seccomp,urfave_cli_no_docs", "-o", bin, "./cmd/jaild")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build jaild: %w\n%s", err, out)
+	}
+	return bin, nil
+}
