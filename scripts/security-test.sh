@@ -410,6 +410,7 @@ calls = [
     ("kexec_load", (L(246), L(0), L(0), L(0), L(0))),
     ("userfaultfd", (L(323), L(1))),                 # UFFD_USER_MODE_ONLY
     ("ptrace_traceme", (L(101), L(0), L(0), L(0), L(0))),
+    ("io_uring_setup", (L(425), L(1), ctypes.create_string_buffer(120))),
 ]
 # Each call in a child of its own: a filter that kills (SIGSYS) instead of
 # failing the call must not take the other probes with it. A kill counts as
@@ -428,7 +429,7 @@ for name, args in calls:
         print(name, -1, "killed by signal %d" % os.WTERMSIG(st), flush=True)
 '
   for s in keyctl keyctl_x32 add_key bpf perf_event_open unshare_newuser clone_newuser mount \
-    init_module kexec_load userfaultfd ptrace_traceme; do
+    init_module kexec_load userfaultfd ptrace_traceme io_uring_setup; do
     line=$(grep "^$s " <<< "$OUT" || true)
     if ran && [ -n "$line" ] && [ "$(cut -d' ' -f2 <<< "$line")" = -1 ]; then pass "syscall_${s}_denied"
     else fail "syscall_${s}_denied" "${line:-no result; $DETAIL}"; fi

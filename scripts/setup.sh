@@ -5,6 +5,8 @@
 #   libseccomp-dev pkg-config  seccomp support (cgo, -tags seccomp)
 #   iproute2 procps psmisc     tools the tests and the security suite use
 #   jq                         the security suite reads jaild's JSON with it
+#   python3 curl               the security suite's raw-syscall and memory
+#                              probes; the benchmark waits for the daemon
 #   runc bubblewrap hyperfine  the side-by-side benchmark (scripts/bench.sh)
 #   busybox-static             scripts/mkrootfs.sh builds a small rootfs from it
 #   nodejs npm                 the MCP end-to-end test drives jaild with the
@@ -17,7 +19,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-pkgs=(libseccomp-dev pkg-config iproute2 procps psmisc jq runc bubblewrap hyperfine busybox-static ca-certificates)
+pkgs=(libseccomp-dev pkg-config iproute2 procps psmisc jq python3 curl runc bubblewrap hyperfine busybox-static ca-certificates)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
