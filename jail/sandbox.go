@@ -53,19 +53,10 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 	}
 	s.used = true
 
-	timeout := cmd.Timeout
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
-	maxOut := cmd.MaxOutput
-	if maxOut == 0 {
-		maxOut = DefaultMaxOutput
-	}
 	dir := cmd.Dir
 	if dir == "" {
 		dir = DefaultDir
 	}
-
 	p := &libcontainer.Process{
 		Args: cmd.Args,
 		Env:  environ(cmd.Env),
@@ -74,10 +65,32 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 		GID:  SandboxGID,
 		Init: true,
 	}
+	st, err := s.startProcess(p, cmd.Stdin)
+	if err != nil {
+		return nil, startError(cmd.Args[0], err)
+	}
+	return s.collect(ctx, cmd, st)
+}
+
+// running is a process started in a sandbox, with the parent's ends of its
+// pipes.
+type running struct {
+	p          *libcontainer.Process
+	outR, errR *os.File
+	// stdinW, if not nil, is fed from stdin once the command runs.
+	stdinW *os.File
+	stdin  io.Reader
+}
+
+// startProcess starts p in the sandbox with fresh output pipes and stdin
+// from in (nil: /dev/null; an *os.File is handed over as it is).
+func (s *Sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *running, retErr error) {
 	var closers []io.Closer
 	defer func() {
-		for _, c := range closers {
-			c.Close()
+		if retErr != nil {
+			for _, c := range closers {
+				c.Close()
+			}
 		}
 	}()
 	outR, outW, err := s.pipe()
@@ -91,51 +104,70 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 	}
 	closers = append(closers, errR, errW)
 	p.Stdout, p.Stderr = outW, errW
-
-	var stdinW *os.File
-	switch in := cmd.Stdin.(type) {
+	r := &running{p: p, outR: outR, errR: errR, stdin: in}
+	var stdinR *os.File
+	switch f := in.(type) {
 	case nil:
 	case *os.File:
-		p.Stdin = in
+		p.Stdin = f
 	default:
-		r, w, err := os.Pipe()
-		if err != nil {
+		if stdinR, r.stdinW, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("create stdin pipe: %w", err)
 		}
-		closers = append(closers, r)
-		p.Stdin, stdinW = r, w
+		closers = append(closers, stdinR, r.stdinW)
+		p.Stdin = stdinR
 	}
-
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	start := time.Now()
 	if err := s.c.Run(p); err != nil {
-		if stdinW != nil {
-			stdinW.Close()
-		}
-		return nil, startError(cmd.Args[0], err)
+		return nil, err
 	}
 	// The container holds its own copies now; ours would keep the
 	// readers from ever seeing EOF.
 	outW.Close()
 	errW.Close()
+	if stdinR != nil {
+		stdinR.Close()
+	}
+	for _, f := range p.ExtraFiles {
+		f.Close()
+	}
+	return r, nil
+}
 
-	if stdinW != nil {
+// collect waits for a started command under cmd's timeout, drains its
+// output and reads the verdict. The timeout and Duration count from here.
+func (s *Sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Result, error) {
+	defer r.outR.Close()
+	defer r.errR.Close()
+	timeout := cmd.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	maxOut := cmd.MaxOutput
+	if maxOut == 0 {
+		maxOut = DefaultMaxOutput
+	}
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+
+	if r.stdinW != nil {
 		// Abandoned if in.Read blocks past the command's end, like
 		// os/exec; closing stdinW then makes its next Write fail.
 		go func() {
-			_, _ = io.Copy(stdinW, cmd.Stdin)
-			stdinW.Close()
+			if r.stdin != nil {
+				_, _ = io.Copy(r.stdinW, r.stdin)
+			}
+			r.stdinW.Close()
 		}()
-		defer stdinW.Close()
+		defer r.stdinW.Close()
 	}
 
 	stdout := newCapture(maxOut, cmd.Stdout)
 	stderr := newCapture(maxOut, cmd.Stderr)
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go func() { defer readers.Done(); _, _ = io.Copy(stdout, outR) }()
-	go func() { defer readers.Done(); _, _ = io.Copy(stderr, errR) }()
+	go func() { defer readers.Done(); _, _ = io.Copy(stdout, r.outR) }()
+	go func() { defer readers.Done(); _, _ = io.Copy(stderr, r.errR) }()
 
 	type waitResult struct {
 		ps  *os.ProcessState
@@ -143,7 +175,7 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 	}
 	waited := make(chan waitResult, 1)
 	go func() {
-		ps, err := p.Wait()
+		ps, err := r.p.Wait()
 		waited <- waitResult{ps, err}
 	}()
 
@@ -177,8 +209,8 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 	select {
 	case <-drained:
 	case <-time.After(waitDelay):
-		outR.Close()
-		errR.Close()
+		r.outR.Close()
+		r.errR.Close()
 		<-drained
 	}
 
