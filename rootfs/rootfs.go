@@ -27,7 +27,12 @@ type Root struct {
 	Dir string
 	// binds are host paths bind-mounted read-only at the same place.
 	binds []string
+	host  bool
 }
+
+// Host reports whether r is the generated template over the host's /usr,
+// which has /bin/sh and /usr/bin/env, rather than a prepared directory.
+func (r *Root) Host() bool { return r.host }
 
 // User describes the unprivileged user the command runs as.
 type User struct {
@@ -100,7 +105,7 @@ func Host(stateDir string, u User) (*Root, error) {
 	}
 	dir := filepath.Join(stateDir, "rootfs-"+hex.EncodeToString(h.Sum(nil))[:12])
 	if _, err := os.Stat(dir); err == nil {
-		return &Root{Dir: dir, binds: binds}, nil
+		return &Root{Dir: dir, binds: binds, host: true}, nil
 	}
 	tmp, err := os.MkdirTemp(stateDir, ".rootfs-")
 	if err != nil {
@@ -116,7 +121,7 @@ func Host(stateDir string, u User) (*Root, error) {
 			return nil, fmt.Errorf("create rootfs template: %w", err)
 		}
 	}
-	return &Root{Dir: dir, binds: binds}, nil
+	return &Root{Dir: dir, binds: binds, host: true}, nil
 }
 
 // checkTraversable fails if a sandbox's root could not reach dir. The

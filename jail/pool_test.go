@@ -1,0 +1,167 @@
+package jail_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// newPool returns a pool of size on a private installation, closed at
+// cleanup before its Manager.
+func newPool(t *testing.T, size int) *jail.Pool {
+	t.Helper()
+	m := newManager(t)
+	p, err := m.NewPool(size, jail.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("pool Close: %v", err)
+		}
+	})
+	return p
+}
+
+// waitReady waits until the pool has a sandbox ready.
+func waitReady(t *testing.T, p *jail.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Ready() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runPooled runs spec and fails t unless a pooled sandbox served it.
+func runPooled(t *testing.T, p *jail.Pool, spec *jail.Spec) (*jail.Result, error) {
+	t.Helper()
+	waitReady(t, p)
+	hits, _ := p.Stats()
+	res, err := p.Run(context.Background(), spec)
+	if h, _ := p.Stats(); h == hits {
+		t.Fatalf("no pooled sandbox served the run")
+	}
+	return res, err
+}
+
+func TestPoolBehaviour(t *testing.T) {
+	p := newPool(t, 2)
+	tests := []struct {
+		name     string
+		spec     *jail.Spec
+		wantOut  string
+		wantErr  string
+		wantCode int
+	}{
+		{name: "argv", spec: &jail.Spec{Command: jail.Command{Args: []string{"echo", "it's", "a \"quoted\" $HOME `x`\nline"}}},
+			wantOut: "it's a \"quoted\" $HOME `x`\nline\n"},
+		{name: "shell", spec: sh("echo $HOME $USER; echo err >&2; exit 3"), wantOut: "/work sandbox\n", wantErr: "err\n", wantCode: 3},
+		{name: "env replaces, nothing else", spec: &jail.Spec{Command: jail.Command{Args: []string{"env"}, Env: []string{"A-B=x y", "HOME=/tmp"}}},
+			wantOut: "PATH=" + jail.Path + "\nHOME=/tmp\nUSER=sandbox\nLANG=C.UTF-8\nA-B=x y\n"},
+		{name: "stdin", spec: &jail.Spec{Command: jail.Command{Args: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("abc\n")}}, wantOut: "ABC\n"},
+		{name: "no stdin", spec: sh("cat; echo done"), wantOut: "done\n"},
+		{name: "cwd and pid 1", spec: sh("pwd; echo $$"), wantOut: "/work\n1\n"},
+		{name: "no script fd left", spec: sh("ls /proc/self/fd"), wantOut: "0\n1\n2\n3\n"}, // 3 is ls's own directory fd
+		{name: "not found", spec: &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}}, wantCode: 127},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := runPooled(t, p, tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tt.wantOut != "" || tt.wantCode == 0) && res.Stdout != tt.wantOut {
+				t.Errorf("stdout %q, want %q", res.Stdout, tt.wantOut)
+			}
+			if tt.wantErr != "" && res.Stderr != tt.wantErr {
+				t.Errorf("stderr %q, want %q", res.Stderr, tt.wantErr)
+			}
+			if res.ExitCode != tt.wantCode {
+				t.Errorf("exit %d, want %d (stderr %q)", res.ExitCode, tt.wantCode, res.Stderr)
+			}
+		})
+	}
+}
+
+func TestPoolTimeoutAndCancel(t *testing.T) {
+	p := newPool(t, 1)
+	spec := sh("echo partial; sleep 100")
+	spec.Timeout = 500 * time.Millisecond
+	res, err := runPooled(t, p, spec)
+	if err != nil || !res.TimedOut || res.Stdout != "partial\n" {
+		t.Errorf("timeout: %v %+v", err, res)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	spec = sh("echo before; sleep 100")
+	var once sync.Once
+	spec.Stdout = writerFunc(func(b []byte) (int, error) {
+		once.Do(func() { time.AfterFunc(100*time.Millisecond, cancel) })
+		return len(b), nil
+	})
+	waitReady(t, p)
+	h, _ := p.Stats()
+	res, err = p.Run(ctx, spec)
+	if h2, _ := p.Stats(); h2 == h {
+		t.Fatalf("cancel test ran cold")
+	}
+	if !errors.Is(err, context.Canceled) || res == nil || !res.Canceled || res.Stdout != "before\n" {
+		t.Errorf("cancel: %v %+v", err, res)
+	}
+}
+
+// TestPoolFallback: runs a pooled sandbox cannot serve exactly run cold,
+// with the same results.
+func TestPoolFallback(t *testing.T) {
+	p := newPool(t, 1)
+	tests := []*jail.Spec{
+		{Limits: jail.Limits{Memory: 128 << 20}, Command: jail.Command{Args: []string{"echo", "ok"}}},
+		{Command: jail.Command{Args: []string{"echo", "ok"}, Dir: "/tmp"}},
+	}
+	for i, spec := range tests {
+		hits, _ := p.Stats()
+		res, err := p.Run(context.Background(), spec)
+		if err != nil || res.Stdout != "ok\n" {
+			t.Errorf("%d: %v %+v", i, err, res)
+		}
+		if h, _ := p.Stats(); h != hits {
+			t.Errorf("%d: served by the pool", i)
+		}
+	}
+	// Cold runs keep the cold errors.
+	if _, err := p.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"echo"}, Dir: "/etc"}}); !jail.IsInvalid(err) {
+		t.Errorf("bad cwd: %v", err)
+	}
+}
+
+func TestPoolParallel(t *testing.T) {
+	p := newPool(t, 4)
+	const n = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			want := fmt.Sprintf("run-%d", i)
+			res, err := p.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "ls -A /work; echo " + want}}})
+			if err != nil || res.Stdout != want+"\n" {
+				errs <- fmt.Errorf("%d: %v %+v", i, err, res)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
