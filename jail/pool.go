@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -20,14 +21,13 @@ import (
 //
 // A pooled sandbox is an ordinary one (same limits, same isolation, the same
 // teardown and crash sweep) whose init is a shell that blocks reading its
-// script from a pipe. At request time the pool writes one line, which makes
-// the shell exec /usr/bin/env with exactly the command's environment, which
+// script from a pipe. At request time the pool writes a short script that
+// looks the command up as a fresh sandbox's init would (so a missing or
+// non-executable command gives the same ErrNotFound or ErrNotExecutable),
+// then execs /usr/bin/env with exactly the command's environment, which
 // execs the command: the command is still the pid namespace's init, and
-// nothing of the shell remains. Its exit codes follow the shell's: 127 for a
-// command not found, 126 for one that cannot be executed (a cold run returns
-// ErrNotFound or ErrNotExecutable instead). The shell's start counts in the
-// sandbox's CPU time and peak memory (well under a millisecond and a
-// megabyte).
+// nothing of the shell remains. The shell's start counts in the sandbox's
+// CPU time and peak memory (well under a millisecond and a megabyte).
 //
 // Runs that a pooled sandbox cannot serve go to a fresh sandbox as
 // [Manager.Run] builds it: other limits than the pool's, a working directory
@@ -49,10 +49,13 @@ type warm struct {
 	sb     *Sandbox
 	r      *running
 	script *os.File // write end of the shell's fd 3
+	status *os.File // read end of the shell's fd 4
 }
 
 // poolShell is the pooled sandbox's init: it reads and runs its script from
-// fd 3, which the pool writes and closes at request time.
+// fd 3, which the pool writes and closes at request time. The script
+// reports a command it cannot run on fd 4, which the command never gets, so
+// the command cannot forge that report.
 var poolShell = []string{"/bin/sh", "-c", ". /proc/self/fd/3"}
 
 // NewPool starts a pool that keeps size sandboxes with limits l ready. Close
@@ -131,13 +134,19 @@ func (p *Pool) prestart() (_ *warm, retErr error) {
 		scriptW.Close()
 		return nil, fmt.Errorf("chown script pipe: %w", err)
 	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		scriptR.Close()
+		scriptW.Close()
+		return nil, fmt.Errorf("create status pipe: %w", err)
+	}
 	proc := &libcontainer.Process{
 		Args:       poolShell,
 		Env:        environ(nil),
 		Cwd:        DefaultDir,
 		UID:        SandboxUID,
 		GID:        SandboxGID,
-		ExtraFiles: []*os.File{scriptR},
+		ExtraFiles: []*os.File{scriptR, statusW},
 		Init:       true,
 	}
 	sb.used = true
@@ -147,9 +156,11 @@ func (p *Pool) prestart() (_ *warm, retErr error) {
 	if err != nil {
 		scriptR.Close()
 		scriptW.Close()
+		statusR.Close()
+		statusW.Close()
 		return nil, fmt.Errorf("start pooled sandbox: %w", err)
 	}
-	return &warm{sb: sb, r: r, script: scriptW}, nil
+	return &warm{sb: sb, r: r, script: scriptW, status: statusR}, nil
 }
 
 // pipeStdin makes startProcess give the process a stdin pipe; collect
@@ -161,6 +172,7 @@ func (pipeStdin) Read([]byte) (int, error) { return 0, errors.New("no stdin") }
 // destroy tears a sandbox down that never got a command.
 func (w *warm) destroy() {
 	w.script.Close()
+	w.status.Close()
 	w.r.outR.Close()
 	w.r.errR.Close()
 	w.r.stdinW.Close()
@@ -208,10 +220,53 @@ func (p *Pool) serves(spec *Spec) bool {
 
 // handover gives a waiting sandbox its command and collects the result.
 func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, error) {
+	defer w.status.Close()
+	_, err := w.script.WriteString(poolScript(cmd))
+	w.script.Close()
+	if err != nil {
+		w.r.stdinW.Close()
+		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)
+	}
+	w.r.stdin = cmd.Stdin // nil: collect closes stdin at once
+	res, err := w.sb.collect(ctx, cmd, w.r)
+	// Every writer of the status pipe is gone once the sandbox's init
+	// has exited, so this read cannot block.
+	status, _ := io.ReadAll(w.status)
+	switch strings.TrimSpace(string(status)) {
+	case "notfound":
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, cmd.Args[0])
+	case "notexec":
+		return nil, fmt.Errorf("%w: %s", ErrNotExecutable, cmd.Args[0])
+	}
+	return res, err
+}
+
+// poolScript is what the waiting shell runs: find the command the way a
+// fresh sandbox's init would (in the command's PATH, a regular executable
+// file), report it on fd 4 if it cannot run, else exec env with exactly the
+// command's environment, and fds 3 and 4 closed, to exec the command. Every
+// test is a shell builtin: no process is forked.
+func poolScript(cmd *Command) string {
+	env := environ(cmd.Env)
+	path := Path
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	name := shellQuote(cmd.Args[0])
 	var b strings.Builder
-	// fd 3 is the script's own pipe: the command must not inherit it.
-	b.WriteString("exec 3<&- && exec /usr/bin/env -i --")
-	for _, kv := range environ(cmd.Env) {
+	b.WriteString("exec 3<&-\n")
+	if strings.Contains(cmd.Args[0], "/") {
+		fmt.Fprintf(&b, "[ -e %s ] || { echo notfound >&4; exit 127; }\n", name)
+		fmt.Fprintf(&b, "[ -f %s ] && [ -x %s ] || { echo notexec >&4; exit 126; }\n", name, name)
+	} else {
+		fmt.Fprintf(&b, "set -f; p=%s; f=; IFS=:\n", shellQuote(path))
+		fmt.Fprintf(&b, "for d in $p; do [ -f \"${d:-.}\"/%s ] && [ -x \"${d:-.}\"/%s ] && { f=1; break; }; done\n", name, name)
+		b.WriteString("[ -n \"$f\" ] || { echo notfound >&4; exit 127; }\n")
+	}
+	b.WriteString("exec 4>&- /usr/bin/env -i --")
+	for _, kv := range env {
 		b.WriteByte(' ')
 		b.WriteString(shellQuote(kv))
 	}
@@ -220,14 +275,7 @@ func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, er
 		b.WriteString(shellQuote(a))
 	}
 	b.WriteByte('\n')
-	_, err := w.script.WriteString(b.String())
-	w.script.Close()
-	if err != nil {
-		w.r.stdinW.Close()
-		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)
-	}
-	w.r.stdin = cmd.Stdin // nil: collect closes stdin at once
-	return w.sb.collect(ctx, cmd, w.r)
+	return b.String()
 }
 
 // shellQuote quotes s for the POSIX shell: single quotes keep every byte

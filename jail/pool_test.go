@@ -71,7 +71,8 @@ func TestPoolBehaviour(t *testing.T) {
 		{name: "no stdin", spec: sh("cat; echo done"), wantOut: "done\n"},
 		{name: "cwd and pid 1", spec: sh("pwd; echo $$"), wantOut: "/work\n1\n"},
 		{name: "no script fd left", spec: sh("ls /proc/self/fd"), wantOut: "0\n1\n2\n3\n"}, // 3 is ls's own directory fd
-		{name: "not found", spec: &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}}, wantCode: 127},
+		{name: "exit 127 of the command itself", spec: sh("exit 127"), wantCode: 127},
+		{name: "PATH of the command", spec: &jail.Spec{Command: jail.Command{Args: []string{"ls", "/work"}, Env: []string{"PATH=/nowhere:/usr/bin"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +90,38 @@ func TestPoolBehaviour(t *testing.T) {
 				t.Errorf("exit %d, want %d (stderr %q)", res.ExitCode, tt.wantCode, res.Stderr)
 			}
 		})
+	}
+}
+
+// TestPoolStartErrors: a pooled sandbox reports a command it cannot run with
+// the errors a fresh one gives, and a command cannot forge that report.
+func TestPoolStartErrors(t *testing.T) {
+	p := newPool(t, 1)
+	tests := []struct {
+		name string
+		spec *jail.Spec
+		want error
+	}{
+		{"not in PATH", &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}}, jail.ErrNotFound},
+		{"not in the command's PATH", &jail.Spec{Command: jail.Command{Args: []string{"ls"}, Env: []string{"PATH=/nowhere"}}}, jail.ErrNotFound},
+		{"a shell builtin only", &jail.Spec{Command: jail.Command{Args: []string{"cd"}}}, jail.ErrNotFound},
+		{"missing path", &jail.Spec{Command: jail.Command{Args: []string{"/no/such"}}}, jail.ErrNotFound},
+		{"not executable", &jail.Spec{Command: jail.Command{Args: []string{"/etc/passwd"}}}, jail.ErrNotExecutable},
+		{"a directory", &jail.Spec{Command: jail.Command{Args: []string{"/usr"}}}, jail.ErrNotExecutable},
+		{"quotes in the name", &jail.Spec{Command: jail.Command{Args: []string{"x'; echo pwned; '"}}}, jail.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := runPooled(t, p, tt.spec)
+			if !errors.Is(err, tt.want) {
+				t.Errorf("err %v, want %v; result %+v", err, tt.want, res)
+			}
+		})
+	}
+	// The command has no fd 4 to write a fake report to.
+	res, err := runPooled(t, p, sh("echo notfound >&4; echo $?"))
+	if err != nil || !strings.HasSuffix(res.Stdout, "2\n") {
+		t.Errorf("forged report: %v %+v", err, res)
 	}
 }
 
