@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -59,6 +60,7 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringFlag{Name: "token-file", EnvVars: []string{"JAILD_TOKEN_FILE"}, Usage: "file of NAME:TOKEN bearer tokens; required off loopback"},
 		&cli.StringFlag{Name: "config", EnvVars: []string{"JAILD_CONFIG"}, Usage: `config file of "flag-name = value" lines`},
 		&cli.IntFlag{Name: "max-concurrent", Value: server.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once"},
+		&cli.IntFlag{Name: "pool", Value: 2, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time for requests with the default limits (0: none)"},
 		&cli.IntFlag{Name: "queue", Aliases: []string{"max-queue"}, Value: 64, EnvVars: []string{"JAILD_QUEUE", "JAILD_MAX_QUEUE"}, Usage: "requests that may wait for a sandbox; beyond it 429 at once"},
 		&cli.DurationFlag{Name: "queue-wait", Value: server.DefaultQueueWait, EnvVars: []string{"JAILD_QUEUE_WAIT"}, Usage: "how long a request waits for a sandbox before 429"},
 		&cli.DurationFlag{Name: "max-timeout", Value: 10 * time.Minute, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "longest timeout a request may ask for (default timeout: " + jail.DefaultTimeout.String() + " or this, if lower)"},
@@ -138,6 +140,12 @@ func serveAction(c *cli.Context) error {
 	// only when nothing of it is left on the host.
 	defer m.Close()
 
+	runnerBase, closePool, err := startPool(c, m, max)
+	if err != nil {
+		return err
+	}
+	defer closePool()
+
 	// A one-shot jaild run that is killed while the daemon runs leaves an
 	// orphan that no restart will find soon; sweep for such orphans now and
 	// then, not only at start.
@@ -172,7 +180,7 @@ func serveAction(c *cli.Context) error {
 	if audit != nil {
 		co.Audit = audit
 	}
-	runner, err := server.Chain(m, co)
+	runner, err := server.Chain(runnerBase, co)
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -229,11 +237,35 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("serve: %v", err), exitInternal)
 	}
+	closePool()
 	if err := m.Close(); err != nil {
 		return cli.Exit(fmt.Sprintf("clean up sandboxes: %v", err), exitInternal)
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// startPool starts the --pool sandboxes, with the limits a request that
+// asks for none gets under the operator's maxima, and returns the runner
+// to use and how to stop the pool (before the Manager is closed).
+func startPool(c *cli.Context, m *jail.Manager, max server.Maxima) (server.Runner, func(), error) {
+	n := c.Int("pool")
+	if n < 0 {
+		return nil, nil, usageError("--pool %d: must not be negative", n)
+	}
+	if n == 0 {
+		return m, func() {}, nil
+	}
+	probe := jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	if err := max.Apply(&probe); err != nil {
+		return nil, nil, usageError("--pool: %v", err)
+	}
+	pool, err := m.NewPool(n, probe.Limits)
+	if err != nil {
+		return nil, nil, usageError("--pool: %v", err)
+	}
+	var once sync.Once
+	return pool, func() { once.Do(func() { _ = pool.Close() }) }, nil
 }
 
 func serveLogger(c *cli.Context) (*slog.Logger, error) {
