@@ -36,6 +36,7 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.DurationFlag{Name: "max-timeout", Value: server.MaxMCPTimeout, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "ceiling for the timeout a tool call asks for (at most 10m)"},
 		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT"}, Usage: "bytes of each stream a tool result keeps; beyond it head and tail are kept with a marker"},
 		&cli.IntFlag{Name: "max-concurrent", Value: server.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once; further calls wait in a queue"},
+		&cli.IntFlag{Name: "pool", Value: 1, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time, so that a call does not wait for one to be built (0: none)"},
 		&cli.IntFlag{Name: "queue", Aliases: []string{"max-queue"}, Value: 100, EnvVars: []string{"JAILD_QUEUE", "JAILD_MAX_QUEUE"}, Usage: "calls that may wait for a sandbox; beyond it a call fails at once with \"busy\""},
 		&cli.DurationFlag{Name: "queue-wait", Value: time.Minute, EnvVars: []string{"JAILD_QUEUE_WAIT"}, Usage: "how long a queued call waits before it fails with \"busy\""},
 		&cli.StringFlag{Name: "shell-path", Value: "/bin/bash", EnvVars: []string{"JAILD_SHELL_PATH"}, Usage: "shell inside the sandbox that runs the bash tool's command lines (with -c)"},
@@ -74,7 +75,18 @@ func mcpAction(c *cli.Context) error {
 	defer stop()
 	// One client may still send many calls at once; admission control
 	// keeps them from starting more sandboxes than the host can run.
-	adm, err := server.Admit(m, server.AdmitOptions{
+	var base server.Runner = m
+	if n := c.Int("pool"); n > 0 {
+		pool, err := m.NewPool(n, opts.Limits)
+		if err != nil {
+			return usageError("--pool: %v", err)
+		}
+		defer pool.Close() // before m.Close: the pool's sandboxes are the Manager's
+		base = pool
+	} else if n < 0 {
+		return usageError("--pool %d: must not be negative", n)
+	}
+	adm, err := server.Admit(base, server.AdmitOptions{
 		MaxConcurrent: c.Int("max-concurrent"),
 		MaxQueue:      c.Int("queue"),
 		MaxWait:       c.Duration("queue-wait"),
