@@ -59,6 +59,7 @@ func main() {
 		maxTime   = flag.Duration("duration", 60*time.Second, "time limit per level (at most 10m)")
 		warmup    = flag.Int("warmup", 5, "unmeasured requests before each level")
 		body      = flag.String("body", `{"executable":"true"}`, "the /run request to send")
+		pause     = flag.Duration("pause", 0, "each client's pause after each request: an occasional caller rather than a flood")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -73,13 +74,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadgen: -body:", err)
 		os.Exit(2)
 	}
-	if err := run(*base, *socket, *tokenFile, *levels, *n, *maxTime, *warmup, req); err != nil {
+	if err := run(*base, *socket, *tokenFile, *levels, *n, *maxTime, *pause, *warmup, req); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(base, socket, tokenFile, levelList string, n int, maxTime time.Duration, warmup int, req *server.Request) error {
+func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime time.Duration, warmup int, req *server.Request) error {
 	if n <= 0 || n > 100000 || maxTime <= 0 || maxTime > 10*time.Minute || warmup < 0 || warmup > 1000 {
 		return errors.New("-n must be 1..100000, -duration 0..10m, -warmup 0..1000")
 	}
@@ -129,7 +130,7 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime time.Duration
 				return fmt.Errorf("warm-up request: %w", err)
 			}
 		}
-		l := level(ctx, client, req, c, n, maxTime)
+		l := level(ctx, client, req, c, n, maxTime, pauseTime)
 		tr.CloseIdleConnections()
 		json.NewEncoder(os.Stdout).Encode(l)
 		fmt.Fprintf(os.Stderr, "concurrency=%d requests=%d errors=%d rps=%.1f p50_ms=%.1f p99_ms=%.1f seconds=%.2f\n",
@@ -145,7 +146,7 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime time.Duration
 }
 
 // level runs up to n requests with c workers, stopping at maxTime.
-func level(ctx context.Context, client *server.Client, req *server.Request, c, n int, maxTime time.Duration) Level {
+func level(ctx context.Context, client *server.Client, req *server.Request, c, n int, maxTime, pause time.Duration) Level {
 	ctx, cancel := context.WithTimeout(ctx, maxTime)
 	defer cancel()
 	var (
@@ -180,6 +181,12 @@ func level(ctx context.Context, client *server.Client, req *server.Request, c, n
 					}
 				}
 				mu.Unlock()
+				if pause > 0 {
+					select {
+					case <-time.After(pause):
+					case <-ctx.Done():
+					}
+				}
 			}
 		}()
 	}
