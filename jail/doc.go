@@ -41,8 +41,10 @@
 // # Pools
 //
 // [Manager.Create] fixes a sandbox's limits, uid range and configuration
-// without starting anything, and [Sandbox.Run] hands it the command, so a
-// later pool can create sandboxes ahead of time.
+// without starting anything, and [Sandbox.Run] hands it the command. A
+// [Pool] goes one step further: it keeps sandboxes started (their init a
+// shell waiting for its command on a pipe), so that a run does not wait for
+// a sandbox to be built; see its doc for what it can and cannot serve.
 //
 // # Binaries
 //
