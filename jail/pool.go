@@ -39,6 +39,8 @@ type Pool struct {
 	ready  chan *warm
 	stop   chan struct{}
 	wg     sync.WaitGroup // the refill loop and background teardowns
+	mu     sync.Mutex     // guards closed against wg.Add after Close
+	closed bool
 	hits   atomic.Int64
 	misses atomic.Int64
 	once   sync.Once
@@ -197,13 +199,26 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	}
 	p.hits.Add(1)
 	res, err := p.handover(ctx, w, &spec.Command)
-	// The caller has its answer; the teardown need not delay it.
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	destroy := func() {
 		if derr := w.sb.Destroy(); derr != nil {
 			p.m.log.Warn("destroying sandbox", "id", w.sb.id, "err", derr)
 		}
+	}
+	// The caller has its answer; the teardown need not delay it, unless
+	// the pool is closing and will not wait for it.
+	p.mu.Lock()
+	background := !p.closed
+	if background {
+		p.wg.Add(1)
+	}
+	p.mu.Unlock()
+	if !background {
+		destroy()
+		return res, err
+	}
+	go func() {
+		defer p.wg.Done()
+		destroy()
 	}()
 	return res, err
 }
@@ -295,7 +310,12 @@ func (p *Pool) Stats() (hits, misses int64) { return p.hits.Load(), p.misses.Loa
 // Close stops refilling, destroys the sandboxes still waiting and waits for
 // background teardowns. Runs still in progress finish normally.
 func (p *Pool) Close() error {
-	p.once.Do(func() { close(p.stop) })
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		close(p.stop)
+	})
 	for {
 		select {
 		case w := <-p.ready:
