@@ -330,21 +330,18 @@ func v1Resources(b Budget) *specs.LinuxResources {
 		r.Pids = &specs.LinuxPids{Limit: &b.Pids}
 	}
 	if b.CPUs > 0 {
-		q, p := cpuQuota(b.CPUs)
+		q, p := CPUQuota(b.CPUs)
 		r.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
 	}
 	return r
 }
 
-// cpuQuota converts cores into a CFS quota over a 100 ms period.
-func cpuQuota(cpus float64) (quota int64, period uint64) {
+// CPUQuota converts cores into a CFS quota over a 100 ms period, for the
+// parent's budget and (through libcontainer) each sandbox's limit alike.
+func CPUQuota(cpus float64) (quota int64, period uint64) {
 	const p = 100000
 	return int64(cpus * p), p
 }
-
-// CPUQuota is cpuQuota for libcontainer's per-sandbox limits, so that one
-// rule converts cores everywhere.
-func CPUQuota(cpus float64) (quota int64, period uint64) { return cpuQuota(cpus) }
 
 func v2Resources(b Budget) *cgroup2.Resources {
 	r := &cgroup2.Resources{}
@@ -355,7 +352,7 @@ func v2Resources(b Budget) *cgroup2.Resources {
 		r.Pids = &cgroup2.Pids{Max: b.Pids}
 	}
 	if b.CPUs > 0 {
-		q, p := cpuQuota(b.CPUs)
+		q, p := CPUQuota(b.CPUs)
 		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&q, &p)}
 	}
 	return r

@@ -330,6 +330,3 @@ func (m *Manager) Close() error {
 	m.live.Wait()
 	return m.parent.Close()
 }
-
-// Mode is the cgroup mode in use.
-func (m *Manager) Mode() cgroup.Mode { return m.parent.Mode() }
