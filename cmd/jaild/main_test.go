@@ -205,3 +205,30 @@ func sandboxes(in install) []string {
 	}
 	return ids
 }
+
+// TestInterruptedRun: SIGINT to jaild run kills and removes the sandbox and
+// exits 130, as a shell would.
+func TestInterruptedRun(t *testing.T) {
+	in := newInstall(t)
+	cmd := in.cmd("run", "--timeout", "5m", "--", "sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sandboxes(in)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(sandboxes(in)) == 0 {
+		t.Fatal("sandbox never appeared")
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(cmd.Wait()); code != 130 {
+		t.Errorf("exit %d, want 130", code)
+	}
+	if s := sandboxes(in); len(s) != 0 {
+		t.Errorf("sandbox left after SIGINT: %v", s)
+	}
+}

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 
 	"github.com/docker/go-units"
 	"github.com/jaild/jaild/cgroup"
@@ -24,7 +26,9 @@ sandbox, prints its stdout and stderr, and exits with its exit code. Exit codes
 of jaild itself: 119 internal error, 120 not root, 121 host lacks support,
 122 rootfs error, 123 OOM-killed, 124 timed out, 125 bad usage or input,
 126 command not executable, 127 command not found; a command killed by
-signal N exits 128+N. --json prints the whole result instead of the output.
+signal N exits 128+N, and so does jaild run itself when signal N interrupts
+it (after removing the sandbox). --json prints the whole result instead of
+the output.
 Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 	Flags: append([]cli.Flag{
 		&cli.DurationFlag{Name: "timeout", Value: jail.DefaultTimeout, EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit; the sandbox is killed when it expires"},
@@ -109,17 +113,37 @@ func runAction(c *cli.Context) error {
 	if err := spec.Validate(); err != nil {
 		return exitError(err)
 	}
+	// SIGINT, SIGTERM and SIGHUP cancel the run: the sandbox is killed and
+	// torn down before jaild exits, with 128+N like a shell. They are
+	// caught from here on, so that one arriving while the parent cgroup is
+	// set up cannot leave it half-made.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	defer signal.Stop(sigc)
+	var caught atomic.Value // unix.Signal
+	go func() {
+		select {
+		case sig := <-sigc:
+			caught.Store(sig)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
 	m, err := newManager(c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-
-	// SIGINT/SIGTERM cancel the run; the sandbox is killed and torn down
-	// before jaild exits.
-	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
-	defer stop()
 	res, err := m.Run(ctx, spec)
+	if sig, ok := caught.Load().(unix.Signal); ok && err != nil {
+		if res == nil {
+			return cli.Exit("", 128+int(sig))
+		}
+		err = signalError{sig}
+	}
 	if err != nil && res == nil {
 		return exitError(err)
 	}
@@ -131,8 +155,12 @@ func runAction(c *cli.Context) error {
 		_, _ = io.WriteString(os.Stdout, res.Stdout)
 		_, _ = io.WriteString(os.Stderr, res.Stderr)
 	}
-	if err != nil { // cancelled by a signal
-		return cli.Exit("", exitInternal)
+	var se signalError
+	if errors.As(err, &se) {
+		return cli.Exit("", 128+int(se.sig))
+	}
+	if err != nil {
+		return exitError(err)
 	}
 	if code := resultCode(res); code != 0 {
 		return cli.Exit("", code)
@@ -200,3 +228,8 @@ func specFromFlags(c *cli.Context) (*jail.Spec, func(), error) {
 	}
 	return spec, noop, nil
 }
+
+// signalError reports a run cancelled by a signal to jaild.
+type signalError struct{ sig unix.Signal }
+
+func (e signalError) Error() string { return "cancelled by " + unix.SignalName(e.sig) }
