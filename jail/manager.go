@@ -40,8 +40,10 @@ var sandboxUser = rootfs.User{Name: "sandbox", UID: SandboxUID, GID: SandboxGID}
 // Config configures a [Manager]. The zero value is usable: every field
 // documents what its zero means.
 type Config struct {
-	// StateDir holds container state and the rootfs template; empty means
-	// DefaultStateDir. Use one state dir per CgroupParent.
+	// StateDir holds container state, the rootfs template and the locks
+	// that mark the users of the parent cgroup; empty means
+	// DefaultStateDir. Every jaild sharing a CgroupParent must use the
+	// same state dir, or one may remove the parent under another.
 	StateDir string
 	// Rootfs is "host" (or empty) for the generated read-only template
 	// over the host's /usr, or the path of a prepared directory.

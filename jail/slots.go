@@ -29,11 +29,6 @@ const (
 // process on the host (daemon, one-shot runs, tests) allocates from it.
 const SlotDir = "/run/jaild/slots"
 
-// CgroupLockDir holds the locks that mark which jaild processes use which
-// parent cgroup directory (see package cgroup). Host-wide for the same
-// reason: cgroups are.
-const CgroupLockDir = "/run/jaild/cgroup-locks"
-
 // record is what a slot file says about the sandbox that holds it: enough
 // for any jaild to tear the sandbox down once its owner has died.
 type record struct {
