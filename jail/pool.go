@@ -37,6 +37,7 @@ type Pool struct {
 	m      *Manager
 	limits Limits
 	ready  chan *warm
+	room   chan struct{} // a token per place in the pool not yet filled
 	stop   chan struct{}
 	wg     sync.WaitGroup // the refill loop and background teardowns
 	mu     sync.Mutex     // guards closed against wg.Add after Close
@@ -72,10 +73,12 @@ func (m *Manager) NewPool(size int, l Limits) (*Pool, error) {
 	p := &Pool{
 		m:      m,
 		limits: l.WithDefaults(),
-		// The refill loop builds one more while the channel is full, so
-		// size+1 sandboxes wait at most.
-		ready: make(chan *warm, size),
-		stop:  make(chan struct{}),
+		ready:  make(chan *warm, size),
+		room:   make(chan struct{}, size),
+		stop:   make(chan struct{}),
+	}
+	for range size {
+		p.room <- struct{}{}
 	}
 	p.wg.Add(1)
 	go p.refill()
@@ -88,13 +91,16 @@ func (p *Pool) refill() {
 	defer p.wg.Done()
 	backoff := 10 * time.Millisecond
 	for {
+		// Build only for a free place: the pool never holds more than
+		// its size.
 		select {
+		case <-p.room:
 		case <-p.stop:
 			return
-		default:
 		}
 		w, err := p.prestart()
 		if err != nil {
+			p.room <- struct{}{}
 			p.m.log.Warn("starting a pooled sandbox", "err", err, "retry_in", backoff)
 			select {
 			case <-p.stop:
@@ -105,12 +111,7 @@ func (p *Pool) refill() {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		select {
-		case p.ready <- w:
-		case <-p.stop:
-			w.destroy()
-			return
-		}
+		p.ready <- w // never blocks: ready has a place per token
 	}
 }
 
@@ -193,6 +194,7 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	var w *warm
 	select {
 	case w = <-p.ready:
+		p.room <- struct{}{}
 	default:
 		p.misses.Add(1)
 		return p.m.Run(ctx, spec)
@@ -316,17 +318,9 @@ func (p *Pool) Close() error {
 		p.mu.Unlock()
 		close(p.stop)
 	})
-	for {
-		select {
-		case w := <-p.ready:
-			w.destroy()
-			continue
-		default:
-		}
-		break
-	}
+	// The refill loop stops at once, or after the sandbox it is
+	// building; background teardowns finish.
 	p.wg.Wait()
-	// The refill loop may have added one more before it saw stop.
 	for {
 		select {
 		case w := <-p.ready:

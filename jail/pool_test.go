@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -196,5 +199,39 @@ func TestPoolParallel(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestPoolSize: a pool holds exactly its size in started sandboxes, not one
+// more, and refills after a run.
+func TestPoolSize(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	m, err := jail.New(config(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	p, err := m.NewPool(2, jail.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	containers := func() int {
+		ents, _ := os.ReadDir(filepath.Join(env.StateDir, "containers"))
+		return len(ents)
+	}
+	for range 2 {
+		deadline := time.Now().Add(20 * time.Second)
+		for p.Ready() < 2 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // time for a wrong extra one
+		if n := containers(); p.Ready() != 2 || n != 2 {
+			t.Fatalf("ready %d, containers %d; want 2 and 2", p.Ready(), n)
+		}
+		if _, err := runPooled(t, p, sh("true")); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
