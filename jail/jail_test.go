@@ -339,27 +339,37 @@ func TestBackgroundProcessesDie(t *testing.T) {
 
 func TestParallel(t *testing.T) {
 	m := newManager(t)
-	const n = 20
+	inParallel(t, 20, func(i int) error {
+		token := fmt.Sprintf("token-%d-%s", i, randHex(4))
+		// Each sandbox must start with empty /work and /tmp and see only
+		// its own files and processes.
+		script := fmt.Sprintf("ls -A /work /tmp | grep -v : ; echo %s > /work/t; sleep 0.5; cat /work/t; ls /proc | grep -c '^[0-9]'", token)
+		res, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{
+			Args: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second,
+		}})
+		switch {
+		case err != nil:
+			return err
+		case strings.TrimSpace(res.Stdout) != token+"\n"+procCount(res.Stdout):
+			return fmt.Errorf("sandbox %d: stdout %q, want only %s", i, res.Stdout, token)
+		}
+		return nil
+	})
+}
+
+// inParallel runs f(0) to f(n-1) at once and reports their errors.
+func inParallel(t *testing.T, n int, f func(i int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
+	for i := range n {
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			token := fmt.Sprintf("token-%d-%s", i, randHex(4))
-			// Each sandbox must start with empty /work and /tmp and see
-			// only its own files and processes.
-			script := fmt.Sprintf("ls -A /work /tmp | grep -v : ; echo %s > /work/t; sleep 0.5; cat /work/t; ls /proc | grep -c '^[0-9]'", token)
-			res, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{
-				Args: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second,
-			}})
-			switch {
-			case err != nil:
+			if err := f(i); err != nil {
 				errs <- err
-			case strings.TrimSpace(res.Stdout) != token+"\n"+procCount(res.Stdout):
-				errs <- fmt.Errorf("sandbox %d: stdout %q, want only %s", i, res.Stdout, token)
 			}
-		}(i)
+		}()
 	}
 	wg.Wait()
 	close(errs)

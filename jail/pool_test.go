@@ -181,25 +181,14 @@ func TestPoolFallback(t *testing.T) {
 
 func TestPoolParallel(t *testing.T) {
 	p := newPool(t, 4)
-	const n = 12
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			want := fmt.Sprintf("run-%d", i)
-			res, err := p.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "ls -A /work; echo " + want}}})
-			if err != nil || res.Stdout != want+"\n" {
-				errs <- fmt.Errorf("%d: %v %+v", i, err, res)
-			}
-		}(i)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	inParallel(t, 12, func(i int) error {
+		want := fmt.Sprintf("run-%d", i)
+		res, err := p.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "ls -A /work; echo " + want}}})
+		if err != nil || res.Stdout != want+"\n" {
+			return fmt.Errorf("%d: %v %+v", i, err, res)
+		}
+		return nil
+	})
 }
 
 // TestPoolSize: a pool holds exactly its size in started sandboxes, not one
