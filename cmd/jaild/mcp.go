@@ -75,17 +75,11 @@ func mcpAction(c *cli.Context) error {
 	defer stop()
 	// One client may still send many calls at once; admission control
 	// keeps them from starting more sandboxes than the host can run.
-	var base server.Runner = m
-	if n := c.Int("pool"); n > 0 {
-		pool, err := m.NewPool(n, opts.Limits)
-		if err != nil {
-			return usageError("--pool: %v", err)
-		}
-		defer pool.Close() // before m.Close: the pool's sandboxes are the Manager's
-		base = pool
-	} else if n < 0 {
-		return usageError("--pool %d: must not be negative", n)
+	base, closePool, err := startPool(c, m, opts.Limits)
+	if err != nil {
+		return err
 	}
+	defer closePool() // before m.Close: the pool's sandboxes are the Manager's
 	adm, err := server.Admit(base, server.AdmitOptions{
 		MaxConcurrent: c.Int("max-concurrent"),
 		MaxQueue:      c.Int("queue"),

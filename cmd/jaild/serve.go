@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -140,7 +139,13 @@ func serveAction(c *cli.Context) error {
 	// only when nothing of it is left on the host.
 	defer m.Close()
 
-	runnerBase, closePool, err := startPool(c, m, max)
+	// The pool's sandboxes get the limits of a request that asks for
+	// none, under the operator's maxima.
+	probe := jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	if err := max.Apply(&probe); err != nil {
+		return usageError("--pool: %v", err)
+	}
+	runnerBase, closePool, err := startPool(c, m, probe.Limits)
 	if err != nil {
 		return err
 	}
@@ -245,10 +250,10 @@ func serveAction(c *cli.Context) error {
 	return nil
 }
 
-// startPool starts the --pool sandboxes, with the limits a request that
-// asks for none gets under the operator's maxima, and returns the runner
-// to use and how to stop the pool (before the Manager is closed).
-func startPool(c *cli.Context, m *jail.Manager, max server.Maxima) (server.Runner, func(), error) {
+// startPool starts the --pool sandboxes with limits l and returns the runner
+// to use and how to stop the pool (before the Manager is closed; stopping
+// twice is harmless).
+func startPool(c *cli.Context, m *jail.Manager, l jail.Limits) (server.Runner, func(), error) {
 	n := c.Int("pool")
 	if n < 0 {
 		return nil, nil, usageError("--pool %d: must not be negative", n)
@@ -256,16 +261,11 @@ func startPool(c *cli.Context, m *jail.Manager, max server.Maxima) (server.Runne
 	if n == 0 {
 		return m, func() {}, nil
 	}
-	probe := jail.Spec{Command: jail.Command{Args: []string{"true"}}}
-	if err := max.Apply(&probe); err != nil {
-		return nil, nil, usageError("--pool: %v", err)
-	}
-	pool, err := m.NewPool(n, probe.Limits)
+	pool, err := m.NewPool(n, l)
 	if err != nil {
 		return nil, nil, usageError("--pool: %v", err)
 	}
-	var once sync.Once
-	return pool, func() { once.Do(func() { _ = pool.Close() }) }, nil
+	return pool, func() { _ = pool.Close() }, nil
 }
 
 func serveLogger(c *cli.Context) (*slog.Logger, error) {
