@@ -165,27 +165,10 @@ func TestDoctor(t *testing.T) {
 // next jaild start destroys the sandbox it left behind.
 func TestKilledRunIsSwept(t *testing.T) {
 	in := newInstall(t)
-	victim := in.cmd("run", "--timeout", "5m", "--shell", "echo started; sleep 300")
-	stdout, err := victim.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
-	// jaild run prints output at the end; wait for the sandbox instead.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(sandboxes(in)) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if len(sandboxes(in)) != 1 {
-		t.Fatalf("sandbox never appeared")
-	}
+	victim := startWithSandbox(t, in, "run", "--timeout", "5m", "--shell", "sleep 300")
 	time.Sleep(100 * time.Millisecond)
 	_ = victim.Process.Signal(syscall.SIGKILL)
 	_ = victim.Wait()
-	_ = stdout
 	if len(sandboxes(in)) != 1 {
 		t.Fatalf("the orphan is already gone; the test would prove nothing")
 	}
@@ -195,6 +178,25 @@ func TestKilledRunIsSwept(t *testing.T) {
 	if s := sandboxes(in); len(s) != 0 {
 		t.Errorf("orphan not swept: %v", s)
 	}
+}
+
+// startWithSandbox starts jaild with args and waits until its one sandbox
+// exists (jaild run prints nothing until the command ends).
+func startWithSandbox(t *testing.T, in install, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := in.cmd(args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sandboxes(in)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(sandboxes(in)); n != 1 {
+		t.Fatalf("%d sandboxes, want the one of jaild %v", n, args)
+	}
+	return cmd
 }
 
 func sandboxes(in install) []string {
@@ -210,18 +212,7 @@ func sandboxes(in install) []string {
 // exits 130, as a shell would.
 func TestInterruptedRun(t *testing.T) {
 	in := newInstall(t)
-	cmd := in.cmd("run", "--timeout", "5m", "--", "sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for len(sandboxes(in)) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if len(sandboxes(in)) == 0 {
-		t.Fatal("sandbox never appeared")
-	}
+	cmd := startWithSandbox(t, in, "run", "--timeout", "5m", "--", "sleep", "300")
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
