@@ -6,9 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 )
+
+// init pins the main goroutine to the main thread, as jaild's main does, so
+// that no other goroutine, Warm's included, ever runs there.
+func init() { runtime.LockOSThread() }
 
 func testParent(t *testing.T) *Parent {
 	t.Helper()
@@ -209,5 +215,44 @@ func TestKeepBudget(t *testing.T) {
 	defer r.Close()
 	if got := readTrim(t, pidsFile); got != "500" {
 		t.Errorf("after joining without Keep: pids.max %s, want 500", got)
+	}
+}
+
+// TestWarm checks that Warm moves a thread of this process, never the
+// process itself, into a hierarchy that accounts for nothing, one move at a
+// time, and that the moved thread is gone in time for Close to remove the
+// parent (testParent's cleanup asserts that).
+func TestWarm(t *testing.T) {
+	p := testParent(t) // Open warms once on v1
+	if p.Mode() == V2 {
+		t.Skip("on v2 Warm only acts in the delegated daemon leaf, which a test cannot own")
+	}
+	if p.warmDir == "" {
+		t.Fatalf("no hierarchy to warm among %v", p.Dirs())
+	}
+	if h := filepath.Base(filepath.Dir(p.warmDir)); h == "memory" || h == "cpu" || h == "pids" || h == "cpuacct" {
+		t.Errorf("warm hierarchy %s accounts for the moved thread", h)
+	}
+	before, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var callers sync.WaitGroup
+	for range 20 {
+		callers.Go(p.Warm)
+	}
+	callers.Wait()
+	p.warmers.Wait()
+	p.Warm()
+	p.warmers.Wait()
+	if n, failed := p.warmed.Load(), p.warmFailed.Load(); n < 2 || failed != 0 {
+		t.Errorf("warm moves: %d made, %d failed; want at least 2 made, none failed", n, failed)
+	}
+	after, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(before) != string(after) {
+		t.Errorf("Warm moved the process itself:\nbefore %s\nafter %s", before, after)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
@@ -32,6 +34,15 @@ type Parent struct {
 	path  string
 	dirs  []string   // absolute directories of the parent
 	locks []*os.File // one per dir, same order
+
+	// What Warm moves where: a thread into warmDir's tasks (v1), or
+	// jaild into warmProcs, the cgroup.procs of the leaf it is in (v2).
+	warmDir, warmProcs string
+	warming            atomic.Bool
+	warmMu             sync.Mutex // orders warmers.Add before Close's Wait
+	warmClosed         bool
+	warmers            sync.WaitGroup
+	warmed, warmFailed atomic.Int64 // moves made and moves that failed
 }
 
 // Options configure [Open].
@@ -120,18 +131,25 @@ func (p *Parent) openV1(opts Options) error {
 		return err
 	}
 	if opts.Keep && p.exists() {
+		p.setWarmTarget()
+		p.Warm()
 		return nil
 	}
-	if _, err := cgroup1.New(cgroup1.NestedPath(p.path), v1Resources(opts.Budget)); err != nil {
-		return fmt.Errorf("create cgroup %s: %w", p.path, err)
-	}
-	// containerd skips hierarchies without a controller it drives (the
-	// named systemd one, a hybrid host's unified one); libcontainer
-	// creates sandboxes there too, so the parent must exist in all.
+	// The directories first, in every hierarchy: containerd skips those
+	// without a controller it drives (the named systemd one, a hybrid
+	// host's unified one), and libcontainer creates sandboxes there too.
 	for _, d := range p.dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create cgroup %s: %w", d, err)
 		}
+	}
+	// Warm holds the kernel's cgroup_mutex until its wait ends, which
+	// stalls every mkdir but not the budget's writes: warm up now, so the
+	// wait overlaps everything up to the sandbox's own cgroup.
+	p.setWarmTarget()
+	p.Warm()
+	if _, err := cgroup1.New(cgroup1.NestedPath(p.path), v1Resources(opts.Budget)); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", p.path, err)
 	}
 	return nil
 }
@@ -139,9 +157,13 @@ func (p *Parent) openV1(opts Options) error {
 func (p *Parent) openV2(opts Options) error {
 	group := opts.Path
 	if group == "" {
+		var leaf string
 		var err error
-		if group, err = autoV2Parent(); err != nil {
+		if group, leaf, err = autoV2Parent(); err != nil {
 			return err
+		}
+		if leaf != "" {
+			p.warmProcs = filepath.Join(Root, leaf, "cgroup.procs")
 		}
 	}
 	group = cleanGroup(group)
@@ -170,32 +192,34 @@ func (p *Parent) openV2(opts Options) error {
 
 // autoV2Parent picks the parent on a v2 host: inside a delegated cgroup
 // that holds no process but jaild, "<own>/sandboxes" after moving jaild
-// itself into "<own>/daemon"; otherwise "/jaild". A delegated cgroup shared
-// with other processes (a shell in a unit, say) cannot enable controllers
-// for its children, and jaild does not move processes it did not start.
-func autoV2Parent() (string, error) {
+// itself into the leaf "<own>/daemon"; otherwise "/jaild". A delegated
+// cgroup shared with other processes (a shell in a unit, say) cannot enable
+// controllers for its children, and jaild does not move processes it did
+// not start. leaf is jaild's own leaf, or empty when it stays where it is.
+func autoV2Parent() (group, leaf string, err error) {
 	own, err := ownPaths()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	self := own[""]
 	if filepath.Base(self) == "daemon" && delegated(filepath.Join(Root, filepath.Dir(self))) {
-		return filepath.Join(filepath.Dir(self), "sandboxes"), nil // already moved, e.g. jaild restarted in its unit
+		// Already moved, e.g. jaild restarted in its unit.
+		return filepath.Join(filepath.Dir(self), "sandboxes"), self, nil
 	}
 	if self == "/" || !delegated(filepath.Join(Root, self)) || !alone(filepath.Join(Root, self)) {
-		return "/" + DefaultName, nil
+		return "/" + DefaultName, "", nil
 	}
-	leaf := filepath.Join(self, "daemon")
+	leaf = filepath.Join(self, "daemon")
 	if err := os.MkdirAll(filepath.Join(Root, leaf), 0o755); err != nil {
-		return "", fmt.Errorf("create cgroup %s: %w", leaf, err)
+		return "", "", fmt.Errorf("create cgroup %s: %w", leaf, err)
 	}
 	// Writing our pid moves the whole process (all threads) on v2.
 	pid := []byte(strconv.Itoa(os.Getpid()))
 	if err := os.WriteFile(filepath.Join(Root, leaf, "cgroup.procs"), pid, 0); err != nil {
 		_ = unix.Rmdir(filepath.Join(Root, leaf))
-		return "", fmt.Errorf("move jaild into %s: %w", leaf, err)
+		return "", "", fmt.Errorf("move jaild into %s: %w", leaf, err)
 	}
-	return filepath.Join(self, "sandboxes"), nil
+	return filepath.Join(self, "sandboxes"), leaf, nil
 }
 
 // alone reports whether the cgroup dir holds no process but this one.
@@ -247,12 +271,16 @@ func (p *Parent) Child(id string) *Group {
 // directories that no other jaild process holds. rmdir never removes a
 // cgroup with children or processes, so a parent still in use survives.
 func (p *Parent) Close() error {
+	p.warmMu.Lock()
+	p.warmClosed = true
+	p.warmMu.Unlock()
+	p.warmers.Wait()
 	var errs []error
 	for i, f := range p.locks {
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 			continue // another jaild still uses this directory
 		}
-		if err := unix.Rmdir(p.dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
+		if err := p.rmdir(p.dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p.dirs[i], err))
 		}
 	}

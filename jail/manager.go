@@ -202,6 +202,9 @@ func (m *Manager) Create(ctx context.Context, l Limits) (*Sandbox, error) {
 	}
 	m.live.Add(1)
 	m.mu.Unlock()
+	// The sandbox's init joins its cgroup in a few milliseconds; the
+	// kernel's wait that the join may need starts now (see cgroup.Parent.Warm).
+	m.parent.Warm()
 
 	l = l.WithDefaults()
 	id := uuid.NewString()

@@ -32,7 +32,7 @@ die() { echo "bench: $*" >&2; exit 2; }
 if [ ! -x "$JAILD" ]; then
   command -v go > /dev/null || die "no $JAILD and no go to build it"
   echo "bench: building $JAILD"
-  CGO_ENABLED=1 go build -tags seccomp -o "$JAILD" ./cmd/jaild
+  CGO_ENABLED=1 go build -tags seccomp,urfave_cli_no_docs,netgo,osusergo -ldflags '-extldflags=-static' -o "$JAILD" ./cmd/jaild
 fi
 JAILD=$(realpath "$JAILD")
 
