@@ -523,3 +523,55 @@ func TestPreparedRootfs(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestKeepBudget checks that a Manager with KeepBudget (a one-shot run
+// joining a daemon's parent) leaves the parent's budget as it found it, and
+// that one without it applies its own.
+func TestKeepBudget(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	pidsMax := func() string {
+		t.Helper()
+		for _, d := range testenv.CgroupsNamed(filepath.Base(env.Parent)) {
+			if data, err := os.ReadFile(filepath.Join(d, "pids.max")); err == nil {
+				return strings.TrimSpace(string(data))
+			}
+		}
+		t.Fatalf("no pids.max for parent %s", env.Parent)
+		return ""
+	}
+	cfg := config(env)
+	cfg.Budget.Pids = 1234
+	daemon, err := jail.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer daemon.Close()
+	if got := pidsMax(); got != "1234" {
+		t.Fatalf("parent pids.max %s, want the daemon's 1234", got)
+	}
+
+	oneShot := config(env)
+	oneShot.KeepBudget = true
+	m, err := jail.New(oneShot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pidsMax(); got != "1234" {
+		t.Errorf("with KeepBudget, parent pids.max %s, want the daemon's 1234 kept", got)
+	}
+	if err := m.Close(); err != nil {
+		t.Error(err)
+	}
+
+	m, err = jail.New(config(env)) // default budget, not kept
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pidsMax(); got != "16384" {
+		t.Errorf("without KeepBudget, parent pids.max %s, want the default 16384", got)
+	}
+	if err := m.Close(); err != nil {
+		t.Error(err)
+	}
+}

@@ -99,32 +99,25 @@ func New(cfg Config) (*Manager, error) {
 		slotDir:    SlotDir,
 		log:        cfg.Logger,
 	}
-	// The state dir must be traversable (not readable) by the sandboxes'
-	// unprivileged root, which mounts the rootfs template inside it.
-	for d, mode := range map[string]os.FileMode{m.stateDir: 0o711, m.containers: 0o700, m.slotDir: 0o700} {
-		if err := os.MkdirAll(d, mode); err != nil {
-			return nil, fmt.Errorf("create state dir: %w", err)
-		}
-		if err := os.Chmod(d, mode); err != nil {
-			return nil, fmt.Errorf("create state dir: %w", err)
-		}
+	// The parent cgroup first: creating it starts, in the background, the
+	// kernel's wait that the first sandbox's cgroup join would otherwise
+	// pay (see cgroup.Parent.Warm); everything below overlaps that wait.
+	if err := os.MkdirAll(m.stateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
 	}
 	var err error
-	if cfg.Rootfs == "" || cfg.Rootfs == "host" {
-		m.root, err = rootfs.Host(m.stateDir, sandboxUser)
-	} else {
-		m.root, err = rootfs.Open(cfg.Rootfs)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrRootfs, err)
-	}
 	m.parent, err = cgroup.Open(cgroup.Options{
 		Path:    cfg.CgroupParent,
 		LockDir: filepath.Join(m.stateDir, "cgroup-locks"),
 		Budget:  budgetDefaults(cfg.Budget),
+		Keep:    cfg.KeepBudget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
+	}
+	if err := m.prepare(cfg.Rootfs); err != nil {
+		_ = m.parent.Close()
+		return nil, err
 	}
 	if n, err := m.Sweep(); err != nil {
 		m.log.Warn("sweeping orphaned sandboxes", "found", n, "err", err)
@@ -132,6 +125,30 @@ func New(cfg Config) (*Manager, error) {
 		m.log.Info("swept orphaned sandboxes", "count", n)
 	}
 	return m, nil
+}
+
+// prepare makes the state dirs and opens the rootfs.
+func (m *Manager) prepare(root string) error {
+	// The state dir must be traversable (not readable) by the sandboxes'
+	// unprivileged root, which mounts the rootfs template inside it.
+	for d, mode := range map[string]os.FileMode{m.stateDir: 0o711, m.containers: 0o700, m.slotDir: 0o700} {
+		if err := os.MkdirAll(d, mode); err != nil {
+			return fmt.Errorf("create state dir: %w", err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			return fmt.Errorf("create state dir: %w", err)
+		}
+	}
+	var err error
+	if root == "" || root == "host" {
+		m.root, err = rootfs.Host(m.stateDir, sandboxUser)
+	} else {
+		m.root, err = rootfs.Open(root)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRootfs, err)
+	}
+	return nil
 }
 
 func budgetDefaults(b cgroup.Budget) cgroup.Budget {
