@@ -100,6 +100,12 @@ func (p *Parent) Warm() {
 	}()
 }
 
+// WarmStats reports how many of Warm's moves were made and how many failed
+// (a failed one costs nothing: the sandbox then just waits itself).
+func (p *Parent) WarmStats() (made, failed int64) {
+	return p.warmed.Load(), p.warmFailed.Load()
+}
+
 // rmdir removes the parent directory dir. The one Warm uses may still hold,
 // for a moment, the thread Warm moved there, on its way out.
 func (p *Parent) rmdir(dir string) error {

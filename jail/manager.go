@@ -350,5 +350,8 @@ func (m *Manager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	m.live.Wait()
-	return m.parent.Close()
+	err := m.parent.Close()
+	made, failed := m.parent.WarmStats()
+	m.log.Debug("closed", "cgroup_warmups", made, "cgroup_warmups_failed", failed)
+	return err
 }
