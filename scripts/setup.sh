@@ -2,7 +2,8 @@
 # Installs what jaild needs on a fresh Debian/Ubuntu machine that has Go and
 # gcc, then builds bin/jaild. Idempotent; needs root.
 #
-#   libseccomp-dev pkg-config  seccomp support (cgo, -tags seccomp)
+#   libseccomp-dev pkg-config  seccomp support (cgo, -tags seccomp); its
+#   libc6-dev                  static libraries link bin/jaild statically
 #   iproute2 procps psmisc     tools the tests and the security suite use
 #   jq                         the security suite reads jaild's JSON with it
 #   python3 curl               the security suite's raw-syscall and memory
@@ -19,7 +20,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-pkgs=(libseccomp-dev pkg-config iproute2 procps psmisc jq python3 curl runc bubblewrap hyperfine busybox-static ca-certificates)
+pkgs=(libseccomp-dev libc6-dev pkg-config iproute2 procps psmisc jq python3 curl runc bubblewrap hyperfine busybox-static ca-certificates)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
