@@ -38,9 +38,8 @@ type Parent struct {
 	// What Warm moves where: a thread into warmDir's tasks (v1), or
 	// jaild into warmProcs, the cgroup.procs of the leaf it is in (v2).
 	warmDir, warmProcs string
-	warming            atomic.Bool
-	warmMu             sync.Mutex // orders warmers.Add before Close's Wait
-	warmClosed         bool
+	warmMu             sync.Mutex // guards the two below, and orders warmers.Add before Close's Wait
+	warming, warmDone  bool       // a move is under way; Close has begun
 	warmers            sync.WaitGroup
 	warmed, warmFailed atomic.Int64 // moves made and moves that failed
 }
@@ -130,17 +129,16 @@ func (p *Parent) openV1(opts Options) error {
 	if err := p.lock(opts.LockDir); err != nil {
 		return err
 	}
-	if opts.Keep && p.exists() {
-		p.setWarmTarget()
-		p.Warm()
-		return nil
-	}
-	// The directories first, in every hierarchy: containerd skips those
-	// without a controller it drives (the named systemd one, a hybrid
-	// host's unified one), and libcontainer creates sandboxes there too.
-	for _, d := range p.dirs {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("create cgroup %s: %w", d, err)
+	keep := opts.Keep && p.exists()
+	if !keep {
+		// The directories first, in every hierarchy: containerd skips
+		// those without a controller it drives (the named systemd one, a
+		// hybrid host's unified one), and libcontainer creates sandboxes
+		// there too.
+		for _, d := range p.dirs {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("create cgroup %s: %w", d, err)
+			}
 		}
 	}
 	// Warm holds the kernel's cgroup_mutex until its wait ends, which
@@ -148,6 +146,9 @@ func (p *Parent) openV1(opts Options) error {
 	// wait overlaps everything up to the sandbox's own cgroup.
 	p.setWarmTarget()
 	p.Warm()
+	if keep {
+		return nil
+	}
 	if _, err := cgroup1.New(cgroup1.NestedPath(p.path), v1Resources(opts.Budget)); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", p.path, err)
 	}
@@ -272,7 +273,7 @@ func (p *Parent) Child(id string) *Group {
 // cgroup with children or processes, so a parent still in use survives.
 func (p *Parent) Close() error {
 	p.warmMu.Lock()
-	p.warmClosed = true
+	p.warmDone = true
 	p.warmMu.Unlock()
 	p.warmers.Wait()
 	var errs []error

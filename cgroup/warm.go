@@ -63,19 +63,20 @@ func (p *Parent) Warm() {
 	if p.warmDir == "" && p.warmProcs == "" {
 		return
 	}
-	if !p.warming.CompareAndSwap(false, true) {
-		return
-	}
 	p.warmMu.Lock()
 	defer p.warmMu.Unlock()
-	if p.warmClosed {
-		p.warming.Store(false)
+	if p.warming || p.warmDone {
 		return
 	}
+	p.warming = true
 	p.warmers.Add(1)
 	go func() {
 		defer p.warmers.Done()
-		defer p.warming.Store(false)
+		defer func() {
+			p.warmMu.Lock()
+			p.warming = false
+			p.warmMu.Unlock()
+		}()
 		var err error
 		if p.warmProcs != "" {
 			err = os.WriteFile(p.warmProcs, []byte(strconv.Itoa(os.Getpid())), 0)
