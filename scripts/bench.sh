@@ -30,9 +30,10 @@ export PATH=$PATH:/usr/local/go/bin
 die() { echo "bench: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (jaild and runc build namespaces and cgroups)"
 if [ ! -x "$JAILD" ]; then
-  command -v go > /dev/null || die "no $JAILD and no go to build it"
-  echo "bench: building $JAILD"
-  CGO_ENABLED=1 go build -tags seccomp,urfave_cli_no_docs,netgo,osusergo -ldflags '-extldflags=-static' -o "$JAILD" ./cmd/jaild
+  # setup.sh builds bin/jaild exactly as it is shipped (tags, static link).
+  [ "$JAILD" = "$REPO/bin/jaild" ] || die "no jaild binary at $JAILD"
+  echo "bench: building $JAILD with scripts/setup.sh"
+  "$REPO/scripts/setup.sh"
 fi
 JAILD=$(realpath "$JAILD")
 
