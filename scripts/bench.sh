@@ -7,10 +7,11 @@
 #   sudo scripts/bench.sh                 # bin/jaild, 200 runs per measurement
 #   sudo JAILD=/usr/local/bin/jaild BENCH_N=500 scripts/bench.sh
 #
-# Env: JAILD (default bin/jaild, built if missing), BENCH_N (runs per tool and
-# measurement, default 200), BENCH_WARMUP (default 10), BENCH_MAX_S (time cap
-# of each measurement in seconds, default 60), BENCH_GO (0 skips the Go
-# benchmarks), BENCH_GOTIME (go test -benchtime, default 1s).
+# Env: JAILD (default bin/jaild, built with bin/jaild-server if missing),
+# BENCH_N (runs per tool and measurement, default 200), BENCH_WARMUP (default
+# 10), BENCH_MAX_S (time cap of each measurement in seconds, default 60),
+# BENCH_GO (0 skips the Go benchmarks), BENCH_GOTIME (go test -benchtime,
+# default 1s).
 # Latency: hyperfine (-N, no shell in between) when installed, else a loop
 # timed with date +%s%N. Throughput: N sandboxes spread over 1 and 2 workers,
 # each a bash loop, timed as a whole. Every loop is bounded in count and time.
@@ -29,9 +30,10 @@ export PATH=$PATH:/usr/local/go/bin
 
 die() { echo "bench: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (jaild and runc build namespaces and cgroups)"
-if [ ! -x "$JAILD" ]; then
-  # setup.sh builds bin/jaild exactly as it is shipped (tags, static link).
-  [ "$JAILD" = "$REPO/bin/jaild" ] || die "no jaild binary at $JAILD"
+if [ ! -x "$JAILD" ] || [ ! -x "$(dirname "$JAILD")/jaild-server" ]; then
+  # setup.sh builds bin/jaild and the bin/jaild-server its serve executes
+  # exactly as they are shipped (tags, static link).
+  [ "$JAILD" = "$REPO/bin/jaild" ] || die "no jaild binary at $JAILD, or no jaild-server next to it"
   echo "bench: building $JAILD with scripts/setup.sh"
   "$REPO/scripts/setup.sh"
 fi

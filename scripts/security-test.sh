@@ -28,7 +28,7 @@ JAILD=${JAILD:-$REPO/bin/jaild}
 
 die() { echo "security-test: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root: jaild builds sandboxes and the suite inspects every cgroup"
-[ -x "$JAILD" ] || die "no jaild binary at $JAILD (build it: go build -tags seccomp -o bin/jaild ./cmd/jaild, or set JAILD=PATH)"
+[ -x "$JAILD" ] || die "no jaild binary at $JAILD (build it: scripts/setup.sh, or set JAILD=PATH)"
 JAILD=$(realpath "$JAILD")
 
 # Pick the JSON reader once: jq, else python3, else a grep/sed fallback that

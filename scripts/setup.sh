@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what jaild needs on a fresh Debian/Ubuntu machine that has Go and
-# gcc, then builds bin/jaild. Idempotent; needs root.
+# gcc, then builds bin/jaild and bin/jaild-server. Idempotent; needs root.
 #
 #   libseccomp-dev pkg-config  seccomp support (cgo, -tags seccomp); its
-#   libc6-dev                  static libraries link bin/jaild statically
+#   libc6-dev                  static libraries link the binaries statically
 #   iproute2 procps psmisc     tools the tests and the security suite use
 #   jq                         the security suite reads jaild's JSON with it
 #   python3 curl               the security suite's raw-syscall and memory
@@ -33,15 +33,23 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 export PATH="$PATH:/usr/local/go/bin"
+# Two builds of cmd/jaild (see its package doc). bin/jaild is the lean one
+# (jaild_lean: run, doctor, and each container's init, without the front
+# ends' packages); its serve, mcp and remote execute bin/jaild-server, the
+# complete build, which must sit next to it. Install the two together.
 # seccomp: libcontainer's seccomp support (without it every sandbox start
 # fails rather than run unfiltered). urfave_cli_no_docs: leaves out the CLI's
 # man-page generator, whose package init would otherwise run in every
 # sandbox's init process (jaild re-executes itself as each container's init).
 # Static (netgo, osusergo: no glibc NSS): the binary starts twice per sandbox,
 # and each start skips the dynamic loader, about 0.5 ms here.
-CGO_ENABLED=1 go build -tags seccomp,urfave_cli_no_docs,netgo,osusergo -trimpath \
-	-ldflags '-extldflags=-static' -o bin/jaild ./cmd/jaild
-echo "setup.sh: built $(pwd)/bin/jaild"
+tags=seccomp,urfave_cli_no_docs,netgo,osusergo
+build() {
+	CGO_ENABLED=1 go build -tags "$1" -trimpath -ldflags '-extldflags=-static' -o "$2" ./cmd/jaild
+	echo "setup.sh: built $(pwd)/$2"
+}
+build "$tags,jaild_lean" bin/jaild
+build "$tags" bin/jaild-server
 
 # The MCP end-to-end test's client, at the exact versions of its lock file.
 if [ ! -d scripts/mcp-e2e/node_modules ]; then

@@ -1,3 +1,5 @@
+//go:build !jaild_lean
+
 package main
 
 import (
@@ -18,7 +20,7 @@ import (
 
 var mcpCommand = &cli.Command{
 	Name:  "mcp",
-	Usage: "serve the bash and execute tools over MCP on stdin and stdout",
+	Usage: mcpUsage,
 	Description: `Speaks the Model Context Protocol on stdin/stdout for clients that launch
 their tools as subprocesses. Tools: bash (a shell command line) and execute
 (a program and its arguments, with optional stdin); every call runs in a fresh

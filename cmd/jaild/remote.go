@@ -1,3 +1,5 @@
+//go:build !jaild_lean
+
 package main
 
 import (
@@ -23,7 +25,7 @@ const maxRemoteStdin = 64 << 20
 
 var remoteCommand = &cli.Command{
 	Name:      "remote",
-	Usage:     "run a command on a jaild daemon, streaming its output, and exit with its exit code",
+	Usage:     remoteUsage,
 	ArgsUsage: "-- COMMAND [ARG...]",
 	Description: `Sends COMMAND (argv, no shell) or --shell STRING to a jaild serve daemon's
 /raw endpoint, writes its stdout and stderr here as they are produced, and

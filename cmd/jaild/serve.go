@@ -1,3 +1,5 @@
+//go:build !jaild_lean
+
 package main
 
 import (
@@ -29,7 +31,7 @@ const sweepInterval = time.Minute
 
 var serveCommand = &cli.Command{
 	Name:  "serve",
-	Usage: "run the HTTP daemon: POST /run, streaming POST /raw, /mcp, /healthz, /metrics",
+	Usage: serveUsage,
 	Description: `Serves the jaild HTTP API (GET /openapi.yaml describes it) on a loopback
 address (default 127.0.0.1:8080) or a unix socket (--socket, mode 0660). Every
 request runs in a fresh sandbox; requests may ask for less than the --max-*

@@ -137,19 +137,26 @@ func Slots(stateDir string) []string {
 	return out
 }
 
-// BuildJaild builds cmd/jaild from this module into dir, which it makes
-// searchable by everyone (a test may run the binary as nobody).
+// BuildJaild builds cmd/jaild from this module into dir as it is
+// installed: the lean jaild and, next to it, the complete jaild-server that
+// jaild's serve, mcp and remote execute. It returns jaild's path and makes
+// dir searchable by everyone (a test may run the binary as nobody).
 func BuildJaild(dir string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "jaild")
-	build := exec.Command("go", "build", "-tags", "seccomp,urfave_cli_no_docs", "-o", bin, "./cmd/jaild")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build jaild: %w\n%s", err, out)
+	builds := []struct{ name, tags string }{
+		{"jaild", "seccomp,urfave_cli_no_docs,jaild_lean"},
+		{"jaild-server", "seccomp,urfave_cli_no_docs"},
 	}
-	return bin, nil
+	for _, b := range builds {
+		build := exec.Command("go", "build", "-tags", b.tags, "-o", filepath.Join(dir, b.name), "./cmd/jaild")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %w\n%s", b.name, err, out)
+		}
+	}
+	return filepath.Join(dir, "jaild"), nil
 }
