@@ -182,26 +182,10 @@ func (g *Group) readV2() (Usage, error) {
 }
 
 func (g *Group) readV1() (Usage, error) {
-	// Read only the three controllers that carry the verdict; a full Stat
+	// Only the three controllers that carry the verdict; a full Stat
 	// walks every hierarchy.
-	rel := map[cgroup1.Name]string{}
-	for _, d := range g.Dirs {
-		r := strings.TrimPrefix(d, Root+"/")
-		ctrl, p, _ := strings.Cut(r, "/")
-		for _, c := range strings.Split(ctrl, ",") {
-			rel[cgroup1.Name(c)] = "/" + p
-		}
-	}
-	pathOf := func(n cgroup1.Name) (string, error) {
-		if p, ok := rel[n]; ok {
-			return p, nil
-		}
-		return "", fmt.Errorf("no %s hierarchy", n)
-	}
-	hier := func() ([]cgroup1.Subsystem, error) {
-		return []cgroup1.Subsystem{cgroup1.NewMemory(Root), cgroup1.NewCpuacct(Root), cgroup1.NewPids(Root)}, nil
-	}
-	cg, err := cgroup1.Load(pathOf, cgroup1.WithHierarchy(hier))
+	path, hier, rel := v1Controllers(g.Dirs, cgroup1.Memory, cgroup1.Cpuacct, cgroup1.Pids)
+	cg, err := cgroup1.Load(path, hier)
 	if err != nil {
 		return Usage{}, fmt.Errorf("load cgroup %s: %w", g.Path, err)
 	}
@@ -318,6 +302,51 @@ func rmdirTree(d string) error {
 		}
 	}
 	return unix.Rmdir(d)
+}
+
+// v1Controllers hands containerd the v1 cgroup whose directories are dirs
+// (one per hierarchy, as v1Dirs gives them), restricted to the named
+// controllers that have a hierarchy here. Given both the paths and the
+// hierarchy, containerd skips its own lookups: by default it resolves every
+// controller through /proc/self/cgroup and reads /proc/self/mountinfo once
+// per controller. rel maps each controller to its path below its
+// hierarchy's root.
+func v1Controllers(dirs []string, names ...cgroup1.Name) (path cgroup1.Path, hier cgroup1.InitOpts, rel map[cgroup1.Name]string) {
+	rel = make(map[cgroup1.Name]string)
+	for _, d := range dirs {
+		ctrls, p, _ := strings.Cut(strings.TrimPrefix(d, Root+"/"), "/")
+		for _, c := range strings.Split(ctrls, ",") {
+			rel[cgroup1.Name(c)] = "/" + p
+		}
+	}
+	var subs []cgroup1.Subsystem
+	for _, n := range names {
+		if _, ok := rel[n]; !ok {
+			continue
+		}
+		switch n {
+		case cgroup1.Memory:
+			subs = append(subs, cgroup1.NewMemory(Root))
+		case cgroup1.Cpu:
+			subs = append(subs, cgroup1.NewCpu(Root))
+		case cgroup1.Cpuacct:
+			subs = append(subs, cgroup1.NewCpuacct(Root))
+		case cgroup1.Pids:
+			subs = append(subs, cgroup1.NewPids(Root))
+		case cgroup1.Cpuset:
+			subs = append(subs, cgroup1.NewCpuset(Root))
+		default:
+			panic("cgroup: v1Controllers: unsupported controller " + string(n))
+		}
+	}
+	path = func(n cgroup1.Name) (string, error) {
+		if p, ok := rel[n]; ok {
+			return p, nil
+		}
+		return "", fmt.Errorf("no %s hierarchy", n)
+	}
+	hier = cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil })
+	return path, hier, rel
 }
 
 // v1Resources converts a Budget for containerd's v1 controllers.

@@ -149,7 +149,10 @@ func (p *Parent) openV1(opts Options) error {
 	if keep {
 		return nil
 	}
-	if _, err := cgroup1.New(cgroup1.NestedPath(p.path), v1Resources(opts.Budget)); err != nil {
+	// The controllers the budget limits, and cpuset, whose CPUs and memory
+	// nodes containerd copies down so that a process may join the parent.
+	path, hier, _ := v1Controllers(p.dirs, cgroup1.Memory, cgroup1.Cpu, cgroup1.Pids, cgroup1.Cpuset)
+	if _, err := cgroup1.New(path, v1Resources(opts.Budget), hier); err != nil {
 		return fmt.Errorf("create cgroup %s: %w", p.path, err)
 	}
 	return nil
