@@ -9,6 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/jail"
 )
 
 // serverBinary is the complete build of this package, which the lean
@@ -38,15 +40,38 @@ func frontEnd(name, usage string) *cli.Command {
 	}
 }
 
+// serverPath is where jaild-server must be: next to this binary.
+func serverPath() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("cannot find this binary to find %s next to it: %w", serverBinary, err)
+	}
+	return filepath.Join(filepath.Dir(exe), serverBinary), nil
+}
+
 // execServer replaces the process with jaild-server COMMAND ARGS..., with
 // the same environment; it returns only if that fails.
 func execServer(command string, args []string) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("%s: cannot find this binary to find %s next to it: %v", command, serverBinary, err), exitInternal)
+	bin, err := serverPath()
+	if err == nil {
+		argv := append([]string{bin, command}, args...)
+		err = unix.Exec(bin, argv, os.Environ())
+		err = fmt.Errorf("%s is run by %s, which cannot be executed: %w (scripts/setup.sh installs it next to jaild)", command, bin, err)
 	}
-	bin := filepath.Join(filepath.Dir(exe), serverBinary)
-	argv := append([]string{bin, command}, args...)
-	err = unix.Exec(bin, argv, os.Environ())
-	return cli.Exit(fmt.Sprintf("%s is run by %s, which cannot be executed: %v (scripts/setup.sh installs it next to jaild)", command, bin, err), exitInternal)
+	return cli.Exit(err.Error(), exitInternal)
+}
+
+// frontEnds is jaild doctor's finding on jaild-server.
+func frontEnds() jail.Finding {
+	f := jail.Finding{Name: "front ends"}
+	bin, err := serverPath()
+	if err == nil {
+		err = unix.Access(bin, unix.X_OK)
+	}
+	if err != nil {
+		f.Detail = fmt.Sprintf("serve, mcp and remote need %s next to jaild: %v", serverBinary, err)
+		return f
+	}
+	f.OK, f.Detail = true, "serve, mcp and remote run "+bin
+	return f
 }

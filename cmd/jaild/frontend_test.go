@@ -74,4 +74,15 @@ func TestFrontEndStandIns(t *testing.T) {
 	if want := filepath.Join(dir, "jaild-server"); !strings.Contains(string(out), want) {
 		t.Errorf("lone jaild serve: error does not name %s: %s", want, out)
 	}
+	// doctor warns, and still passes: run and doctor need no front end.
+	in := newInstall(t)
+	doctor := in.cmd("doctor")
+	doctor.Path, doctor.Args[0] = lone, lone
+	out, err = doctor.CombinedOutput()
+	if err != nil {
+		t.Fatalf("lone jaild doctor: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "warn     front ends") {
+		t.Errorf("lone jaild doctor does not warn about the front ends:\n%s", out)
+	}
 }
