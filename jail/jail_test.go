@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,6 +159,10 @@ func TestBadInput(t *testing.T) {
 		{name: "negative timeout", spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: -1}}},
 		{name: "tiny memory", spec: &jail.Spec{Limits: jail.Limits{Memory: 1000}, Command: jail.Command{Args: []string{"true"}}}},
 		{name: "negative pids", spec: &jail.Spec{Limits: jail.Limits{Pids: -1}, Command: jail.Command{Args: []string{"true"}}}},
+		{name: "pids above the kernel's", spec: &jail.Spec{Limits: jail.Limits{Pids: 1<<22 + 1}, Command: jail.Command{Args: []string{"true"}}}},
+		{name: "infinite cpus", spec: &jail.Spec{Limits: jail.Limits{CPUs: math.Inf(1)}, Command: jail.Command{Args: []string{"true"}}}},
+		{name: "NaN cpus", spec: &jail.Spec{Limits: jail.Limits{CPUs: math.NaN()}, Command: jail.Command{Args: []string{"true"}}}},
+		{name: "cpus overflowing the quota", spec: &jail.Spec{Limits: jail.Limits{CPUs: 1e300}, Command: jail.Command{Args: []string{"true"}}}},
 		{name: "not found", spec: &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}}, want: jail.ErrNotFound},
 		{name: "not executable", spec: &jail.Spec{Command: jail.Command{Args: []string{"/etc/passwd"}}}, want: jail.ErrNotExecutable},
 	}

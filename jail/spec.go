@@ -36,6 +36,12 @@ const (
 const (
 	MaxTimeout = 24 * time.Hour
 	minMemory  = 4 << 20 // below this the init process itself cannot start
+	// maxPids is the kernel's ceiling for a pids limit (PID_MAX_LIMIT).
+	maxPids = 1 << 22
+	// maxCPUs is far above any host's cores, and far below where the CFS
+	// quota (cores times a 100 ms period) would leave the kernel's range
+	// or overflow.
+	maxCPUs = 1 << 16
 )
 
 // Limits are the resources of one sandbox. They are fixed when the sandbox is
@@ -70,16 +76,17 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// Validate reports the first limit that is negative or too small to start a
-// sandbox. It treats zero as "default", so it accepts the zero Limits.
+// Validate reports the first limit that is negative, too small to start a
+// sandbox or beyond what the kernel takes. It treats zero as "default", so
+// it accepts the zero Limits.
 func (l Limits) Validate() error {
 	switch {
 	case l.Memory < 0 || (l.Memory > 0 && l.Memory < minMemory):
 		return invalid("memory", "%d bytes: must be at least %d", l.Memory, minMemory)
-	case l.Pids < 0 || (l.Pids > 0 && l.Pids < 2):
-		return invalid("pids", "%d: must be at least 2", l.Pids)
-	case l.CPUs < 0 || (l.CPUs > 0 && l.CPUs < 0.01):
-		return invalid("cpus", "%g: must be at least 0.01", l.CPUs)
+	case l.Pids < 0 || (l.Pids > 0 && l.Pids < 2) || l.Pids > maxPids:
+		return invalid("pids", "%d: must be between 2 and %d", l.Pids, maxPids)
+	case l.CPUs != 0 && !(l.CPUs >= 0.01 && l.CPUs <= maxCPUs): // NaN fails both
+		return invalid("cpus", "%g: must be between 0.01 and %d", l.CPUs, maxCPUs)
 	case l.TmpfsSize < 0 || (l.TmpfsSize > 0 && l.TmpfsSize < 4096):
 		return invalid("tmpfs size", "%d bytes: must be at least 4096", l.TmpfsSize)
 	}

@@ -103,22 +103,8 @@ func mcpAction(c *cli.Context) error {
 func mcpOptions(c *cli.Context) (server.MCPOptions, error) {
 	var o server.MCPOptions
 	var err error
-	if o.Limits.Memory, err = sizeFlag(c, "memory"); err != nil {
+	if o.Limits, o.MaxOutput, err = limitFlags(c, ""); err != nil {
 		return o, err
-	}
-	if o.Limits.TmpfsSize, err = sizeFlag(c, "tmpfs-size"); err != nil {
-		return o, err
-	}
-	if o.MaxOutput, err = sizeFlag(c, "max-output"); err != nil {
-		return o, err
-	}
-	o.Limits.Pids = c.Int64("pids")
-	o.Limits.CPUs = c.Float64("cpus")
-	if err := o.Limits.Validate(); err != nil {
-		return o, exitError(err)
-	}
-	if o.Limits.Memory <= 0 || o.Limits.TmpfsSize <= 0 || o.MaxOutput <= 0 || o.Limits.Pids <= 0 || o.Limits.CPUs <= 0 {
-		return o, usageError("--memory, --tmpfs-size, --max-output, --pids and --cpus must be positive")
 	}
 	o.DefaultTimeout = c.Duration("timeout")
 	o.MaxTimeout = c.Duration("max-timeout")

@@ -104,6 +104,46 @@ func sizeFlag(c *cli.Context, name string) (int64, error) {
 	return n, nil
 }
 
+// limitFlags reads a sandbox's limits from the flags prefix+"memory",
+// prefix+"tmpfs-size", prefix+"pids" and prefix+"cpus", and its output cap
+// from "max-output": run and mcp read the limits their sandboxes get (prefix
+// ""), serve the ceilings of what a request may ask for ("max-"). Each must
+// be positive and within jail's bounds.
+func limitFlags(c *cli.Context, prefix string) (l jail.Limits, maxOutput int64, err error) {
+	if l.Memory, err = sizeFlag(c, prefix+"memory"); err != nil {
+		return l, 0, err
+	}
+	if l.TmpfsSize, err = sizeFlag(c, prefix+"tmpfs-size"); err != nil {
+		return l, 0, err
+	}
+	if maxOutput, err = sizeFlag(c, "max-output"); err != nil {
+		return l, 0, err
+	}
+	l.Pids = c.Int64(prefix + "pids")
+	l.CPUs = c.Float64(prefix + "cpus")
+	for _, f := range []struct {
+		name     string
+		positive bool
+	}{
+		{prefix + "memory", l.Memory > 0},
+		{prefix + "tmpfs-size", l.TmpfsSize > 0},
+		{prefix + "pids", l.Pids > 0},
+		{prefix + "cpus", l.CPUs > 0},
+		{"max-output", maxOutput > 0},
+	} {
+		if !f.positive {
+			return l, 0, usageError("--%s must be positive", f.name)
+		}
+	}
+	if err := l.Validate(); err != nil {
+		if prefix != "" {
+			return l, 0, usageError("--%s*: %v", prefix, err)
+		}
+		return l, 0, usageError("%v", err)
+	}
+	return l, maxOutput, nil
+}
+
 func runAction(c *cli.Context) error {
 	spec, closeStdin, err := specFromFlags(c)
 	if err != nil {
@@ -173,25 +213,8 @@ func specFromFlags(c *cli.Context) (*jail.Spec, func(), error) {
 	noop := func() {}
 	spec := &jail.Spec{}
 	var err error
-	if spec.Limits.Memory, err = sizeFlag(c, "memory"); err != nil {
+	if spec.Limits, spec.MaxOutput, err = limitFlags(c, ""); err != nil {
 		return nil, noop, err
-	}
-	if spec.Limits.TmpfsSize, err = sizeFlag(c, "tmpfs-size"); err != nil {
-		return nil, noop, err
-	}
-	if spec.MaxOutput, err = sizeFlag(c, "max-output"); err != nil {
-		return nil, noop, err
-	}
-	if c.IsSet("memory") && spec.Limits.Memory == 0 || c.IsSet("tmpfs-size") && spec.Limits.TmpfsSize == 0 {
-		return nil, noop, usageError("sizes must be positive")
-	}
-	if c.IsSet("max-output") && spec.MaxOutput == 0 {
-		return nil, noop, usageError("--max-output must be positive")
-	}
-	spec.Limits.Pids = c.Int64("pids")
-	spec.Limits.CPUs = c.Float64("cpus")
-	if spec.Limits.Pids <= 0 || spec.Limits.CPUs <= 0 {
-		return nil, noop, usageError("--pids and --cpus must be positive")
 	}
 	spec.Timeout = c.Duration("timeout")
 	if spec.Timeout <= 0 {

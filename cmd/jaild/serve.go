@@ -289,24 +289,12 @@ func serveLogger(c *cli.Context) (*slog.Logger, error) {
 func serveMaxima(c *cli.Context) (server.Maxima, error) {
 	var m server.Maxima
 	var err error
-	if m.Limits.Memory, err = sizeFlag(c, "max-memory"); err != nil {
+	if m.Limits, m.MaxOutput, err = limitFlags(c, "max-"); err != nil {
 		return m, err
 	}
-	if m.Limits.TmpfsSize, err = sizeFlag(c, "max-tmpfs-size"); err != nil {
-		return m, err
-	}
-	if m.MaxOutput, err = sizeFlag(c, "max-output"); err != nil {
-		return m, err
-	}
-	m.Limits.Pids = c.Int64("max-pids")
-	m.Limits.CPUs = c.Float64("max-cpus")
 	m.Timeout = c.Duration("max-timeout")
-	l := m.Limits
-	if l.Memory <= 0 || l.TmpfsSize <= 0 || m.MaxOutput <= 0 || l.Pids <= 0 || l.CPUs <= 0 || m.Timeout <= 0 {
-		return m, usageError("every --max-* limit must be positive")
-	}
-	if err := l.Validate(); err != nil {
-		return m, usageError("--max-*: %v", err)
+	if m.Timeout <= 0 {
+		return m, usageError("--max-timeout must be positive")
 	}
 	if m.Timeout > jail.MaxTimeout {
 		return m, usageError("--max-timeout %v: at most %v", m.Timeout, jail.MaxTimeout)
