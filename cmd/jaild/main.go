@@ -10,7 +10,7 @@
 // sandbox, since libcontainer starts the binary again as the container's
 // init. The lean build's serve, mcp and remote execute the complete build,
 // installed as jaild-server next to it (see frontend_lean.go).
-// scripts/setup.sh builds and installs the pair.
+// scripts/setup.sh builds the pair into bin/.
 package main
 
 import (
