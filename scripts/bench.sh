@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench.sh: sandboxes per second and latency for `true`, in one run, side by
-# side: a one-shot `jaild run -- true`, Debian's `runc run` on a user-namespace
-# OCI bundle, and Debian's `bwrap --unshare-all`; then the Go benchmarks of
-# package jail, and the HTTP daemon under load when scripts/loadgen exists.
+# side: a one-shot `jaild run -- true` (and the same with jaild-server, the
+# complete build, to measure the lean build's gain), Debian's `runc run` on a
+# user-namespace OCI bundle, and Debian's `bwrap --unshare-all`; then the Go
+# benchmarks of package jail, and the HTTP daemon under load when
+# scripts/loadgen exists.
 #
 #   sudo scripts/bench.sh                 # bin/jaild, 200 runs per measurement
 #   sudo JAILD=/usr/local/bin/jaild BENCH_N=500 scripts/bench.sh
@@ -179,9 +181,20 @@ else
 fi
 run_jaild > "$T/jaild.out" 2>&1 || die "jaild run -- true fails: $(head -c 300 "$T/jaild.out")"
 
+# jaild-server: the complete build (see README, Building) running the same
+# one-shot, so that the lean build's gain is measured in the same run.
+JSERVER=$(dirname "$JAILD")/jaild-server
+run_jaild-server() { "$JSERVER" run --state-dir "$JSTATE" -- true; }
+if [ -x "$JSERVER" ] && run_jaild-server > "$T/jaild-server.out" 2>&1; then
+  TOOLS+=(jaild-server)
+else
+  echo "bench: no working jaild-server next to $JAILD, left out" >&2
+fi
+
 cmdline() {
   case $1 in
     jaild) echo "$JAILD run --state-dir $JSTATE -- true" ;;
+    jaild-server) echo "$JSERVER run --state-dir $JSTATE -- true" ;;
     runc) echo "runc --root $RUNC_ROOT run --bundle $B jaild-bench-h" ;;
     bwrap) echo "${BWRAP[*]}" ;;
   esac
@@ -251,13 +264,13 @@ echo
 if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then cgmode=v2; else cgmode=v1; fi
 # The load average says whether anything else competed for the cores.
 echo "== results ($(nproc) cores, kernel $(uname -r), cgroup $cgmode, load $(cut -d' ' -f1-3 /proc/loadavg))"
-printf '%-6s %12s %10s %10s %10s\n' tool median_ms p90_ms 'sbx/s@1' 'sbx/s@2'
+printf '%-13s %10s %10s %10s %10s\n' tool median_ms p90_ms 'sbx/s@1' 'sbx/s@2'
 for t in "${TOOLS[@]}"; do
-  printf '%-6s %12s %10s %10s %10s\n' "$t" "${MED[$t]}" "${P90[$t]}" "${RATE1[$t]}" "${RATE2[$t]}"
+  printf '%-13s %10s %10s %10s %10s\n' "$t" "${MED[$t]}" "${P90[$t]}" "${RATE1[$t]}" "${RATE2[$t]}"
 done
 # ratio A B: A/B to two decimals.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
-for o in runc bwrap; do
+for o in jaild-server runc bwrap; do
   [ -n "${MED[$o]:-}" ] || continue
   echo "jaild/$o: latency $(ratio "${MED[jaild]}" "${MED[$o]}")x (lower is better)," \
     "sandboxes/s $(ratio "${RATE1[jaild]}" "${RATE1[$o]}")x @1, $(ratio "${RATE2[jaild]}" "${RATE2[$o]}")x @2 (higher is better)"
