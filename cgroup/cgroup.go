@@ -326,7 +326,9 @@ func v1Controllers(dirs []string, names ...cgroup1.Name) (path cgroup1.Path, hie
 		}
 		switch n {
 		case cgroup1.Memory:
-			subs = append(subs, cgroup1.NewMemory(Root))
+			// Usage readings need the memory counters themselves, not
+			// the 12 files of swap, kernel and TCP buffer counters.
+			subs = append(subs, cgroup1.NewMemory(Root, cgroup1.IgnoreModules("memsw", "kmem", "kmem.tcp")))
 		case cgroup1.Cpu:
 			subs = append(subs, cgroup1.NewCpu(Root))
 		case cgroup1.Cpuacct:
