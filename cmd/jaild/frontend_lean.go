@@ -40,13 +40,37 @@ func frontEnd(name, usage string) *cli.Command {
 	}
 }
 
-// serverPath is where jaild-server must be: next to this binary.
+// serverPath is where jaild-server must be: next to this binary. As jaild
+// runs it as root, it must be as safe from tampering as jaild itself:
+// owned by jaild's owner, writable by no one else, in a directory no one
+// else may write to.
 func serverPath() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("cannot find this binary to find %s next to it: %w", serverBinary, err)
 	}
-	return filepath.Join(filepath.Dir(exe), serverBinary), nil
+	bin := filepath.Join(filepath.Dir(exe), serverBinary)
+	var self, srv, dir unix.Stat_t
+	if err := unix.Stat(exe, &self); err != nil {
+		return bin, fmt.Errorf("stat %s: %w", exe, err)
+	}
+	if err := unix.Stat(bin, &srv); err != nil {
+		return bin, fmt.Errorf("stat %s: %w", bin, err)
+	}
+	if err := unix.Stat(filepath.Dir(bin), &dir); err != nil {
+		return bin, fmt.Errorf("stat %s: %w", filepath.Dir(bin), err)
+	}
+	switch {
+	case srv.Mode&unix.S_IFMT != unix.S_IFREG:
+		return bin, fmt.Errorf("%s is not a regular file", bin)
+	case srv.Uid != self.Uid:
+		return bin, fmt.Errorf("%s is owned by uid %d, jaild by uid %d", bin, srv.Uid, self.Uid)
+	case srv.Mode&0o022 != 0:
+		return bin, fmt.Errorf("%s is writable by group or others (mode %o)", bin, srv.Mode&0o7777)
+	case dir.Mode&0o002 != 0:
+		return bin, fmt.Errorf("%s is writable by others (mode %o)", filepath.Dir(bin), dir.Mode&0o7777)
+	}
+	return bin, nil
 }
 
 // execServer replaces the process with jaild-server COMMAND ARGS..., with
@@ -56,9 +80,8 @@ func execServer(command string, args []string) error {
 	if err == nil {
 		argv := append([]string{bin, command}, args...)
 		err = unix.Exec(bin, argv, os.Environ())
-		err = fmt.Errorf("%s is run by %s, which cannot be executed: %w (scripts/setup.sh installs it next to jaild)", command, bin, err)
 	}
-	return cli.Exit(err.Error(), exitInternal)
+	return cli.Exit(fmt.Sprintf("%s is run by %s, which cannot be executed: %v (scripts/setup.sh builds it next to jaild)", command, bin, err), exitInternal)
 }
 
 // frontEnds is jaild doctor's finding on jaild-server.
@@ -69,7 +92,7 @@ func frontEnds() jail.Finding {
 		err = unix.Access(bin, unix.X_OK)
 	}
 	if err != nil {
-		f.Detail = fmt.Sprintf("serve, mcp and remote need %s next to jaild: %v", serverBinary, err)
+		f.Detail = fmt.Sprintf("serve, mcp and remote need a usable %s next to jaild: %v", serverBinary, err)
 		return f
 	}
 	f.OK, f.Detail = true, "serve, mcp and remote run "+bin

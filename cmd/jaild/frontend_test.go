@@ -74,6 +74,21 @@ func TestFrontEndStandIns(t *testing.T) {
 	if want := filepath.Join(dir, "jaild-server"); !strings.Contains(string(out), want) {
 		t.Errorf("lone jaild serve: error does not name %s: %s", want, out)
 	}
+	// A jaild-server that others could have replaced is never run.
+	if err := os.WriteFile(filepath.Join(dir, "jaild-server"), []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "jaild-server"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(lone, "serve").CombinedOutput()
+	if code := exitCode(err); code != exitInternal || strings.Contains(string(out), "ran") || !strings.Contains(string(out), "writable by group or others") {
+		t.Errorf("lone jaild serve next to a world-writable jaild-server: exit %d\n%s", code, out)
+	}
+	if err := os.Remove(filepath.Join(dir, "jaild-server")); err != nil {
+		t.Fatal(err)
+	}
+
 	// doctor warns, and still passes: run and doctor need no front end.
 	in := newInstall(t)
 	doctor := in.cmd("doctor")
