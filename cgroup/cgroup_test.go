@@ -16,7 +16,7 @@ import (
 // that no other goroutine, Warm's included, ever runs there.
 func init() { runtime.LockOSThread() }
 
-func testParent(t *testing.T) *Parent {
+func testParent(t testing.TB) *Parent {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create cgroups")
@@ -129,7 +129,7 @@ func TestReadUsage(t *testing.T) {
 
 // mkGroup creates the child cgroup name of p the way libcontainer would,
 // and removes it at cleanup.
-func mkGroup(t *testing.T, p *Parent, name string) *Group {
+func mkGroup(t testing.TB, p *Parent, name string) *Group {
 	t.Helper()
 	g := p.Child(name)
 	t.Cleanup(func() { _ = g.Remove() })
@@ -254,5 +254,16 @@ func TestWarm(t *testing.T) {
 	}
 	if string(before) != string(after) {
 		t.Errorf("Warm moved the process itself:\nbefore %s\nafter %s", before, after)
+	}
+}
+
+// BenchmarkGroupRead measures reading a sandbox's usage, which every run
+// does once, after its command ends and before its cgroup goes.
+func BenchmarkGroupRead(b *testing.B) {
+	g := mkGroup(b, testParent(b), "bench-read")
+	for b.Loop() {
+		if _, err := g.Read(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

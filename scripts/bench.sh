@@ -3,7 +3,7 @@
 # side: a one-shot `jaild run -- true` (and the same with jaild-server, the
 # complete build, to measure the lean build's gain), Debian's `runc run` on a
 # user-namespace OCI bundle, and Debian's `bwrap --unshare-all`; then the Go
-# benchmarks of package jail, and the HTTP daemon under load when
+# benchmarks of packages jail and cgroup, and the HTTP daemon under load when
 # scripts/loadgen exists.
 #
 #   sudo scripts/bench.sh                 # bin/jaild, 200 runs per measurement
@@ -287,8 +287,8 @@ fi
 if [ "${BENCH_GO:-1}" != 0 ] && command -v go > /dev/null &&
   grep -qs '^func Benchmark' jail/*_test.go; then
   echo
-  echo "== go test -tags seccomp -run '^\$' -bench . -benchtime $GOTIME ./jail"
-  timeout 900 go test -tags seccomp -run '^$' -bench . -benchtime "$GOTIME" -count 1 ./jail ||
+  echo "== go test -tags seccomp -run '^\$' -bench . -benchtime $GOTIME ./jail ./cgroup"
+  timeout 900 go test -tags seccomp -run '^$' -bench . -benchtime "$GOTIME" -count 1 ./jail ./cgroup ||
     echo "bench: the Go benchmarks failed" >&2
 fi
 
