@@ -77,7 +77,15 @@ PY
   fi
 }
 
-# --- the three sandboxes -----------------------------------------------------
+# --- the sandboxes compared --------------------------------------------------
+# probe TOOL: keeps TOOL in the comparison if one run of it (run_TOOL) works.
+probe() {
+  if "run_$1" 0 > "$T/$1.out" 2>&1; then
+    TOOLS+=("$1")
+  else
+    echo "bench: $1 fails here, left out: $(head -c 300 "$T/$1.out")" >&2
+  fi
+}
 TOOLS=(jaild)
 JSTATE=$T/jaild-state
 run_jaild() { "$JAILD" run --state-dir "$JSTATE" -- true; }
@@ -155,11 +163,7 @@ EOF
   # One id per worker: `runc run` deletes its container when it exits, so a
   # worker reuses its id; the cleanup trap deletes any that survive.
   run_runc() { runc --root "$RUNC_ROOT" run --bundle "$B" "jaild-bench-${1:-0}" < /dev/null; }
-  if run_runc 0 > "$T/runc.out" 2>&1; then
-    TOOLS+=(runc)
-  else
-    echo "bench: runc run fails here, left out: $(head -c 300 "$T/runc.out")" >&2
-  fi
+  probe runc
 else
   echo "bench: runc or busybox missing (apt-get install runc busybox-static), runc left out" >&2
 fi
@@ -171,11 +175,7 @@ if command -v bwrap > /dev/null; then
   done
   BWRAP+=(--proc /proc --dev /dev --tmpfs /tmp --tmpfs /work --chdir /work /usr/bin/true)
   run_bwrap() { "${BWRAP[@]}" < /dev/null; }
-  if run_bwrap 0 > "$T/bwrap.out" 2>&1; then
-    TOOLS+=(bwrap)
-  else
-    echo "bench: bwrap fails here, left out: $(head -c 300 "$T/bwrap.out")" >&2
-  fi
+  probe bwrap
 else
   echo "bench: bwrap missing (apt-get install bubblewrap), left out" >&2
 fi
@@ -185,10 +185,10 @@ run_jaild > "$T/jaild.out" 2>&1 || die "jaild run -- true fails: $(head -c 300 "
 # one-shot, so that the lean build's gain is measured in the same run.
 JSERVER=$(dirname "$JAILD")/jaild-server
 run_jaild-server() { "$JSERVER" run --state-dir "$JSTATE" -- true; }
-if [ -x "$JSERVER" ] && run_jaild-server > "$T/jaild-server.out" 2>&1; then
-  TOOLS+=(jaild-server)
+if [ -x "$JSERVER" ]; then
+  probe jaild-server
 else
-  echo "bench: no working jaild-server next to $JAILD, left out" >&2
+  echo "bench: no jaild-server next to $JAILD, left out" >&2
 fi
 
 cmdline() {
