@@ -458,15 +458,9 @@ func TestMCPCancellationKillsRun(t *testing.T) {
 
 func TestMCPDisconnectKillsRun(t *testing.T) {
 	b := newBlockingRunner()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(b, MCPOptions{}).Connect(context.Background(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
 	// A raw connection, so the "client" can vanish without the polite
 	// cancellation the SDK client sends on Close.
-	conn := rawConn(t, ct)
+	conn := rawConn(t, b)
 	conn.send(t, 1, "initialize", initParams("2025-11-25"))
 	if r := conn.response(t); r.Error != nil {
 		t.Fatalf("initialize: %v", r.Error)
@@ -657,9 +651,17 @@ type raw struct {
 	mcp.Connection
 }
 
-func rawConn(t *testing.T, tr mcp.Transport) raw {
+// rawConn serves NewMCPServer(r) over in-memory transports and returns a
+// raw connection to it.
+func rawConn(t *testing.T, r Runner) raw {
 	t.Helper()
-	c, err := tr.Connect(context.Background())
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := NewMCPServer(r, MCPOptions{}).Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	c, err := ct.Connect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -715,13 +717,7 @@ func TestMCPProtocolNegotiation(t *testing.T) {
 		{"2099-01-01", "2025-11-25"}, // unknown: the server offers its newest handshake version
 	} {
 		t.Run(tt.client, func(t *testing.T) {
-			st, ct := mcp.NewInMemoryTransports()
-			ss, err := NewMCPServer(&fakeRunner{}, MCPOptions{}).Connect(context.Background(), st, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ss.Close() })
-			c := rawConn(t, ct)
+			c := rawConn(t, &fakeRunner{})
 			c.send(t, 1, "initialize", initParams(tt.client))
 			r := c.response(t)
 			var res struct {
@@ -742,13 +738,7 @@ func TestMCPProtocolNegotiation(t *testing.T) {
 }
 
 func TestMCPUnknownMethodsGetJSONRPCErrors(t *testing.T) {
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(&fakeRunner{}, MCPOptions{}).Connect(context.Background(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	c := rawConn(t, ct)
+	c := rawConn(t, &fakeRunner{})
 	// A client of a newer protocol probes before initializing; the
 	// legacy-style probe (no per-request _meta) must fail cleanly so
 	// that it falls back to initialize.
