@@ -108,18 +108,36 @@ func (p *Parent) WarmStats() (made, failed int64) {
 }
 
 // rmdir removes the parent directory dir. The one Warm uses may still hold,
-// for a moment, the thread Warm moved there, on its way out.
+// for a moment, a thread Warm moved there (this jaild's or another's) on its
+// way out, so a busy rmdir is retried for up to a second. Only child cgroups
+// (another jaild's sandboxes) end the retries early: an empty tasks file
+// does not, as the thread may have left between the failed rmdir and the
+// look at the file, which used to leave the directory behind.
 func (p *Parent) rmdir(dir string) error {
 	err := unix.Rmdir(dir)
 	if dir != p.warmDir {
 		return err
 	}
 	for deadline := time.Now().Add(time.Second); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); {
-		if tasks, rerr := os.ReadFile(filepath.Join(dir, "tasks")); rerr != nil || len(tasks) == 0 {
-			break // busy with child cgroups, not with a thread
+		if hasChildren(dir) {
+			break
 		}
 		time.Sleep(time.Millisecond)
 		err = unix.Rmdir(dir)
 	}
 	return err
+}
+
+// hasChildren reports whether the cgroup dir has child cgroups.
+func hasChildren(dir string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			return true
+		}
+	}
+	return false
 }
