@@ -238,6 +238,7 @@ func (p *Pool) serves(spec *Spec) bool {
 // handover gives a waiting sandbox its command and collects the result.
 func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, error) {
 	defer w.status.Close()
+	w.r.started = time.Now() // the shell runs the script as it arrives
 	_, err := w.script.WriteString(poolScript(cmd))
 	w.script.Close()
 	if err != nil {

@@ -75,7 +75,10 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 // running is a process started in a sandbox, with the parent's ends of its
 // pipes.
 type running struct {
-	p          *libcontainer.Process
+	p *libcontainer.Process
+	// started is when the command was released to run: the timeout and
+	// Duration count from it.
+	started    time.Time
 	outR, errR *os.File
 	// stdinW, if not nil, is fed from stdin once the command runs.
 	stdinW *os.File
@@ -117,7 +120,14 @@ func (s *Sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 		closers = append(closers, stdinR, r.stdinW)
 		p.Stdin = stdinR
 	}
-	if err := s.c.Run(p); err != nil {
+	// Start, then release the command with Exec, noting when: the init
+	// may be slow to report back, and a quick command ends before Run
+	// would return.
+	if err := s.c.Start(p); err != nil {
+		return nil, err
+	}
+	r.started = time.Now()
+	if err := s.c.Exec(); err != nil {
 		return nil, err
 	}
 	// The container holds its own copies now; ours would keep the
@@ -134,7 +144,8 @@ func (s *Sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 }
 
 // collect waits for a started command under cmd's timeout, drains its
-// output and reads the verdict. The timeout and Duration count from here.
+// output and reads the verdict. The timeout and Duration count from
+// r.started.
 func (s *Sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Result, error) {
 	defer r.outR.Close()
 	defer r.errR.Close()
@@ -146,9 +157,8 @@ func (s *Sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 	if maxOut == 0 {
 		maxOut = DefaultMaxOutput
 	}
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	runCtx, cancel := context.WithDeadline(ctx, r.started.Add(timeout))
 	defer cancel()
-	start := time.Now()
 
 	if r.stdinW != nil {
 		// Abandoned if in.Read blocks past the command's end, like
@@ -200,7 +210,7 @@ func (s *Sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 			wr.err = errors.New("sandbox init did not exit after SIGKILL")
 		}
 	}
-	res.Duration = time.Since(start)
+	res.Duration = time.Since(r.started)
 
 	// Output written before the end is still in the pipes: drain it, but
 	// not forever if a process of the sandbox lingers in the kernel.
