@@ -34,6 +34,9 @@ type Result struct {
 	// PidsLimitHit: a fork or clone was refused by the pids limit.
 	PidsLimitHit bool `json:"pids_limit_hit"`
 
+	// Duration is the command's wall-clock time, from its release to its
+	// end (the timeout counts from the same moment), not the sandbox's
+	// set-up and teardown.
 	Duration   time.Duration `json:"-"`
 	DurationMS int64         `json:"duration_ms"`
 	CPUTime    time.Duration `json:"-"`
