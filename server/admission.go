@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/jaild/jaild/jail"
 )
@@ -13,7 +18,20 @@ import (
 // ErrBusy is returned by an [Admitter] when a run can neither start nor
 // wait: the queue is full, or the run waited its maximum in the queue.
 // Front ends answer it with "try again later" (HTTP 429 with Retry-After).
+// The error returned is a *BusyError, which matches ErrBusy with errors.Is.
 var ErrBusy = errors.New("server: too many sandboxes running, try again later")
+
+// BusyError is ErrBusy with an estimate of when a slot may be free.
+type BusyError struct {
+	// RetryAfter is how long the queue ahead should take to drain, from
+	// the recent runs' duration; at least a second.
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string { return ErrBusy.Error() }
+
+// Is makes errors.Is(err, ErrBusy) true.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // AdmitOptions bound the sandboxes of one daemon.
 type AdmitOptions struct {
@@ -27,32 +45,44 @@ type AdmitOptions struct {
 	// MaxWait is how long a queued run waits for a slot before it is
 	// refused. Zero means DefaultQueueWait.
 	MaxWait time.Duration
+	// MaxOutputMemory bounds the memory that the output of all admitted
+	// runs may take: each run holds twice its MaxOutput (stdout and
+	// stderr) from admission until its result is written, and waits in
+	// the queue while that much is not free. Zero means
+	// DefaultMaxOutputMemory.
+	MaxOutputMemory int64
 	// Metrics, if non-nil, gets the queue depth and the refusals.
 	Metrics *Metrics
 }
 
 // Defaults for AdmitOptions.
 const (
-	DefaultMaxConcurrent = 8
-	DefaultQueueWait     = 10 * time.Second
+	DefaultMaxConcurrent   = 8
+	DefaultQueueWait       = 10 * time.Second
+	DefaultMaxOutputMemory = 64 << 20
 )
 
 // Admitter is a Runner decorator that admits at most MaxConcurrent runs into
-// the next Runner at once, queues up to MaxQueue more for at most MaxWait
-// each, and refuses the rest with [ErrBusy]. Its memory and goroutines are
-// bounded by MaxConcurrent+MaxQueue callers: a refused run costs nothing.
+// the next Runner at once, within MaxOutputMemory, queues up to MaxQueue more
+// for at most MaxWait each, and refuses the rest with [ErrBusy]. Its memory
+// and goroutines are bounded by MaxConcurrent+MaxQueue callers: a refused run
+// costs nothing.
 type Admitter struct {
 	next    Runner
 	slots   chan struct{} // a token per running run
+	output  *outputBudget
 	maxQ    int64
 	maxWait time.Duration
 	queued  atomic.Int64
 	metrics *Metrics
+	// avgRun is a moving average of the runs' time in the jail, in
+	// nanoseconds, for the Retry-After estimate.
+	avgRun atomic.Int64
 }
 
 // Admit wraps r with admission control.
 func Admit(r Runner, o AdmitOptions) (*Admitter, error) {
-	if o.MaxConcurrent < 0 || o.MaxQueue < 0 || o.MaxWait < 0 {
+	if o.MaxConcurrent < 0 || o.MaxQueue < 0 || o.MaxWait < 0 || o.MaxOutputMemory < 0 {
 		return nil, fmt.Errorf("server: negative admission option in %+v", o)
 	}
 	if o.MaxConcurrent == 0 {
@@ -61,9 +91,13 @@ func Admit(r Runner, o AdmitOptions) (*Admitter, error) {
 	if o.MaxWait == 0 {
 		o.MaxWait = DefaultQueueWait
 	}
+	if o.MaxOutputMemory == 0 {
+		o.MaxOutputMemory = DefaultMaxOutputMemory
+	}
 	a := &Admitter{
 		next:    r,
 		slots:   make(chan struct{}, o.MaxConcurrent),
+		output:  newOutputBudget(o.MaxOutputMemory),
 		maxQ:    int64(o.MaxQueue),
 		maxWait: o.MaxWait,
 		metrics: o.Metrics,
@@ -78,44 +112,192 @@ func (a *Admitter) Running() int { return len(a.slots) }
 // Queued is the number of runs waiting for a slot.
 func (a *Admitter) Queued() int { return int(a.queued.Load()) }
 
+// OutputMemory is the output memory held by admitted runs and its bound.
+func (a *Admitter) OutputMemory() (held, max int64) { return a.output.held.Load(), a.output.size }
+
 // Run implements Runner.
 func (a *Admitter) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 	t0 := time.Now()
-	if err := a.acquire(ctx); err != nil {
+	mem := outputMemory(spec)
+	if mem > a.output.size {
+		return nil, &jail.InvalidError{Field: "max_output_bytes", Reason: fmt.Sprintf(
+			"%d per stream needs %d bytes, more than the daemon's output memory of %d", spec.MaxOutput, mem, a.output.size)}
+	}
+	if err := a.acquire(ctx, mem); err != nil {
 		return nil, err
+	}
+	// The output memory is let go once the result is written when the
+	// front end holds it (see withOutputHold), else when the run ends.
+	if h, ok := ctx.Value(outputHoldKey{}).(*outputHold); ok {
+		h.set(func() { a.output.release(mem) })
+	} else {
+		defer a.output.release(mem)
 	}
 	defer func() { <-a.slots }()
 	a.metrics.waited(time.Since(t0))
 	started(ctx)
-	return a.next.Run(ctx, spec)
+	t1 := time.Now()
+	res, err := a.next.Run(ctx, spec)
+	a.observeRun(time.Since(t1))
+	return res, err
 }
 
-func (a *Admitter) acquire(ctx context.Context) error {
-	select {
-	case a.slots <- struct{}{}:
-		return nil
-	default:
+// outputMemory is what spec's output may take: two streams of MaxOutput.
+func outputMemory(spec *jail.Spec) int64 {
+	n := spec.MaxOutput
+	if n == 0 {
+		n = jail.DefaultMaxOutput
 	}
-	// All slots taken: queue, if the queue has room. The counter is
-	// raised before the check so that concurrent callers cannot both
-	// take the last queue place.
+	if n > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return 2 * n
+}
+
+func (a *Admitter) acquire(ctx context.Context, mem int64) error {
+	if a.output.sem.TryAcquire(mem) {
+		select {
+		case a.slots <- struct{}{}:
+			a.output.note(mem)
+			return nil
+		default:
+			a.output.sem.Release(mem)
+		}
+	}
+	// All slots or the output memory taken: queue, if the queue has room.
+	// The counter is raised before the check so that concurrent callers
+	// cannot both take the last queue place.
 	if a.queued.Add(1) > a.maxQ {
 		a.queued.Add(-1)
-		a.metrics.rejected(rejectBusy)
-		return ErrBusy
+		return a.busy()
 	}
 	defer a.queued.Add(-1)
-	t := time.NewTimer(a.maxWait)
-	defer t.Stop()
+	wctx, cancel := context.WithTimeout(ctx, a.maxWait)
+	defer cancel()
+	if err := a.output.acquire(wctx, mem); err != nil {
+		return a.waitFailed(ctx)
+	}
 	select {
 	case a.slots <- struct{}{}:
 		return nil
-	case <-t.C:
-		a.metrics.rejected(rejectBusy)
-		return ErrBusy
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-wctx.Done():
+		a.output.release(mem)
+		return a.waitFailed(ctx)
 	}
+}
+
+// waitFailed is the error of a wait in the queue that ended without a slot:
+// the caller gave up, or the wait expired.
+func (a *Admitter) waitFailed(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		a.metrics.abandoned()
+		return err
+	}
+	return a.busy()
+}
+
+func (a *Admitter) busy() error {
+	a.metrics.rejected(rejectBusy)
+	return &BusyError{RetryAfter: a.retryAfter()}
+}
+
+// retryAfter estimates when a run refused now could be admitted: the queue
+// ahead of it, plus itself, run through the slots at the recent pace.
+func (a *Admitter) retryAfter() time.Duration {
+	avg := time.Duration(a.avgRun.Load())
+	d := avg * time.Duration(a.queued.Load()+1) / time.Duration(cap(a.slots))
+	return min(max(d, time.Second), a.maxWait+time.Minute)
+}
+
+// observeRun folds d into the moving average of run times (weight 1/8).
+func (a *Admitter) observeRun(d time.Duration) {
+	for {
+		old := a.avgRun.Load()
+		next := int64(d)
+		if old != 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if a.avgRun.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// outputBudget is the output memory that admitted runs may hold. When the
+// last holder of a large share lets go, it hands the freed memory back to
+// the operating system: Go's scavenger would return it only gradually,
+// leaving a daemon that once served a big output large for minutes.
+type outputBudget struct {
+	sem  *semaphore.Weighted
+	size int64
+	held atomic.Int64
+	peak atomic.Int64 // most held since the memory was last given back
+}
+
+// freeThreshold is the peak of held output memory above which the daemon
+// gives memory back to the system once nothing is held any more.
+const freeThreshold = 8 << 20
+
+func newOutputBudget(size int64) *outputBudget {
+	return &outputBudget{sem: semaphore.NewWeighted(size), size: size}
+}
+
+func (b *outputBudget) acquire(ctx context.Context, n int64) error {
+	if err := b.sem.Acquire(ctx, n); err != nil {
+		return err
+	}
+	b.note(n)
+	return nil
+}
+
+func (b *outputBudget) note(n int64) {
+	h := b.held.Add(n)
+	for p := b.peak.Load(); h > p && !b.peak.CompareAndSwap(p, h); p = b.peak.Load() {
+	}
+}
+
+func (b *outputBudget) release(n int64) {
+	b.sem.Release(n)
+	if b.held.Add(-n) == 0 && b.peak.Load() > freeThreshold {
+		b.peak.Store(0)
+		go debug.FreeOSMemory()
+	}
+}
+
+// outputHold lets a front end keep a run's output memory reserved until it
+// has written the result: the admitter hands it the release.
+type outputHold struct {
+	mu      sync.Mutex
+	release func()
+	done    bool
+}
+
+type outputHoldKey struct{}
+
+// withOutputHold returns ctx carrying a hold, and the function that lets
+// the held memory go; call it once the result is written (or dropped).
+func withOutputHold(ctx context.Context) (context.Context, func()) {
+	h := &outputHold{}
+	return context.WithValue(ctx, outputHoldKey{}, h), h.let
+}
+
+func (h *outputHold) set(release func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		release()
+		return
+	}
+	h.release = release
+}
+
+func (h *outputHold) let() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.done && h.release != nil {
+		h.release()
+	}
+	h.done = true
 }
 
 // startedKey carries functions to call once a run is admitted: /raw uses it

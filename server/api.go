@@ -1,6 +1,10 @@
 package server
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jaild/jaild/jail"
@@ -26,7 +30,7 @@ type Request struct {
 	// same for arbitrary bytes, base64-encoded. At most one may be set.
 	// Without either the command reads /dev/null.
 	Stdin    *string `json:"stdin,omitempty"`
-	StdinB64 []byte  `json:"stdin_b64,omitempty"`
+	StdinB64 Base64  `json:"stdin_b64,omitempty"`
 
 	// Env adds environment variables to the sandbox's fixed ones.
 	Env map[string]string `json:"env,omitempty"`
@@ -71,9 +75,16 @@ type Verdict struct {
 // Response is the body of a successful POST /run: the first seed's
 // {stdout, stderr, exit_code, duration_ms} extended with the jail's verdict.
 // A command that fails, times out or is killed is still a successful run.
+//
+// Stdout and Stderr are the output as text when it is valid UTF-8. Output
+// that is not is sent exactly, base64-encoded, in StdoutB64 or StderrB64
+// instead, and its text field is empty. The daemon writes this body as it
+// encodes it (see writeResult), in this field order.
 type Response struct {
-	Stdout string `json:"stdout"`
-	Stderr string `json:"stderr"`
+	Stdout    string `json:"stdout"`
+	StdoutB64 []byte `json:"stdout_b64,omitempty"`
+	Stderr    string `json:"stderr"`
+	StderrB64 []byte `json:"stderr_b64,omitempty"`
 	// ExitCode is the command's exit status, or -1 if a signal killed it.
 	ExitCode int `json:"exit_code"`
 	Verdict
@@ -127,6 +138,7 @@ const (
 	CodeInvalid          = "invalid"                // 400: a field is wrong; see Field
 	CodeBadJSON          = "bad_json"               // 400: malformed JSON or unknown field
 	CodeUnauthorized     = "unauthorized"           // 401
+	CodeForbidden        = "forbidden"              // 403: Host or Origin not allowed
 	CodeTooLarge         = "too_large"              // 413: body above the limit
 	CodeUnsupportedMedia = "unsupported_media_type" // 415: not application/json
 	CodeBodyTimeout      = "body_timeout"           // 408: body not sent in time
@@ -164,6 +176,10 @@ const (
 	VerdictNotFound      = "not_found"
 	VerdictNotExecutable = "not_executable"
 	VerdictError         = "error"
+	// VerdictRejected: the HTTP request was refused before it became a
+	// run (bad body, authentication, Host or Origin, draining); the
+	// record's reason says which.
+	VerdictRejected = "rejected"
 )
 
 // AuditRecord is one line of the audit log: who ran what, with which limits,
@@ -181,13 +197,21 @@ type AuditRecord struct {
 	Command       []string `json:"command,omitempty"`
 	// EnvKeys lists the names of the requested variables; values may be
 	// secrets and are never logged.
-	EnvKeys    []string    `json:"env_keys,omitempty"`
-	Cwd        string      `json:"cwd,omitempty"`
-	StdinBytes int64       `json:"stdin_bytes,omitempty"`
-	Limits     AuditLimits `json:"limits"`
+	EnvKeys []string `json:"env_keys,omitempty"`
+	// Description is what the caller said the command is for (the MCP
+	// bash tool's description).
+	Description string      `json:"description,omitempty"`
+	Cwd         string      `json:"cwd,omitempty"`
+	StdinBytes  int64       `json:"stdin_bytes,omitempty"`
+	Limits      AuditLimits `json:"limits"`
 
 	Verdict string `json:"verdict"`
-	Error   string `json:"error,omitempty"`
+	// Reason is, for VerdictRejected, the requests_rejected_total reason
+	// ("bad_json", "unauthorized", "forbidden", ...); Status the HTTP
+	// status of the refusal.
+	Reason string `json:"reason,omitempty"`
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
 	// SandboxID is the jail's id of the sandbox, empty if none was built.
 	SandboxID       string `json:"sandbox_id,omitempty"`
 	ExitCode        *int   `json:"exit_code,omitempty"`
@@ -229,12 +253,24 @@ func verdictOf(res *jail.Result) Verdict {
 	}
 }
 
-// responseOf is the /run answer for a Result.
-func responseOf(res *jail.Result) *Response {
-	return &Response{
-		Stdout:   res.Stdout,
-		Stderr:   res.Stderr,
-		ExitCode: res.ExitCode,
-		Verdict:  verdictOf(res),
+// Base64 is stdin_b64: bytes sent as a base64 string. Unlike a
+// plain []byte field, which encoding/json also fills from an array of
+// numbers, it takes a string only: a request has one spelling.
+type Base64 []byte
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (b *Base64) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil
 	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return errors.New("stdin_b64 must be a base64 string")
+	}
+	dec, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return fmt.Errorf("stdin_b64 is not base64: %w", err)
+	}
+	*b = dec
+	return nil
 }

@@ -29,66 +29,109 @@ type AuditOptions struct {
 	Now func() time.Time
 }
 
-// Audit returns a Runner that writes one [AuditRecord] as a JSON line to w
-// for every run of r, refused ones included, once the run has ended. It
-// never writes the command's output. Writes are serialized, each record in a
-// single Write, so w may be a file shared by several writers in O_APPEND
-// mode. A failing w does not fail runs: the error is logged.
-func Audit(r Runner, w io.Writer, o AuditOptions) Runner {
+// AuditLog writes one [AuditRecord] per JSON line to a writer. Writes are
+// serialized, each record in a single Write, so the writer may be a file
+// shared by several writers in O_APPEND mode. A failing writer does not fail
+// runs: the error is logged.
+type AuditLog struct {
+	o  AuditOptions
+	mu sync.Mutex // serializes writes to w
+	w  io.Writer
+}
+
+// NewAuditLog returns an AuditLog writing to w.
+func NewAuditLog(w io.Writer, o AuditOptions) *AuditLog {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Logger == nil {
 		o.Logger = discard
 	}
-	return &auditor{next: r, w: w, o: o}
+	return &AuditLog{w: w, o: o}
+}
+
+// Audit returns a Runner that writes a record to l for every run of r,
+// refused ones included, once the run has ended. It never writes the
+// command's output.
+func Audit(r Runner, l *AuditLog) Runner {
+	return &auditor{next: r, log: l}
 }
 
 type auditor struct {
 	next Runner
-	o    AuditOptions
-	mu   sync.Mutex // serializes writes to w
-	w    io.Writer
+	log  *AuditLog
 }
 
 func (a *auditor) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
-	start := a.o.Now()
+	start := a.log.o.Now()
 	var admitted time.Time
 	var once sync.Once
-	ctx = withStarted(ctx, func() { once.Do(func() { admitted = a.o.Now() }) })
+	ctx = withStarted(ctx, func() { once.Do(func() { admitted = a.log.o.Now() }) })
 
-	// The size of in-memory stdin (what HTTP requests carry) is known up
-	// front; other readers are left alone rather than wrapped, so that the
-	// jail can still hand an *os.File over directly.
-	stdinBytes := int64(-1)
-	if l, ok := spec.Stdin.(interface{ Len() int }); ok {
-		stdinBytes = int64(l.Len())
-	}
 	res, err := a.next.Run(ctx, spec)
 
-	rec := auditRecordOf(ctx, spec, res, err, a.o.LogCommand)
+	rec := a.log.record(ctx, spec, res, err)
 	rec.Time = start
 	if !admitted.IsZero() {
 		rec.WaitMS = admitted.Sub(start).Milliseconds()
 	}
-	if stdinBytes > 0 {
-		rec.StdinBytes = stdinBytes
-	}
-	a.write(rec)
+	a.log.write(rec)
 	return res, err
 }
 
-func (a *auditor) write(rec *AuditRecord) {
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(rec); err != nil {
-		a.o.Logger.Error("audit: encode record", "err", err)
+// refused writes the record of a run refused before it reached the
+// auditor (by the operator's maxima).
+func (l *AuditLog) refused(ctx context.Context, spec *jail.Spec, err error) {
+	if l == nil {
 		return
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, err := a.w.Write(buf.Bytes()); err != nil {
-		a.o.Logger.Error("audit: write record", "request_id", rec.RequestID, "err", err)
+	rec := l.record(ctx, spec, nil, err)
+	rec.Time = l.o.Now()
+	l.write(rec)
+}
+
+// rejected writes the record of an HTTP request refused before it became a
+// run: reason is its requests_rejected_total reason.
+func (l *AuditLog) rejected(ctx context.Context, reason string, status int, msg string) {
+	if l == nil {
+		return
 	}
+	l.write(&AuditRecord{
+		Time:      l.o.Now(),
+		RequestID: RequestIDFromContext(ctx),
+		Caller:    CallerFromContext(ctx),
+		Verdict:   VerdictRejected,
+		Reason:    reason,
+		Status:    status,
+		Error:     msg,
+	})
+}
+
+func (l *AuditLog) write(rec *AuditRecord) {
+	if l == nil {
+		return
+	}
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(rec); err != nil {
+		l.o.Logger.Error("audit: encode record", "err", err)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.w.Write(buf.Bytes()); err != nil {
+		l.o.Logger.Error("audit: write record", "request_id", rec.RequestID, "err", err)
+	}
+}
+
+func (l *AuditLog) record(ctx context.Context, spec *jail.Spec, res *jail.Result, err error) *AuditRecord {
+	rec := auditRecordOf(ctx, spec, res, err, l.o.LogCommand)
+	// The size of in-memory stdin (what HTTP requests carry) is known;
+	// other readers are left alone rather than wrapped, so that the jail
+	// can still hand an *os.File over directly.
+	if s, ok := spec.Stdin.(interface{ Size() int64 }); ok && s.Size() > 0 {
+		rec.StdinBytes = s.Size()
+	}
+	return rec
 }
 
 func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err error, logCommand bool) *AuditRecord {
@@ -97,6 +140,7 @@ func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err e
 		Caller:        CallerFromContext(ctx),
 		CommandSHA256: CommandHash(spec.Args),
 		Cwd:           spec.Dir,
+		Description:   descriptionFromContext(ctx),
 		Limits: AuditLimits{
 			MemoryBytes:    spec.Limits.Memory,
 			Pids:           spec.Limits.Pids,
@@ -136,6 +180,22 @@ func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err e
 		}
 	}
 	return rec
+}
+
+type descriptionKey struct{}
+
+// withDescription returns ctx carrying what the caller said the command is
+// for, for the audit record.
+func withDescription(ctx context.Context, d string) context.Context {
+	if d == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, descriptionKey{}, d)
+}
+
+func descriptionFromContext(ctx context.Context) string {
+	s, _ := ctx.Value(descriptionKey{}).(string)
+	return s
 }
 
 // CommandHash is the hex SHA-256 of args joined by NUL bytes: NUL cannot

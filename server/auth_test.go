@@ -258,7 +258,7 @@ func TestAudit(t *testing.T) {
 
 	t.Run("LogCommand", func(t *testing.T) {
 		var buf bytes.Buffer
-		r := server.Audit(&fake{}, &buf, server.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }})
+		r := server.Audit(&fake{}, server.NewAuditLog(&buf, server.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
 		r.Run(server.WithCaller(context.Background(), "bob"), &jail.Spec{Command: jail.Command{Args: []string{"ls", "-l"}}})
 		var rec server.AuditRecord
 		json.Unmarshal(buf.Bytes(), &rec)

@@ -41,6 +41,70 @@ func TestE2E(t *testing.T) {
 	t.Run("SIGTERM with 20 running kills them after the grace period", func(t *testing.T) { testE2ESigtermKill(t, bin) })
 	t.Run("SIGKILL, restart sweeps the orphans", func(t *testing.T) { testE2ESigkill(t, bin) })
 	t.Run("refuses to serve off loopback without tokens", func(t *testing.T) { testE2ERefuse(t, bin) })
+	t.Run("big outputs stay within the output memory", func(t *testing.T) { testE2EOutputMemory(t, bin) })
+}
+
+// testE2EOutputMemory: 8 concurrent requests that each keep 2x16 MiB of
+// arbitrary bytes keep the daemon under 150 MiB at its peak, and it gives
+// the memory back afterwards. Each answer is complete and exact in size.
+func testE2EOutputMemory(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	d := in.serve(t, "--pool", "0", "--queue-wait", "2m", "--audit-log", "off")
+	const n, size = 8, 16 << 20
+	body := fmt.Sprintf(`{"command":"head -c %d /dev/urandom; head -c %d /dev/urandom >&2","max_output_bytes":%d,"timeout_seconds":120}`, size+4096, size+4096, size)
+	// The runs go two at a time through the default 64 MiB of output
+	// memory: longer than the shared client's timeout on a busy machine.
+	long := &http.Client{Timeout: 5 * time.Minute}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := long.Post(d.url+"/run", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var res server.Response
+			if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != 200 {
+				t.Errorf("status %d: %v", resp.StatusCode, err)
+				return
+			}
+			if len(res.StdoutB64) != size || len(res.StderrB64) != size || !res.StdoutTruncated {
+				t.Errorf("kept %d and %d bytes, want %d each", len(res.StdoutB64), len(res.StderrB64), size)
+			}
+		}()
+	}
+	wg.Wait()
+	pid := d.cmd.Process.Pid
+	if peak := procStatusKB(t, pid, "VmHWM"); peak > 150<<10 {
+		t.Errorf("daemon peak RSS %d KiB, want < 150 MiB", peak)
+	}
+	deadline := time.Now().Add(patience)
+	for procStatusKB(t, pid, "VmRSS") > 60<<10 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if rss := procStatusKB(t, pid, "VmRSS"); rss > 60<<10 {
+		t.Errorf("daemon RSS %d KiB after the runs, want < 60 MiB", rss)
+	}
+}
+
+// procStatusKB reads a "kB" field of /proc/PID/status.
+func procStatusKB(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
 }
 
 // buildJaild builds the binary into the test's temp dir.

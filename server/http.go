@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +54,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := s.opts.Runner.Run(r.Context(), spec)
+	ctx, letOutput := withOutputHold(r.Context())
+	defer letOutput()
+	res, err := s.opts.Runner.Run(ctx, spec)
 	if err == nil && res == nil {
 		err = errNoResult
 	}
@@ -62,7 +65,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.setWriteDeadline(w)
-	writeJSON(w, http.StatusOK, responseOf(res))
+	writeResult(w, res)
 }
 
 // handleRaw answers POST /raw with an NDJSON stream of events while the
@@ -75,7 +78,9 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, letOutput := withOutputHold(r.Context())
+	defer letOutput()
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st := &rawStream{
 		w:            w,
@@ -106,7 +111,7 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		status, e := s.classify(err)
+		status, e := s.classify(err, st.requestID)
 		if status == http.StatusInternalServerError {
 			s.log.Error("run failed", "request_id", st.requestID, "err", err)
 		}
@@ -114,6 +119,9 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := verdictOf(res)
+	// The stream carried every byte the command wrote: nothing was cut
+	// for this client, whatever the jail kept for itself.
+	v.StdoutTruncated, v.StderrTruncated = false, false
 	code := res.ExitCode
 	st.emitLocked(&Event{Event: EventExit, ExitCode: &code, Verdict: &v})
 }
@@ -210,39 +218,33 @@ func (sw rawWriter) Write(p []byte) (int, error) {
 // with the error and returns false.
 func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, bool) {
 	if s.draining.Load() {
-		s.metrics.rejected(rejectShutdown)
-		writeError(w, http.StatusServiceUnavailable, &ErrorResponse{Error: "the server is shutting down", Code: CodeShuttingDown})
+		s.reject(w, r, rejectShutdown, http.StatusServiceUnavailable, &ErrorResponse{Error: "the server is shutting down", Code: CodeShuttingDown})
 		return nil, false
 	}
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if cs, ok := params["charset"]; err == nil && ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		err = errors.New("charset " + cs)
+	}
 	if err != nil || mt != "application/json" {
-		s.metrics.rejected(rejectMedia)
-		writeError(w, http.StatusUnsupportedMediaType, &ErrorResponse{
-			Error: "Content-Type must be application/json", Code: CodeUnsupportedMedia})
+		s.reject(w, r, rejectMedia, http.StatusUnsupportedMediaType, &ErrorResponse{
+			Error: "Content-Type must be application/json (charset utf-8, if given)", Code: CodeUnsupportedMedia})
 		return nil, false
 	}
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 	req, err := DecodeRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
-		// Part of the body may be unread, and net/http would try to
-		// drain it to reuse the connection: close it instead, and keep
-		// the deadline so that nothing waits on this client again.
-		w.Header().Set("Connection", "close")
 		var tooBig *http.MaxBytesError
 		var ne net.Error
 		switch {
 		case errors.As(err, &tooBig):
-			s.metrics.rejected(rejectTooLarge)
-			writeError(w, http.StatusRequestEntityTooLarge, &ErrorResponse{
+			s.reject(w, r, rejectTooLarge, http.StatusRequestEntityTooLarge, &ErrorResponse{
 				Error: "request body larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes", Code: CodeTooLarge})
 		case errors.As(err, &ne) && ne.Timeout():
-			s.metrics.rejected(rejectBodyTimeout)
-			writeError(w, http.StatusRequestTimeout, &ErrorResponse{
+			s.reject(w, r, rejectBodyTimeout, http.StatusRequestTimeout, &ErrorResponse{
 				Error: "request body not received within " + s.opts.BodyTimeout.String(), Code: CodeBodyTimeout})
 		default:
-			s.metrics.rejected(rejectBadJSON)
-			writeError(w, http.StatusBadRequest, &ErrorResponse{Error: err.Error(), Code: CodeBadJSON})
+			s.reject(w, r, rejectBadJSON, http.StatusBadRequest, &ErrorResponse{Error: err.Error(), Code: CodeBadJSON})
 		}
 		return nil, false
 	}
@@ -253,24 +255,43 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, b
 	rc.SetReadDeadline(time.Time{})
 	spec, err := req.Spec()
 	if err != nil {
+		s.audit.rejected(r.Context(), rejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err)
 		return nil, false
 	}
 	return spec, true
 }
 
+// reject answers a request refused before it became a run, counts it and
+// audits it. The connection is closed after the answer: part of the body
+// may be unread (net/http would try to drain it to reuse the connection),
+// and a client that sends what the daemon refuses should not keep a
+// connection it holds idle.
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, reason string, status int, e *ErrorResponse) {
+	s.metrics.rejected(reason)
+	s.audit.rejected(r.Context(), reason, status, e.Error)
+	w.Header().Set("Connection", "close")
+	writeError(w, status, e)
+}
+
 // writeRunError answers a failed run (or a spec refused before it).
 func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error) {
-	status, e := s.classify(err)
+	id := RequestIDFromContext(r.Context())
+	status, e := s.classify(err, id)
 	switch status {
 	case http.StatusTooManyRequests:
-		secs := int64((s.opts.RetryAfter + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		wait := s.opts.RetryAfter
+		var be *BusyError
+		if errors.As(err, &be) {
+			wait = be.RetryAfter
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
 	case http.StatusBadRequest:
 		s.metrics.rejected(rejectInvalid)
+		w.Header().Set("Connection", "close")
 	}
 	if status == http.StatusInternalServerError {
-		s.log.Error("run failed", "request_id", RequestIDFromContext(r.Context()), "err", err)
+		s.log.Error("run failed", "request_id", id, "err", err)
 	}
 	// Answer even if the request's context ended: that may be the
 	// daemon's shutdown rather than the client leaving, and writing to a
@@ -279,8 +300,10 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 	writeError(w, status, e)
 }
 
-// classify maps a run error to its HTTP status and answer.
-func (s *Server) classify(err error) (int, *ErrorResponse) {
+// classify maps a run error to its HTTP status and answer. The detail of a
+// 500 (host paths, kernel errors) goes to the log, not to the caller, who
+// gets the request id to quote.
+func (s *Server) classify(err error, requestID string) (int, *ErrorResponse) {
 	var ie *jail.InvalidError
 	e := &ErrorResponse{Error: err.Error()}
 	switch {
@@ -305,14 +328,16 @@ func (s *Server) classify(err error) (int, *ErrorResponse) {
 		}
 		return http.StatusServiceUnavailable, e
 	case errors.Is(err, jail.ErrNotRoot):
-		e.Code = CodeNotRoot
+		e.Code, e.Error = CodeNotRoot, "the daemon cannot build sandboxes: it does not run as root"
+		return http.StatusInternalServerError, e
 	case errors.Is(err, jail.ErrUnsupported):
-		e.Code = CodeUnsupported
+		e.Code, e.Error = CodeUnsupported, "this host lacks what sandboxes need"
 	case errors.Is(err, jail.ErrRootfs):
-		e.Code = CodeRootfs
+		e.Code, e.Error = CodeRootfs, "the sandboxes' root filesystem is unusable"
 	default:
-		e.Code = CodeInternal
+		e.Code, e.Error = CodeInternal, "internal error"
 	}
+	e.Error += "; the daemon's log has the detail under request_id " + requestID
 	return http.StatusInternalServerError, e
 }
 

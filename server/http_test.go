@@ -25,6 +25,10 @@ import (
 // chain is the daemon's runner chain around base with small maxima.
 func chain(t *testing.T, base server.Runner, m *server.Metrics, audit io.Writer, adm server.AdmitOptions) server.Runner {
 	t.Helper()
+	var log *server.AuditLog
+	if audit != nil {
+		log = server.NewAuditLog(audit, server.AuditOptions{})
+	}
 	r, err := server.Chain(base, server.ChainOptions{
 		Max: server.Maxima{
 			Limits:    jail.Limits{Memory: 512 << 20, Pids: 100, CPUs: 1, TmpfsSize: 128 << 20},
@@ -32,7 +36,7 @@ func chain(t *testing.T, base server.Runner, m *server.Metrics, audit io.Writer,
 			MaxOutput: 1 << 20,
 		},
 		Admission: adm,
-		Audit:     audit,
+		Audit:     log,
 		Metrics:   m,
 	})
 	if err != nil {
@@ -85,6 +89,14 @@ func TestBadInput(t *testing.T) {
 		{name: "form", body: `command=ls`, hdr: []string{"Content-Type", "application/x-www-form-urlencoded"}, status: 415, code: server.CodeUnsupportedMedia},
 		{name: "no content type", body: `{"command":"ls"}`, hdr: []string{"Content-Type", ""}, status: 415, code: server.CodeUnsupportedMedia},
 		{name: "garbled content type", body: `{"command":"ls"}`, hdr: []string{"Content-Type", "application/json; ==="}, status: 415, code: server.CodeUnsupportedMedia},
+		{name: "latin-1 charset", body: `{"command":"ls"}`, hdr: []string{"Content-Type", "application/json; charset=iso-8859-1"}, status: 415, code: server.CodeUnsupportedMedia},
+		// encoding/json alone would run these with U+FFFD in place.
+		{name: "invalid UTF-8", body: "{\"command\":\"echo \xff\"}", status: 400, code: server.CodeBadJSON},
+		{name: "lone high surrogate", body: `{"command":"echo \ud800"}`, status: 400, code: server.CodeBadJSON},
+		{name: "lone low surrogate", body: `{"command":"echo \udc00x"}`, status: 400, code: server.CodeBadJSON},
+		{name: "high surrogate then other escape", body: `{"command":"echo \ud83d\u0041"}`, status: 400, code: server.CodeBadJSON},
+		{name: "stdin_b64 as numbers", body: `{"command":"cat","stdin_b64":[104,105]}`, status: 400, code: server.CodeBadJSON},
+		{name: "stdin_b64 not base64", body: `{"command":"cat","stdin_b64":"!!"}`, status: 400, code: server.CodeBadJSON},
 	}
 	for _, path := range []string{"/run", "/raw"} {
 		for _, tt := range tests {
@@ -106,8 +118,16 @@ func TestBadInput(t *testing.T) {
 	if n := len(f.calls()); n != 0 {
 		t.Errorf("the runner was called %d times for bad requests", n)
 	}
-	if v := metric(t, ts, `jaild_requests_rejected_total{reason="bad_json"}`); v != 14 {
-		t.Errorf("rejected bad_json = %v, want 14", v)
+	if v := metric(t, ts, `jaild_requests_rejected_total{reason="bad_json"}`); v != 26 {
+		t.Errorf("rejected bad_json = %v, want 26", v)
+	}
+	for _, body := range []string{`{"command":"echo \ud83d\ude00 \\ud800"}`, `{"command":"cat","stdin_b64":"aGk="}`} {
+		if resp, answer := post(t, ts.URL+"/run", body); resp.StatusCode != 200 {
+			t.Errorf("%s: status %d: %s", body, resp.StatusCode, answer)
+		}
+	}
+	if c := f.calls(); len(c) != 2 || c[0].Args[2] != "echo \U0001F600 \\ud800" {
+		t.Errorf("valid surrogate pair or escaped backslash misread: %+v", c)
 	}
 
 	t.Run("charset parameter accepted", func(t *testing.T) {
@@ -143,10 +163,11 @@ func TestRun(t *testing.T) {
 	if err := dec.Decode(&got); err != nil {
 		t.Fatalf("decode %s: %v", body, err)
 	}
-	want := server.Response{Stdout: "out:hi", Stderr: "err\ufffd", ExitCode: 3, Verdict: server.Verdict{
+	// Output that is not UTF-8 comes exactly, in base64, instead of text.
+	want := server.Response{Stdout: "out:hi", Stderr: "", StderrB64: []byte("err\xff"), ExitCode: 3, Verdict: server.Verdict{
 		ID: "sb-7", StdoutBytes: 7, StderrBytes: 4, StdoutTruncated: true, TimedOut: true, OOMKilled: true,
 		PidsLimitHit: true, DurationMS: 12, CPUMS: 5, MemoryPeakBytes: 1 << 20}}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("answer\n got %+v\nwant %+v", got, want)
 	}
 	// The seed's field names are there verbatim.
@@ -285,7 +306,10 @@ func TestRawErrorAfterStart(t *testing.T) {
 	if resp.StatusCode != 200 || len(evs) != 3 {
 		t.Fatalf("status %d, events %+v", resp.StatusCode, evs)
 	}
-	if last := evs[2]; last.Event != server.EventError || last.Code != server.CodeRootfs || !strings.Contains(last.Message, "start container") {
+	// The detail (host paths, kernel errors) stays in the log; the client
+	// gets the request id to quote.
+	if last := evs[2]; last.Event != server.EventError || last.Code != server.CodeRootfs ||
+		strings.Contains(last.Message, "start container") || !strings.Contains(last.Message, resp.Header.Get("X-Request-Id")) {
 		t.Errorf("last event %+v", last)
 	}
 }
@@ -308,7 +332,7 @@ func TestDisconnectCancels(t *testing.T) {
 				t.Fatal(err)
 			}
 			body := `{"command":"yes"}`
-			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
 			recv(t, g.entered, "the run to start")
 			if path == "/raw" {
 				// Read until the first output arrived, then hang up.
@@ -354,7 +378,7 @@ func TestRawStalledReaderCancels(t *testing.T) {
 	}
 	defer conn.Close()
 	body := `{"command":"yes"}`
-	fmt.Fprintf(conn, "POST /raw HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	fmt.Fprintf(conn, "POST /raw HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read: socket buffers fill, the server's write deadline hits.
 	if err := recv(t, canceled, "the stalled stream's run to be cancelled"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ctx error %v", err)
@@ -573,7 +597,7 @@ func TestSlowClients(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "POST /run HTTP/1.1\r\nHost: x\r\n") // and never the blank line
+		fmt.Fprintf(conn, "POST /run HTTP/1.1\r\nHost: localhost\r\n") // and never the blank line
 		conn.SetReadDeadline(time.Now().Add(patience))
 		data, err := io.ReadAll(conn)
 		if err != nil {
@@ -589,7 +613,7 @@ func TestSlowClients(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprintf(conn, "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"comm")
+		fmt.Fprintf(conn, "POST /run HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"comm")
 		conn.SetReadDeadline(time.Now().Add(patience))
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {

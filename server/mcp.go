@@ -9,9 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -375,7 +373,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		cmd.Stdout, cmd.Stderr = ps.writer("stdout"), ps.writer("stderr")
 	}
 	start := time.Now()
-	r, err := t.run.Run(runCtx, &jail.Spec{Limits: t.opts.Limits, Command: cmd})
+	r, err := t.run.Run(withDescription(runCtx, desc), &jail.Spec{Limits: t.opts.Limits, Command: cmd})
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
 	if id := req.Session.ID(); id != "" {
 		logArgs = append(logArgs, "session", id)
@@ -808,44 +806,6 @@ var endedContext = func() context.Context {
 	cancel()
 	return ctx
 }()
-
-// originPolicy accepts requests without an Origin (non-browser clients),
-// loopback origins (a page on the same machine is as trusted as the user),
-// and a configured list.
-type originPolicy struct{ allow []string }
-
-func newOriginPolicy(allow []string) originPolicy {
-	var p originPolicy
-	for _, a := range allow {
-		if a = normalizeOrigin(a); a != "" {
-			p.allow = append(p.allow, a)
-		}
-	}
-	return p
-}
-
-func normalizeOrigin(o string) string {
-	return strings.TrimSuffix(strings.ToLower(strings.TrimSpace(o)), "/")
-}
-
-func (p originPolicy) allowed(origin string) bool {
-	if origin == "" {
-		return true
-	}
-	if slices.Contains(p.allow, normalizeOrigin(origin)) {
-		return true
-	}
-	u, err := url.Parse(origin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return false // includes "null", sent by sandboxed frames and file: pages
-	}
-	host := u.Hostname()
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 // jsonrpcErrorWriter turns the SDK's plain-text "400 Bad Request" for a
 // call to an unknown method into a JSON-RPC error response. Clients probe

@@ -21,6 +21,7 @@ const (
 	rejectBodyTimeout  = "body_timeout"
 	rejectUnauthorized = "unauthorized"
 	rejectShutdown     = "shutting_down"
+	rejectForbidden    = "forbidden"
 )
 
 // Metrics are the daemon's Prometheus metrics, in a registry of their own:
@@ -35,6 +36,7 @@ type Metrics struct {
 	wait     prometheus.Histogram
 	running  prometheus.Gauge
 	rejects  *prometheus.CounterVec
+	gaveUp   prometheus.Counter
 }
 
 // NewMetrics creates the metrics and their registry, with the Go runtime
@@ -70,8 +72,12 @@ func NewMetrics() *Metrics {
 			Namespace: "jaild", Name: "requests_rejected_total",
 			Help: "Requests refused before a sandbox was built, by reason.",
 		}, []string{"reason"}),
+		gaveUp: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "jaild", Name: "queue_abandoned_total",
+			Help: "Runs whose caller went away while they waited in the admission queue.",
+		}),
 	}
-	m.reg.MustRegister(m.runs, m.duration, m.cpu, m.wait, m.running, m.rejects,
+	m.reg.MustRegister(m.runs, m.duration, m.cpu, m.wait, m.running, m.rejects, m.gaveUp,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the label values so that dashboards and alerts see zeros
@@ -82,7 +88,7 @@ func NewMetrics() *Metrics {
 		m.runs.WithLabelValues(v)
 	}
 	for _, r := range []string{rejectBusy, rejectInvalid, rejectBadJSON, rejectTooLarge, rejectMedia,
-		rejectBodyTimeout, rejectUnauthorized, rejectShutdown} {
+		rejectBodyTimeout, rejectUnauthorized, rejectShutdown, rejectForbidden} {
 		m.rejects.WithLabelValues(r)
 	}
 	return m
@@ -104,6 +110,13 @@ func (m *Metrics) rejected(reason string) {
 	if reason == rejectBusy {
 		m.runs.WithLabelValues(VerdictBusy).Inc()
 	}
+}
+
+func (m *Metrics) abandoned() {
+	if m == nil {
+		return
+	}
+	m.gaveUp.Inc()
 }
 
 func (m *Metrics) waited(d time.Duration) {
@@ -132,6 +145,14 @@ func (m *Metrics) observeAdmitter(a *Admitter) {
 			Namespace: "jaild", Name: "admission_slots",
 			Help: "Maximum of concurrent sandboxes.",
 		}, func() float64 { return float64(cap(a.slots)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "jaild", Name: "output_memory_held_bytes",
+			Help: "Output memory reserved by admitted runs (twice their max output) until their results are written.",
+		}, func() float64 { h, _ := a.OutputMemory(); return float64(h) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "jaild", Name: "output_memory_bytes",
+			Help: "Bound of the output memory of all admitted runs (--max-output-memory).",
+		}, func() float64 { _, m := a.OutputMemory(); return float64(m) }),
 	)
 }
 

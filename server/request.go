@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jaild/jaild/jail"
 )
@@ -43,6 +44,11 @@ func DecodeRequest(r io.Reader) (*Request, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("empty body: expected a JSON object")
 	}
+	// encoding/json would turn invalid UTF-8 and lone UTF-16 surrogates
+	// into U+FFFD and run something other than what was sent.
+	if err := checkText(data); err != nil {
+		return nil, fmt.Errorf("decode request: %w", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var req Request
@@ -61,6 +67,68 @@ func DecodeRequest(r io.Reader) (*Request, error) {
 		return nil, fmt.Errorf("decode request: %w", err)
 	}
 	return &req, nil
+}
+
+// checkText refuses a body that is not valid UTF-8 or whose strings escape
+// half of a UTF-16 surrogate pair (\ud800 not followed by \udc00-\udfff,
+// or the reverse).
+func checkText(data []byte) error {
+	if !utf8.Valid(data) {
+		return errors.New("body is not valid UTF-8")
+	}
+	inString := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString && i+1 < len(data):
+			i++
+			if data[i] != 'u' {
+				continue
+			}
+			r, ok := hex4(data[i+1:])
+			if !ok {
+				continue // the decoder reports it
+			}
+			i += 4
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return fmt.Errorf("lone UTF-16 surrogate \\u%04x in a string", r)
+			case r >= 0xd800 && r <= 0xdbff:
+				lo, ok := rune(0), false
+				if i+2 < len(data) && data[i+1] == '\\' && data[i+2] == 'u' {
+					lo, ok = hex4(data[i+3:])
+				}
+				if !ok || lo < 0xdc00 || lo > 0xdfff {
+					return fmt.Errorf("lone UTF-16 surrogate \\u%04x in a string", r)
+				}
+				i += 6
+			}
+		}
+	}
+	return nil
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // requestFields are Request's JSON names, computed on first use (not at
@@ -347,13 +415,15 @@ func Enforce(r Runner, max Maxima) Runner {
 }
 
 type enforcer struct {
-	next Runner
-	max  Maxima
+	next  Runner
+	max   Maxima
+	audit *AuditLog // records refusals, which never reach the chain's auditor
 }
 
 func (e *enforcer) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 	s := *spec
 	if err := e.max.Apply(&s); err != nil {
+		e.audit.refused(ctx, spec, err)
 		return nil, err
 	}
 	return e.next.Run(ctx, &s)

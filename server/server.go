@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -57,6 +56,20 @@ type Options struct {
 	// as /run. HOOK: cmd/jaild builds it with NewMCPHandler over the same
 	// runner chain (server/mcp*.go).
 	MCP http.Handler
+
+	// AllowedHosts are the names, besides loopback names and IP
+	// addresses, that a request's Host may carry ("*": any); other
+	// hosts get 403 on every endpoint, against DNS rebinding.
+	// AllowedOrigins are browser origins accepted besides loopback ones;
+	// requests without Origin (non-browser clients) are accepted. Neither
+	// applies to unix-socket connections.
+	AllowedHosts   []string
+	AllowedOrigins []string
+
+	// Audit, if non-nil, gets a record for each request refused before
+	// it became a run (bad body, authentication, Host, Origin); runs are
+	// audited by the chain. Pass the same AuditLog as to [Chain].
+	Audit *AuditLog
 
 	// Logger gets the server's own events; nil discards them.
 	Logger *slog.Logger
@@ -141,6 +154,9 @@ type Server struct {
 	handler http.Handler
 	http    *http.Server
 	health  healthCache
+	hosts   hostPolicy
+	origins originPolicy
+	audit   *AuditLog
 
 	// baseCtx is the parent of every request's context; cancelling it
 	// cancels every run, which makes the jail kill their sandboxes.
@@ -177,18 +193,18 @@ func Chain(base Runner, c ChainOptions) (Runner, error) {
 	}
 	var r Runner = adm
 	if c.Audit != nil {
-		r = Audit(r, c.Audit, c.AuditOptions)
+		r = Audit(r, c.Audit)
 	}
-	return Enforce(r, c.Max), nil
+	return &enforcer{next: r, max: c.Max, audit: c.Audit}, nil
 }
 
-// ChainOptions configure [Chain].
+// ChainOptions configure [Chain]. Audit may be nil (no audit log), and so
+// may Metrics.
 type ChainOptions struct {
-	Max          Maxima
-	Admission    AdmitOptions
-	Audit        io.Writer
-	AuditOptions AuditOptions
-	Metrics      *Metrics
+	Max       Maxima
+	Admission AdmitOptions
+	Audit     *AuditLog
+	Metrics   *Metrics
 }
 
 // New checks opts and builds a Server. It does not listen; see Serve.
@@ -197,7 +213,8 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	opts.setDefaults()
-	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics}
+	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics, audit: opts.Audit,
+		hosts: newHostPolicy(opts.AllowedHosts), origins: newOriginPolicy(opts.AllowedOrigins)}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
@@ -216,7 +233,7 @@ func New(opts Options) (*Server, error) {
 	root.HandleFunc("GET /healthz", s.handleHealth)
 	root.HandleFunc("GET /openapi.yaml", handleOpenAPI)
 	root.Handle("/", s.authenticate(api))
-	s.handler = s.track(s.withRequestID(root))
+	s.handler = s.track(s.withRequestID(s.checkOrigin(root)))
 
 	s.http = &http.Server{
 		Handler:           s.handler,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -42,6 +43,9 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.IntFlag{Name: "queue", Aliases: []string{"max-queue"}, Value: 100, EnvVars: []string{"JAILD_QUEUE", "JAILD_MAX_QUEUE"}, Usage: "calls that may wait for a sandbox; beyond it a call fails at once with \"busy\""},
 		&cli.DurationFlag{Name: "queue-wait", Value: time.Minute, EnvVars: []string{"JAILD_QUEUE_WAIT"}, Usage: "how long a queued call waits before it fails with \"busy\""},
 		&cli.StringFlag{Name: "shell-path", Value: "/bin/bash", EnvVars: []string{"JAILD_SHELL_PATH"}, Usage: "shell inside the sandbox that runs the bash tool's command lines (with -c)"},
+		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running calls may take (each holds twice --max-output); beyond it calls queue"},
+		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per call to; "-" is stderr, "off" none`},
+		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each call's command in the audit log, not only its SHA-256"},
 	}, managerFlags...),
 	Action:       mcpAction,
 	OnUsageError: onUsageError,
@@ -82,15 +86,27 @@ func mcpAction(c *cli.Context) error {
 		return err
 	}
 	defer closePool() // before m.Close: the pool's sandboxes are the Manager's
-	adm, err := server.Admit(base, server.AdmitOptions{
-		MaxConcurrent: c.Int("max-concurrent"),
-		MaxQueue:      c.Int("queue"),
-		MaxWait:       c.Duration("queue-wait"),
+	// The same chain as the daemon's: the flags' limits are the maxima
+	// (a tool call never asks for more), admission control, audit log.
+	adm, err := admitOptions(c, opts.MaxOutput)
+	if err != nil {
+		return err
+	}
+	limitHeap(adm.MaxOutputMemory)
+	audit, closeAudit, err := openAudit(c, opts.Logger)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+	runner, err := server.Chain(base, server.ChainOptions{
+		Max:       server.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: opts.MaxOutput},
+		Admission: adm,
+		Audit:     audit,
 	})
 	if err != nil {
 		return usageError("%v", err)
 	}
-	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: adm}, opts)
+	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: runner, caller: stdioCaller()}, opts)
 	// Run returns when stdin reaches EOF (the client went away), which
 	// also cancels the calls in flight and so kills their sandboxes.
 	err = srv.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: out})
@@ -134,14 +150,26 @@ func protocolStdout() (*os.File, error) {
 	return os.NewFile(uintptr(fd), "mcp-stdout"), nil
 }
 
+// stdioCaller names the client of jaild mcp in the audit log: the user
+// that started it (through sudo, the one sudo names).
+func stdioCaller() string {
+	if u := os.Getenv("SUDO_USER"); u != "" {
+		return "stdio:" + u
+	}
+	return "stdio:uid:" + strconv.Itoa(os.Getuid())
+}
+
 // shutdownRunner ends every run when ctx (the process's signal context)
 // ends, as well as when the run's own context does.
 type shutdownRunner struct {
-	ctx context.Context
-	r   server.Runner
+	ctx    context.Context
+	r      server.Runner
+	caller string
 }
 
 func (s shutdownRunner) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	// The caller, for the audit log, is whoever started jaild mcp.
+	ctx = server.WithCaller(ctx, s.caller)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"os/signal"
 	"os/user"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -78,7 +78,9 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"JAILD_LOG_FORMAT"}, Usage: `format of the daemon's log on stderr: "text" or "json"`},
 		&cli.BoolFlag{Name: "mcp", Value: true, EnvVars: []string{"JAILD_MCP"}, Usage: "serve MCP (Streamable HTTP) at /mcp; --mcp=false turns it off"},
 		&cli.StringFlag{Name: "shell-path", Value: "/bin/bash", EnvVars: []string{"JAILD_SHELL_PATH"}, Usage: "shell inside the sandbox that runs the MCP bash tool's command lines"},
-		&cli.StringSliceFlag{Name: "mcp-allowed-origin", EnvVars: []string{"JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin allowed to call /mcp besides loopback ones (repeatable)"},
+		&cli.StringSliceFlag{Name: "allowed-origin", Aliases: []string{"mcp-allowed-origin"}, EnvVars: []string{"JAILD_ALLOWED_ORIGINS", "JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin (https://app.example.com) allowed to call the API besides loopback ones (repeatable)"},
+		&cli.StringSliceFlag{Name: "allowed-host", EnvVars: []string{"JAILD_ALLOWED_HOSTS"}, Usage: "host name requests may address the daemon by, besides loopback names, IP addresses and the --listen name (repeatable; \"*\": any); against DNS rebinding"},
+		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running requests may take (each holds twice its max output until answered); beyond it requests queue"},
 	}, managerFlags...),
 	Action:       serveAction,
 	OnUsageError: onUsageError,
@@ -105,13 +107,13 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	adm := server.AdmitOptions{
-		MaxConcurrent: c.Int("max-concurrent"),
-		MaxQueue:      c.Int("queue"),
-		MaxWait:       c.Duration("queue-wait"),
+	adm, err := admitOptions(c, max.MaxOutput)
+	if err != nil {
+		return err
 	}
-	if adm.MaxConcurrent <= 0 || adm.MaxQueue < 0 || adm.MaxWait <= 0 || c.Duration("grace") <= 0 || c.Int("max-conns") <= 0 {
-		return usageError("--max-concurrent, --max-conns, --queue-wait and --grace must be positive, --queue not negative")
+	limitHeap(adm.MaxOutputMemory)
+	if c.Duration("grace") <= 0 || c.Int("max-conns") <= 0 {
+		return usageError("--max-conns and --grace must be positive")
 	}
 	var tokens *server.Tokens
 	if path := c.String("token-file"); path != "" {
@@ -125,13 +127,11 @@ func serveAction(c *cli.Context) error {
 	}
 	defer ln.Close()
 
-	audit, err := openAudit(c)
+	audit, closeAudit, err := openAudit(c, log)
 	if err != nil {
 		return err
 	}
-	if audit != nil {
-		defer audit.Close()
-	}
+	defer closeAudit()
 
 	m, err := newManager(c)
 	if err != nil {
@@ -178,16 +178,7 @@ func serveAction(c *cli.Context) error {
 	defer func() { close(sweepDone); <-sweepStopped }()
 
 	metrics := server.NewMetrics()
-	co := server.ChainOptions{
-		Max:          max,
-		Admission:    adm,
-		AuditOptions: server.AuditOptions{LogCommand: c.Bool("audit-command"), Logger: log},
-		Metrics:      metrics,
-	}
-	if audit != nil {
-		co.Audit = audit
-	}
-	runner, err := server.Chain(runnerBase, co)
+	runner, err := server.Chain(runnerBase, server.ChainOptions{Max: max, Admission: adm, Audit: audit, Metrics: metrics})
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -197,15 +188,18 @@ func serveAction(c *cli.Context) error {
 		mcpHandler = server.NewMCPHandler(runner, serveMCPOptions(c, max, log))
 	}
 	srv, err := server.New(server.Options{
-		Runner:        runner,
-		Tokens:        tokens,
-		Metrics:       metrics,
-		Health:        jailHealth(m),
-		MCP:           mcpHandler,
-		Logger:        log,
-		MaxBodyBytes:  maxBody,
-		MaxConns:      c.Int("max-conns"),
-		ShutdownGrace: c.Duration("grace"),
+		Runner:         runner,
+		Tokens:         tokens,
+		Metrics:        metrics,
+		Health:         jailHealth(m),
+		MCP:            mcpHandler,
+		AllowedHosts:   allowedHosts(c),
+		AllowedOrigins: c.StringSlice("allowed-origin"),
+		Audit:          audit,
+		Logger:         log,
+		MaxBodyBytes:   maxBody,
+		MaxConns:       c.Int("max-conns"),
+		ShutdownGrace:  c.Duration("grace"),
 	})
 	if err != nil {
 		return usageError("%v", err)
@@ -314,7 +308,7 @@ func serveMCPOptions(c *cli.Context, max server.Maxima, log *slog.Logger) server
 		MaxTimeout:     min(max.Timeout, server.MaxMCPTimeout),
 		MaxOutput:      min(max.MaxOutput, server.DefaultMCPMaxOutput),
 		Shell:          c.String("shell-path"),
-		AllowedOrigins: c.StringSlice("mcp-allowed-origin"),
+		AllowedOrigins: c.StringSlice("allowed-origin"),
 		Logger:         log.With("front", "mcp"),
 	}
 }
@@ -417,16 +411,64 @@ func listenUnix(path, group string) (net.Listener, error) {
 	return ln, nil
 }
 
-func openAudit(c *cli.Context) (io.WriteCloser, error) {
+// openAudit opens --audit-log, unless it is "off" (then the log is nil),
+// and returns how to close it.
+func openAudit(c *cli.Context, log *slog.Logger) (*server.AuditLog, func(), error) {
 	path := c.String("audit-log")
 	if path == "off" {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	w, err := server.OpenAuditLog(path, os.Stderr)
 	if err != nil {
-		return nil, cli.Exit(err.Error(), exitInternal)
+		return nil, nil, cli.Exit(err.Error(), exitInternal)
 	}
-	return w, nil
+	l := server.NewAuditLog(w, server.AuditOptions{LogCommand: c.Bool("audit-command"), Logger: log})
+	return l, func() { w.Close() }, nil
+}
+
+// admitOptions reads the admission flags. Every run holds twice its
+// maximum output: a --max-output-memory below that would refuse requests
+// that the maxima allow.
+func admitOptions(c *cli.Context, maxOutput int64) (server.AdmitOptions, error) {
+	adm := server.AdmitOptions{
+		MaxConcurrent: c.Int("max-concurrent"),
+		MaxQueue:      c.Int("queue"),
+		MaxWait:       c.Duration("queue-wait"),
+	}
+	var err error
+	if adm.MaxOutputMemory, err = sizeFlag(c, "max-output-memory"); err != nil {
+		return adm, err
+	}
+	if adm.MaxConcurrent <= 0 || adm.MaxQueue < 0 || adm.MaxWait <= 0 {
+		return adm, usageError("--max-concurrent and --queue-wait must be positive, --queue not negative")
+	}
+	if adm.MaxOutputMemory < 2*maxOutput {
+		return adm, usageError("--max-output-memory %d is less than twice the largest output a run may keep (%d per stream)", adm.MaxOutputMemory, maxOutput)
+	}
+	return adm, nil
+}
+
+// limitHeap sets the Go heap's soft limit to the output memory plus room
+// for the daemon itself, unless GOMEMLIMIT chose one: left to GOGC alone, a
+// heap holding the output of several large runs would grow to twice that
+// before the garbage collector ran.
+func limitHeap(outputMemory int64) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(outputMemory + heapRoom)
+	}
+}
+
+// heapRoom is the heap the daemon may use besides the output it holds.
+const heapRoom = 32 << 20
+
+// allowedHosts are the --allowed-host names plus the --listen host, if it
+// is a name.
+func allowedHosts(c *cli.Context) []string {
+	hosts := c.StringSlice("allowed-host")
+	if h, _, err := net.SplitHostPort(c.String("listen")); err == nil && h != "" && net.ParseIP(h) == nil {
+		hosts = append(hosts, h)
+	}
+	return hosts
 }
 
 // jailHealth checks that a sandbox can run: what /healthz reports. The
