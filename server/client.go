@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,11 +36,26 @@ type ClientOptions struct {
 	Server string
 	// Socket is the path of the daemon's unix socket.
 	Socket string
-	// Token is sent as a bearer token if non-empty.
+	// Token is sent as a bearer token if non-empty. NewClient refuses to
+	// send it over plain http:// to a host that is not loopback (see
+	// ErrCleartextToken) unless InsecurePlaintext is set.
 	Token string
-	// Transport overrides the HTTP transport (tests, load generation).
+	// InsecurePlaintext allows Token over plain http:// off loopback, for
+	// a daemon behind a TLS-terminating proxy on a trusted network.
+	InsecurePlaintext bool
+	// RootCAs, if non-nil, are the only certificate authorities trusted
+	// for an https:// Server, as with curl --cacert (see ReadCAFile); nil
+	// means the system's.
+	RootCAs *x509.CertPool
+	// Transport overrides the HTTP transport (tests, load generation); it
+	// cannot be combined with RootCAs.
 	Transport http.RoundTripper
 }
+
+// ErrCleartextToken is NewClient's refusal to send a bearer token over
+// plain http:// to a host that is not loopback: anyone on the path could
+// read it and run commands as its owner.
+var ErrCleartextToken = errors.New("refusing to send a bearer token in cleartext over http:// to a host that is not loopback")
 
 // NewClient checks o and returns a Client.
 func NewClient(o ClientOptions) (*Client, error) {
@@ -47,6 +64,10 @@ func NewClient(o ClientOptions) (*Client, error) {
 	switch {
 	case o.Server != "" && o.Socket != "":
 		return nil, errors.New("client: server URL and socket are mutually exclusive")
+	case o.RootCAs != nil && o.Transport != nil:
+		return nil, errors.New("client: RootCAs and Transport are mutually exclusive")
+	case o.RootCAs != nil && o.Socket != "":
+		return nil, errors.New("client: RootCAs are for an https:// server URL, not a socket")
 	case o.Socket != "":
 		// The host part of the URL is a placeholder: every connection
 		// goes to the socket.
@@ -69,6 +90,12 @@ func NewClient(o ClientOptions) (*Client, error) {
 		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 			return nil, fmt.Errorf("client: server URL %q: want http://HOST:PORT or https://HOST:PORT", o.Server)
 		}
+		if u.Scheme == "http" && o.RootCAs != nil {
+			return nil, fmt.Errorf("client: RootCAs are for an https:// server URL, not %s", o.Server)
+		}
+		if u.Scheme == "http" && o.Token != "" && !o.InsecurePlaintext && !isLoopback(u.Hostname()) {
+			return nil, fmt.Errorf("client: %s: %w", u.Host, ErrCleartextToken)
+		}
 		u.Path = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/raw"), "/run")
 		u.RawQuery, u.Fragment = "", ""
 		c.base = strings.TrimSuffix(u.String(), "/")
@@ -80,6 +107,9 @@ func NewClient(o ClientOptions) (*Client, error) {
 		// The daemon is local or explicitly named: an HTTP proxy from
 		// the environment would only leak commands and tokens.
 		t.Proxy = nil
+		if o.RootCAs != nil {
+			t.TLSClientConfig = &tls.Config{RootCAs: o.RootCAs}
+		}
 		tr = t
 	}
 	// No overall timeout: /raw streams for as long as the command runs,
@@ -108,6 +138,31 @@ func ReadTokenFile(path string) (string, error) {
 		return line, nil
 	}
 	return "", fmt.Errorf("read token file %s: no token in it", path)
+}
+
+// ReadCAFile reads PEM certificates of the authorities to trust, for
+// ClientOptions.RootCAs: a private CA's, or a self-signed daemon
+// certificate itself.
+func ReadCAFile(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("read CA file %s: no PEM certificate in it", path)
+	}
+	return pool, nil
+}
+
+// isLoopback reports whether host, a URL's host name, is a loopback
+// address or localhost. Other names are not resolved: what the connection
+// resolves later need not be what was checked now.
+func isLoopback(host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(host, "localhost")
 }
 
 // APIError is an error answer of the daemon, or an error event of /raw

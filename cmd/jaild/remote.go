@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,12 +38,19 @@ it, 123 OOM-killed, 124 timed out, 125 refused as invalid (or not authorized),
 126 not executable, 127 not found, 120-122 the daemon's host cannot build
 sandboxes, 119 anything else (daemon unreachable or busy, run cancelled).
 
+An https:// --server is checked against the system's CAs, or only against
+--ca-file's (a private CA, or the daemon's self-signed certificate). The
+token is never sent over plain http:// to a host other than loopback, unless
+--insecure-plaintext is given.
+
 Limits left unset get the daemon's defaults; a request may only ask for less
 than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", EnvVars: []string{"JAILD_SERVER", "RUN_REMOTE_SERVER"}, Usage: "daemon URL"},
 		&cli.StringFlag{Name: "socket", EnvVars: []string{"JAILD_SOCKET"}, Usage: "daemon unix socket; wins over --server"},
 		&cli.StringFlag{Name: "token-file", EnvVars: []string{"JAILD_TOKEN_FILE"}, Usage: "file holding the bearer token (TOKEN or NAME:TOKEN on its first line)"},
+		&cli.StringFlag{Name: "ca-file", EnvVars: []string{"JAILD_CA_FILE"}, Usage: "trust only the CA certificates in this PEM file for an https:// --server (default: the system's)"},
+		&cli.BoolFlag{Name: "insecure-plaintext", EnvVars: []string{"JAILD_INSECURE_PLAINTEXT"}, Usage: "send the token over plain http:// to a host that is not loopback"},
 		&cli.StringSliceFlag{Name: "keep-env", EnvVars: []string{"JAILD_KEEP_ENV"}, Usage: "pass these local environment variables on, e.g. CI,LANG (repeatable)"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
 		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit (default: the daemon's, " + jail.DefaultTimeout.String() + " unless it caps lower)"},
@@ -66,7 +74,7 @@ func remoteAction(c *cli.Context) error {
 		return err
 	}
 	// --socket, when set, wins over --server (which always has a value).
-	opts := server.ClientOptions{Socket: c.String("socket")}
+	opts := server.ClientOptions{Socket: c.String("socket"), InsecurePlaintext: c.Bool("insecure-plaintext")}
 	if opts.Socket == "" {
 		opts.Server = c.String("server")
 	}
@@ -75,7 +83,18 @@ func remoteAction(c *cli.Context) error {
 			return usageError("%v", err)
 		}
 	}
+	if path := c.String("ca-file"); path != "" {
+		if opts.Socket != "" || !strings.HasPrefix(strings.ToLower(opts.Server), "https://") {
+			return usageError("--ca-file is for an https:// --server")
+		}
+		if opts.RootCAs, err = server.ReadCAFile(path); err != nil {
+			return usageError("--ca-file: %v", err)
+		}
+	}
 	client, err := server.NewClient(opts)
+	if errors.Is(err, server.ErrCleartextToken) {
+		return usageError("--server %s: refusing to send the token in cleartext to a host that is not loopback; use https:// (with --ca-file for a private CA) or --insecure-plaintext", opts.Server)
+	}
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -203,6 +222,10 @@ func remoteExit(exitCode int, v *server.Verdict) error {
 func remoteError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return cli.Exit("interrupted; the remote sandbox was killed", exitInternal)
+	}
+	var cve *tls.CertificateVerificationError
+	if errors.As(err, &cve) {
+		return cli.Exit(err.Error()+" (--ca-file FILE trusts the CA that signed the daemon's certificate)", exitInternal)
 	}
 	var ae *server.APIError
 	if !errors.As(err, &ae) {

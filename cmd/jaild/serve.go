@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -45,6 +46,12 @@ of [A-Za-z0-9._~+/=-], file not accessible to other users) every endpoint but
 anyone who can connect may run commands, so jaild serve then refuses any
 address but loopback; a unix socket is guarded by its mode and group.
 
+TLS: with --tls-cert and --tls-key (PEM files; the key not accessible to
+group or others) jaild serves HTTPS, TLS 1.3 and HTTP/1.1 only, and loads
+the files again when they change (certificate rotation needs no restart).
+Off loopback it refuses plain HTTP, which would carry the tokens in
+cleartext, unless --insecure-plaintext is given (behind a TLS proxy).
+
 On SIGTERM, SIGINT or SIGHUP jaild stops accepting, lets running commands
 finish for up to --grace, then kills them, removes their sandboxes and exits
 0. A second signal kills at once. Sandboxes of a jaild that died (SIGKILL) are
@@ -55,10 +62,13 @@ for --listen), which beat --config FILE, which beats the defaults shown here.
 The config file holds "flag-name = value" lines, e.g. "max-concurrent = 16",
 with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 	Flags: append([]cli.Flag{
-		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", EnvVars: []string{"JAILD_LISTEN", "MCP_BIND_ADDR"}, Usage: "TCP address to serve on; anything but loopback needs --token-file"},
+		&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", EnvVars: []string{"JAILD_LISTEN", "MCP_BIND_ADDR"}, Usage: "TCP address to serve on; anything but loopback needs --token-file and --tls-cert"},
 		&cli.StringFlag{Name: "socket", EnvVars: []string{"JAILD_SOCKET"}, Usage: "serve on this unix socket (mode 0660) instead of --listen"},
 		&cli.StringFlag{Name: "socket-group", EnvVars: []string{"JAILD_SOCKET_GROUP"}, Usage: "group (name or id) that owns --socket and may use it (default root's)"},
 		&cli.StringFlag{Name: "token-file", EnvVars: []string{"JAILD_TOKEN_FILE"}, Usage: "file of NAME:TOKEN bearer tokens; required off loopback"},
+		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"JAILD_TLS_CERT"}, Usage: "serve HTTPS with this PEM certificate (chain); reloaded when it changes"},
+		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"JAILD_TLS_KEY"}, Usage: "PEM private key of --tls-cert, not accessible to group or others"},
+		&cli.BoolFlag{Name: "insecure-plaintext", EnvVars: []string{"JAILD_INSECURE_PLAINTEXT"}, Usage: "allow plain HTTP off loopback, tokens in cleartext (e.g. behind a TLS-terminating proxy)"},
 		&cli.StringFlag{Name: "config", EnvVars: []string{"JAILD_CONFIG"}, Usage: `config file of "flag-name = value" lines`},
 		&cli.IntFlag{Name: "max-concurrent", Value: server.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once"},
 		&cli.IntFlag{Name: "pool", Value: 2, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time for requests with the default limits (0: none)"},
@@ -121,7 +131,7 @@ func serveAction(c *cli.Context) error {
 			return usageError("%v", err)
 		}
 	}
-	ln, err := serveListener(c, tokens != nil)
+	ln, err := serveListener(c, tokens != nil, log)
 	if err != nil {
 		return err
 	}
@@ -313,13 +323,27 @@ func serveMCPOptions(c *cli.Context, max server.Maxima, log *slog.Logger) server
 	}
 }
 
-// serveListener opens the unix socket or the TCP address. Without tokens
-// it refuses any TCP address that is not loopback: the API runs arbitrary
-// commands, and network peers cannot be told apart.
-func serveListener(c *cli.Context, haveTokens bool) (net.Listener, error) {
+// serveListener opens the unix socket or the TCP address, the latter with
+// TLS if --tls-cert is given. Off loopback it needs tokens, since the API
+// runs arbitrary commands and network peers cannot be told apart, and TLS
+// (or --insecure-plaintext), since the tokens would cross the network in
+// cleartext. Both are checked before binding and again on the address
+// bound.
+func serveListener(c *cli.Context, haveTokens bool, log *slog.Logger) (net.Listener, error) {
+	certFile, keyFile := c.String("tls-cert"), c.String("tls-key")
+	useTLS, plaintext := certFile != "" || keyFile != "", c.Bool("insecure-plaintext")
+	switch {
+	case (certFile == "") != (keyFile == ""):
+		return nil, usageError("--tls-cert and --tls-key go together: give both or neither")
+	case useTLS && plaintext:
+		return nil, usageError("--insecure-plaintext contradicts --tls-cert and --tls-key: give one or the other")
+	}
 	if path := c.String("socket"); path != "" {
 		if c.IsSet("listen") {
 			return nil, usageError("give --listen or --socket, not both")
+		}
+		if useTLS {
+			return nil, usageError("--tls-cert and --tls-key are for --listen; a unix socket needs no TLS")
 		}
 		return listenUnix(path, c.String("socket-group"))
 	}
@@ -331,18 +355,43 @@ func serveListener(c *cli.Context, haveTokens bool) (net.Listener, error) {
 	if err != nil {
 		return nil, usageError("--listen %q: %v", addr, err)
 	}
-	if !haveTokens && !isLoopbackHost(host) {
-		return nil, usageError("--listen %s is not a loopback address: refusing to serve without --token-file", addr)
+	if !isLoopbackHost(host) {
+		if err := offLoopback(addr, haveTokens, useTLS, plaintext); err != nil {
+			return nil, err
+		}
+	}
+	var cfg *tls.Config
+	if useTLS {
+		if cfg, err = serverTLS(certFile, keyFile, log); err != nil {
+			return nil, usageError("%v", err)
+		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, cli.Exit(fmt.Sprintf("listen on %s: %v", addr, err), exitInternal)
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !haveTokens && !tcp.IP.IsLoopback() {
-		ln.Close()
-		return nil, usageError("--listen %s bound %s, not loopback: refusing to serve without --token-file", addr, tcp)
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		if err := offLoopback(fmt.Sprintf("%s (bound %s)", addr, tcp), haveTokens, useTLS, plaintext); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	if cfg != nil {
+		return tlsListener{Listener: ln, cfg: cfg}, nil
 	}
 	return ln, nil
+}
+
+// offLoopback refuses to serve on a non-loopback address without tokens,
+// or with tokens that would travel in cleartext.
+func offLoopback(addr string, haveTokens, useTLS, plaintext bool) error {
+	switch {
+	case !haveTokens:
+		return usageError("--listen %s is not a loopback address: refusing to serve without --token-file", addr)
+	case !useTLS && !plaintext:
+		return usageError("--listen %s is not a loopback address: refusing to send bearer tokens in cleartext; give --tls-cert and --tls-key (or --insecure-plaintext behind a TLS proxy)", addr)
+	}
+	return nil
 }
 
 // isLoopbackHost reports whether every address host resolves to is
