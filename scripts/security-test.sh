@@ -503,6 +503,35 @@ overlap=$(grep . <<< "$ranges" | sort -n | awk 'NR > 1 && $1 < end {print "overl
 if [ "$(grep -c . <<< "$ranges")" = 6 ] && [ -z "$overlap" ]; then pass parallel_uid_ranges_disjoint
 else fail parallel_uid_ranges_disjoint "ranges: $(one <<< "$ranges") $overlap"; fi
 
+# --- the daemon against web pages (DNS rebinding) ----------------------------
+# A page on attacker.example whose name rebinds to 127.0.0.1 sends the
+# attacker's Host and Origin: every endpoint must refuse it, and only a
+# loopback Host runs anything.
+if command -v curl > /dev/null; then
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 0 --audit-log off > "$T/serve.log" 2>&1 &
+  SERVE_PID=$!
+  BG_PIDS+=("$SERVE_PID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  rebind() {
+    curl -s -o "$T/rebind.out" -w '%{http_code}' -X "$1" "http://127.0.0.1:$PORT$2" -H "Host: ${3:-attacker.example:$PORT}" \
+      ${4:+-H "Origin: $4"} -H 'Content-Type: application/json' -d "{\"command\":\"echo $SECRET-rebound\"}" 2> /dev/null || true
+  }
+  for ep in "POST /run" "POST /raw" "GET /metrics" "GET /healthz" "POST /mcp"; do
+    code=$(rebind $ep "" "http://attacker.example:$PORT")
+    hcheck "rebinding_refused_${ep#* /}" "status $code: $(one < "$T/rebind.out")" [ "$code" = 403 ]
+  done
+  code=$(rebind POST /run "localhost:$PORT" "http://attacker.example")
+  hcheck rebinding_origin_refused "status $code: $(one < "$T/rebind.out")" [ "$code" = 403 ]
+  code=$(rebind POST /run "127.0.0.1:$PORT")
+  served() { [ "$code" = 200 ] && grep -q "$SECRET-rebound" "$T/rebind.out"; }
+  hcheck loopback_host_served "status $code: $(one < "$T/rebind.out")" served
+  kill -TERM "$SERVE_PID" 2> /dev/null || true
+  wait "$SERVE_PID" 2> /dev/null || true
+else
+  skip rebinding "curl is not installed"
+fi
+
 # --- nothing left behind -----------------------------------------------------
 # Processes of this binary that were not there at the start.
 sleep 0.2
