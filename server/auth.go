@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/run"
 	"golang.org/x/sys/unix"
 )
 
@@ -141,33 +143,6 @@ func (t *Tokens) Lookup(token string) (name string, ok bool) {
 	return t.names[match], true
 }
 
-type callerKey struct{}
-
-// WithCaller returns ctx carrying the caller's identity: a token's name, or
-// the peer when the daemon runs without tokens.
-func WithCaller(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, callerKey{}, name)
-}
-
-// CallerFromContext returns the identity WithCaller stored, or "".
-func CallerFromContext(ctx context.Context) string {
-	s, _ := ctx.Value(callerKey{}).(string)
-	return s
-}
-
-type requestIDKey struct{}
-
-// WithRequestID returns ctx carrying the id of the HTTP request it serves.
-func WithRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, requestIDKey{}, id)
-}
-
-// RequestIDFromContext returns the id WithRequestID stored, or "".
-func RequestIDFromContext(ctx context.Context) string {
-	s, _ := ctx.Value(requestIDKey{}).(string)
-	return s
-}
-
 type peerKey struct{}
 
 // connContext records who is at the other end of a connection, once per
@@ -210,21 +185,21 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		if s.opts.Tokens == nil {
-			next.ServeHTTP(w, r.WithContext(WithCaller(ctx, peerFromContext(ctx, r))))
+			next.ServeHTTP(w, r.WithContext(run.WithCaller(ctx, peerFromContext(ctx, r))))
 			return
 		}
 		name, ok := s.opts.Tokens.Lookup(bearer(r))
 		if !ok {
-			s.log.Warn("unauthorized request", "request_id", RequestIDFromContext(ctx),
+			s.log.Warn("unauthorized request", "request_id", run.RequestIDFromContext(ctx),
 				"peer", peerFromContext(ctx, r), "path", r.URL.Path)
-			s.metrics.rejected(rejectUnauthorized)
+			s.metrics.Rejected(run.RejectUnauthorized)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="jaild"`)
 			// No detail: whether the header was missing, malformed or
 			// wrong is nobody's business but the log's.
-			writeError(w, http.StatusUnauthorized, &ErrorResponse{Error: "unauthorized", Code: CodeUnauthorized})
+			writeError(w, http.StatusUnauthorized, &api.ErrorResponse{Error: "unauthorized", Code: api.CodeUnauthorized})
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithCaller(ctx, name)))
+		next.ServeHTTP(w, r.WithContext(run.WithCaller(ctx, name)))
 	})
 }
 

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/client"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
 
@@ -101,9 +104,9 @@ func TestLoadTokensRefusesOpenFile(t *testing.T) {
 func TestAuth(t *testing.T) {
 	var audit syncBuffer
 	f := &fake{}
-	m := server.NewMetrics()
+	m := run.NewMetrics()
 	ts := start(t, server.Options{
-		Runner:  chain(t, f, m, &audit, server.AdmitOptions{}),
+		Runner:  chain(t, f, m, &audit, run.AdmitOptions{}),
 		Metrics: m,
 		Tokens:  mustTokens(t, "alice:0123456789abcdef"),
 	})
@@ -124,7 +127,7 @@ func TestAuth(t *testing.T) {
 				if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") == "" {
 					t.Fatalf("status %d", resp.StatusCode)
 				}
-				if e := decodeError(t, body); e != (server.ErrorResponse{Error: "unauthorized", Code: server.CodeUnauthorized}) {
+				if e := decodeError(t, body); e != (api.ErrorResponse{Error: "unauthorized", Code: api.CodeUnauthorized}) {
 					t.Errorf("401 body says more than unauthorized: %+v", e)
 				}
 			})
@@ -146,7 +149,7 @@ func TestAuth(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("with the token: status %d: %s", resp.StatusCode, body)
 	}
-	var rec server.AuditRecord
+	var rec api.AuditRecord
 	if err := json.Unmarshal(audit.Bytes(), &rec); err != nil {
 		t.Fatalf("audit %q: %v", audit.Bytes(), err)
 	}
@@ -162,7 +165,7 @@ func TestAuth(t *testing.T) {
 // on a unix socket that is the uid the kernel reports.
 func TestUnixSocketPeer(t *testing.T) {
 	var audit syncBuffer
-	srv, err := server.New(server.Options{Runner: chain(t, &fake{}, nil, &audit, server.AdmitOptions{})})
+	srv, err := server.New(server.Options{Runner: chain(t, &fake{}, nil, &audit, run.AdmitOptions{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,14 +179,14 @@ func TestUnixSocketPeer(t *testing.T) {
 	go func() { done <- srv.Serve(ctx, ln) }()
 	defer func() { cancel(); recv(t, done, "Serve to return") }()
 
-	c, err := server.NewClient(server.ClientOptions{Socket: sock})
+	c, err := client.New(client.Options{Socket: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Run(context.Background(), &server.Request{Executable: "id"}); err != nil {
+	if _, err := c.Run(context.Background(), &api.Request{Executable: "id"}); err != nil {
 		t.Fatal(err)
 	}
-	var rec server.AuditRecord
+	var rec api.AuditRecord
 	if err := json.Unmarshal(audit.Bytes(), &rec); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +211,7 @@ func TestAudit(t *testing.T) {
 		}
 		return g.run(ctx, s)
 	}}
-	ts := start(t, server.Options{Runner: chain(t, f, nil, &audit, server.AdmitOptions{MaxConcurrent: 1, MaxQueue: 0})})
+	ts := start(t, server.Options{Runner: chain(t, f, nil, &audit, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 0})})
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"printenv","args":["SECRET-ARG"],"env":{"API_KEY":"SECRET-VALUE"},"stdin":"SECRET-STDIN","cwd":"/tmp","memory_bytes":67108864,"timeout_ms":2500}`)
 	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"exit"`)) {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -225,9 +228,9 @@ func TestAudit(t *testing.T) {
 		t.Errorf("audit log leaks output, stdin, env values or the command: %s", audit.Bytes())
 	}
 	lines := bytes.Split(bytes.TrimSpace(audit.Bytes()), []byte("\n"))
-	var recs []server.AuditRecord
+	var recs []api.AuditRecord
 	for _, l := range lines {
-		var rec server.AuditRecord
+		var rec api.AuditRecord
 		dec := json.NewDecoder(bytes.NewReader(l))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec); err != nil {
@@ -236,31 +239,31 @@ func TestAudit(t *testing.T) {
 		recs = append(recs, rec)
 	}
 	first := recs[0]
-	if first.Verdict != server.VerdictExitNonzero || first.ExitCode == nil || *first.ExitCode != 2 || first.SandboxID != "sb-9" ||
-		first.CommandSHA256 != server.CommandHash([]string{"printenv", "SECRET-ARG"}) || len(first.Command) != 0 ||
+	if first.Verdict != api.VerdictExitNonzero || first.ExitCode == nil || *first.ExitCode != 2 || first.SandboxID != "sb-9" ||
+		first.CommandSHA256 != run.CommandHash([]string{"printenv", "SECRET-ARG"}) || len(first.Command) != 0 ||
 		strings.Join(first.EnvKeys, ",") != "API_KEY" || first.Cwd != "/tmp" || first.StdinBytes != 12 ||
 		first.StdoutBytes != 13 || first.MemoryPeakBytes != 99 || first.Caller == "" || first.Time.IsZero() {
 		t.Errorf("first record %+v", first)
 	}
 	// Pids: the operator's maximum, below the default.
-	wantLimits := server.AuditLimits{MemoryBytes: 64 << 20, Pids: 100, CPUs: 1, TmpfsSizeBytes: jail.DefaultTmpfsSize,
+	wantLimits := api.AuditLimits{MemoryBytes: 64 << 20, Pids: 100, CPUs: 1, TmpfsSizeBytes: jail.DefaultTmpfsSize,
 		TimeoutMS: 2500, MaxOutputBytes: jail.DefaultMaxOutput}
 	if first.Limits != wantLimits {
 		t.Errorf("limits %+v, want %+v", first.Limits, wantLimits)
 	}
 	// The refused run ends first, then the released one.
-	if recs[1].Verdict != server.VerdictBusy || recs[1].ExitCode != nil || recs[1].SandboxID != "" {
+	if recs[1].Verdict != api.VerdictBusy || recs[1].ExitCode != nil || recs[1].SandboxID != "" {
 		t.Errorf("refused run's record %+v", recs[1])
 	}
-	if recs[2].Verdict != server.VerdictOK {
+	if recs[2].Verdict != api.VerdictOK {
 		t.Errorf("third record %+v", recs[2])
 	}
 
 	t.Run("LogCommand", func(t *testing.T) {
 		var buf bytes.Buffer
-		r := server.Audit(&fake{}, server.NewAuditLog(&buf, server.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
-		r.Run(server.WithCaller(context.Background(), "bob"), &jail.Spec{Command: jail.Command{Args: []string{"ls", "-l"}}})
-		var rec server.AuditRecord
+		r := run.Audit(&fake{}, run.NewAuditLog(&buf, run.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
+		r.Run(run.WithCaller(context.Background(), "bob"), &jail.Spec{Command: jail.Command{Args: []string{"ls", "-l"}}})
+		var rec api.AuditRecord
 		json.Unmarshal(buf.Bytes(), &rec)
 		if strings.Join(rec.Command, " ") != "ls -l" || rec.Caller != "bob" || !rec.Time.Equal(time.Unix(1, 0)) {
 			t.Errorf("record %+v", rec)
@@ -270,9 +273,9 @@ func TestAudit(t *testing.T) {
 
 func TestCommandHash(t *testing.T) {
 	// Argument boundaries matter: these must not collide.
-	a := server.CommandHash([]string{"ab", "c"})
-	b := server.CommandHash([]string{"a", "bc"})
-	c := server.CommandHash([]string{"abc"})
+	a := run.CommandHash([]string{"ab", "c"})
+	b := run.CommandHash([]string{"a", "bc"})
+	c := run.CommandHash([]string{"abc"})
 	if a == b || b == c || a == c || len(a) != 64 {
 		t.Errorf("hashes %s %s %s", a, b, c)
 	}

@@ -9,13 +9,10 @@
 //	GET  /metrics      Prometheus metrics from the server's own registry
 //	     /mcp          optional MCP endpoint (Options.MCP), behind the same auth
 //
-// The work is done by a [Runner]; the daemon's runner is a chain of
-// decorators around the jail, built by [Chain]:
-//
-//	Enforce (operator maxima) -> Audit -> Admit (concurrency, queue) -> Instrument (metrics) -> jail
-//
-// Every front end (HTTP here, MCP elsewhere) that runs through the same chain
-// gets the same limits, admission control, audit log and metrics.
-//
-// Every JSON field name of the API lives in api.go.
+// The work is done by a [run.Runner], normally the chain of package run,
+// which the MCP front ends (NewMCPServer for stdio, NewMCPHandler for
+// Streamable HTTP) share. This package adds what is HTTP's own: bearer
+// tokens, Host and Origin checks against DNS rebinding (origin.go),
+// connection limits (conns.go), strict request reading, and writing
+// results as they are encoded (result.go). The wire format is package api.
 package server

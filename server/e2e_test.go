@@ -20,8 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/client"
 	"github.com/jaild/jaild/internal/testenv"
-	"github.com/jaild/jaild/server"
 )
 
 // TestE2E drives a real `jaild serve`, built from this tree, with plain HTTP
@@ -66,7 +67,7 @@ func testE2EOutputMemory(t *testing.T, bin string) {
 				return
 			}
 			defer resp.Body.Close()
-			var res server.Response
+			var res api.Response
 			if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != 200 {
 				t.Errorf("status %d: %v", resp.StatusCode, err)
 				return
@@ -316,7 +317,7 @@ func testE2ETCP(t *testing.T, bin string) {
 	}
 
 	resp, body := post(t, d.url+"/run", `{"command":"echo hi; id -u; echo err >&2; exit 3","timeout_seconds":5}`, auth...)
-	var r server.Response
+	var r api.Response
 	if err := json.Unmarshal(body, &r); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/run: %d %s", resp.StatusCode, body)
 	}
@@ -337,15 +338,15 @@ func testE2ETCP(t *testing.T, bin string) {
 	var out, errs string
 	for _, ev := range evs {
 		switch ev.Event {
-		case server.EventStdout:
+		case api.EventStdout:
 			out += string(ev.Data)
-		case server.EventStderr:
+		case api.EventStderr:
 			errs += string(ev.Data)
 		}
 	}
 	last := evs[len(evs)-1]
-	if resp.StatusCode != 200 || evs[0].Event != server.EventStart || out != "out\n" || errs != "err\n" ||
-		last.Event != server.EventExit || *last.ExitCode != 4 {
+	if resp.StatusCode != 200 || evs[0].Event != api.EventStart || out != "out\n" || errs != "err\n" ||
+		last.Event != api.EventExit || *last.ExitCode != 4 {
 		t.Errorf("/raw: %d %s", resp.StatusCode, body)
 	}
 
@@ -410,7 +411,7 @@ func testE2ETCP(t *testing.T, bin string) {
 		t.Errorf("audit log has %d lines, want 12:\n%s", len(lines), data)
 	}
 	for _, l := range lines {
-		var rec server.AuditRecord
+		var rec api.AuditRecord
 		if err := json.Unmarshal(l, &rec); err != nil || rec.Caller != "e2e-agent" || len(rec.CommandSHA256) != 64 {
 			t.Errorf("audit line %s", l)
 		}
@@ -436,12 +437,12 @@ func testE2EUnix(t *testing.T, bin string) {
 	if code != 0 || stdout != "over the socket\n" {
 		t.Errorf("remote over the socket: exit %d stdout %q stderr %q", code, stdout, stderr)
 	}
-	c, err := server.NewClient(server.ClientOptions{Socket: sock})
+	c, err := client.New(client.Options{Socket: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var so, se bytes.Buffer
-	ev, err := c.Raw(context.Background(), &server.Request{Command: "echo a; echo b >&2"}, &so, &se)
+	ev, err := c.Raw(context.Background(), &api.Request{Command: "echo a; echo b >&2"}, &so, &se)
 	if err != nil || so.String() != "a\n" || se.String() != "b\n" || *ev.ExitCode != 0 {
 		t.Errorf("Raw over the socket: %v %q %q", err, so.String(), se.String())
 	}
@@ -470,7 +471,7 @@ func testE2EDisconnect(t *testing.T, bin string) {
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
 	readEvent(t, br) // start
-	if ev := readEvent(t, br); ev.Event != server.EventStdout || string(ev.Data) != "first\n" {
+	if ev := readEvent(t, br); ev.Event != api.EventStdout || string(ev.Data) != "first\n" {
 		t.Fatalf("first output event %+v", ev)
 	}
 	// The sandbox still runs (sh and its sleep): its output came while
@@ -517,7 +518,7 @@ func testE2ESigtermFinish(t *testing.T, bin string) {
 	})
 	for i, c := range answers {
 		a := recv(t, c, "a run's answer")
-		var r server.Response
+		var r api.Response
 		if a.err != nil || a.status != 200 || json.Unmarshal(a.body, &r) != nil || r.Stdout != "finished\n" || r.ExitCode != 0 {
 			t.Errorf("run %d: status %d err %v body %s", i, a.status, a.err, a.body)
 		}
@@ -537,7 +538,7 @@ func testE2ESigtermKill(t *testing.T, bin string) {
 	}
 	for i, c := range answers {
 		a := recv(t, c, "a run's answer")
-		if a.err != nil || a.status != 503 || decodeError(t, a.body).Code != server.CodeShuttingDown {
+		if a.err != nil || a.status != 503 || decodeError(t, a.body).Code != api.CodeShuttingDown {
 			t.Errorf("run %d: status %d err %v body %s", i, a.status, a.err, a.body)
 		}
 	}

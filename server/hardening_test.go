@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
 
@@ -23,7 +25,7 @@ func TestHostOrigin(t *testing.T) {
 	f := &fake{}
 	var audit syncBuffer
 	ts := start(t, server.Options{Runner: f, AllowedHosts: []string{"jaild.internal"},
-		AllowedOrigins: []string{"https://app.example.com"}, Audit: server.NewAuditLog(&audit, server.AuditOptions{}),
+		AllowedOrigins: []string{"https://app.example.com"}, Audit: run.NewAuditLog(&audit, run.AuditOptions{}),
 		MCP: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })})
 	do := func(method, path string, hdr ...string) int {
 		t.Helper()
@@ -36,7 +38,7 @@ func TestHostOrigin(t *testing.T) {
 				req.Header.Set(hdr[i], hdr[i+1])
 			}
 		}
-		resp, err := client.Do(req)
+		resp, err := httpc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,8 +96,8 @@ func TestHostOrigin(t *testing.T) {
 // audit log too, each with its reason, status and request id.
 func TestAuditRejections(t *testing.T) {
 	var audit syncBuffer
-	log := server.NewAuditLog(&audit, server.AuditOptions{})
-	r, err := server.Chain(&fake{}, server.ChainOptions{Max: server.Maxima{Limits: jail.Limits{Pids: 10}}, Audit: log})
+	log := run.NewAuditLog(&audit, run.AuditOptions{})
+	r, err := run.Chain(&fake{}, run.ChainOptions{Max: run.Maxima{Limits: jail.Limits{Pids: 10}}, Audit: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +108,11 @@ func TestAuditRejections(t *testing.T) {
 		reason      string
 		status      int
 	}{
-		{`{"command":`, "application/json", server.VerdictRejected, "bad_json", 400},
-		{`{"command":"ls"}`, "text/plain", server.VerdictRejected, "unsupported_media_type", 415},
-		{`{"command":"` + strings.Repeat("x", 200) + `"}`, "application/json", server.VerdictRejected, "too_large", 413},
-		{`{"command":""}`, "application/json", server.VerdictRejected, "invalid", 400},
-		{`{"command":"ls","pids":11}`, "application/json", server.VerdictInvalid, "", 0},
+		{`{"command":`, "application/json", api.VerdictRejected, "bad_json", 400},
+		{`{"command":"ls"}`, "text/plain", api.VerdictRejected, "unsupported_media_type", 415},
+		{`{"command":"` + strings.Repeat("x", 200) + `"}`, "application/json", api.VerdictRejected, "too_large", 413},
+		{`{"command":""}`, "application/json", api.VerdictRejected, "invalid", 400},
+		{`{"command":"ls","pids":11}`, "application/json", api.VerdictInvalid, "", 0},
 	}
 	for _, c := range cases {
 		resp, body := post(t, ts.URL+"/run", c.body, "Content-Type", c.ctype)
@@ -120,7 +122,7 @@ func TestAuditRejections(t *testing.T) {
 	}
 	eventually(t, "an audit record per refusal", func() bool { return bytes.Count(audit.Bytes(), []byte("\n")) == len(cases) })
 	for i, line := range bytes.Split(bytes.TrimSpace(audit.Bytes()), []byte("\n")) {
-		var rec server.AuditRecord
+		var rec api.AuditRecord
 		if err := json.Unmarshal(line, &rec); err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +146,7 @@ func TestRunOutputStreamed(t *testing.T) {
 	if resp.StatusCode != 200 || resp.ContentLength != int64(len(body)) {
 		t.Fatalf("status %d, Content-Length %d, body %d bytes", resp.StatusCode, resp.ContentLength, len(body))
 	}
-	var got server.Response
+	var got api.Response
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&got); err != nil {
@@ -169,7 +171,7 @@ func TestRawExitNotTruncated(t *testing.T) {
 	_, body := post(t, ts.URL+"/raw", `{"command":"x"}`)
 	evs := events(t, body)
 	last := evs[len(evs)-1]
-	if last.Event != server.EventExit || last.Verdict == nil || last.StdoutTruncated || last.StderrTruncated {
+	if last.Event != api.EventExit || last.Verdict == nil || last.StdoutTruncated || last.StderrTruncated {
 		t.Errorf("exit event %s", body)
 	}
 }
@@ -188,8 +190,8 @@ func TestRetryAfterEstimate(t *testing.T) {
 		}
 		return g.run(ctx, s)
 	}}
-	m := server.NewMetrics()
-	ts := start(t, server.Options{Runner: chain(t, f, m, nil, server.AdmitOptions{MaxConcurrent: 1, MaxQueue: 2, MaxWait: time.Hour}), Metrics: m})
+	m := run.NewMetrics()
+	ts := start(t, server.Options{Runner: chain(t, f, m, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 2, MaxWait: time.Hour}), Metrics: m})
 	post(t, ts.URL+"/run", `{"executable":"x"}`) // a 1.5 s run sets the pace
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
 	recv(t, g.entered, "the blocking run")
@@ -208,8 +210,8 @@ func TestRetryAfterEstimate(t *testing.T) {
 func TestQueueAbandoned(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	m := server.NewMetrics()
-	ts := start(t, server.Options{Runner: chain(t, &fake{fn: g.run}, m, nil, server.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour}), Metrics: m})
+	m := run.NewMetrics()
+	ts := start(t, server.Options{Runner: chain(t, &fake{fn: g.run}, m, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour}), Metrics: m})
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
 	recv(t, g.entered, "the blocking run")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -217,7 +219,7 @@ func TestQueueAbandoned(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	errc := make(chan error, 1)
 	go func() {
-		resp, err := client.Do(req)
+		resp, err := httpc.Do(req)
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -235,7 +237,7 @@ func TestQueueAbandoned(t *testing.T) {
 func TestOutputMemory(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	a, err := server.Admit(&fake{fn: g.run}, server.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
+	a, err := run.Admit(&fake{fn: g.run}, run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,12 +271,12 @@ func TestOutputMemory(t *testing.T) {
 // TestOutputHeldUntilWritten: over HTTP the output memory is let go after
 // the answer is written, not when the run ends.
 func TestOutputHeldUntilWritten(t *testing.T) {
-	var adm *server.Admitter
+	var adm *run.Admitter
 	var heldDuring int64
 	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return okResult("x"), nil
 	}}
-	adm, err := server.Admit(f, server.AdmitOptions{MaxOutputMemory: 64 << 20})
+	adm, err := run.Admit(f, run.AdmitOptions{MaxOutputMemory: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +308,7 @@ func TestInternalErrorHidesDetail(t *testing.T) {
 	ts := start(t, server.Options{Runner: f})
 	resp, body := post(t, ts.URL+"/run", `{"command":"x"}`)
 	e := decodeError(t, body)
-	if resp.StatusCode != 500 || e.Code != server.CodeInternal || strings.Contains(string(body), "/run/jaild") ||
+	if resp.StatusCode != 500 || e.Code != api.CodeInternal || strings.Contains(string(body), "/run/jaild") ||
 		!strings.Contains(e.Error, resp.Header.Get("X-Request-Id")) {
 		t.Errorf("status %d: %s", resp.StatusCode, body)
 	}

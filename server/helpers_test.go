@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
 
@@ -21,9 +23,9 @@ import (
 // happen; it only fails a test that would otherwise hang, it never measures.
 const patience = 20 * time.Second
 
-// client bounds every request of the tests, so that a server that never
+// httpc bounds every request of the tests, so that a server that never
 // answers fails a test instead of hanging it.
-var client = &http.Client{Timeout: 2 * patience}
+var httpc = &http.Client{Timeout: 2 * patience}
 
 // fake is a Runner that records its calls and runs fn (default: exit 0
 // with "ok\n" on stdout).
@@ -109,7 +111,7 @@ type testServer struct {
 	Addr    string
 	stop    context.CancelFunc
 	done    chan error
-	Metrics *server.Metrics
+	Metrics *run.Metrics
 }
 
 // start serves opts on 127.0.0.1, and stops the server at the end of the
@@ -120,7 +122,7 @@ func start(t *testing.T, opts server.Options) *testServer {
 		opts.Runner = &fake{}
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = server.NewMetrics()
+		opts.Metrics = run.NewMetrics()
 	}
 	srv, err := server.New(opts)
 	if err != nil {
@@ -185,7 +187,7 @@ func tryPost(url, body string, hdr ...string) answer {
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 	}
-	resp, err := client.Do(req)
+	resp, err := httpc.Do(req)
 	if err != nil {
 		return answer{err: err}
 	}
@@ -220,7 +222,7 @@ func get(t *testing.T, url string, hdr ...string) (*http.Response, []byte) {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := client.Do(req)
+	resp, err := httpc.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -229,9 +231,9 @@ func get(t *testing.T, url string, hdr ...string) (*http.Response, []byte) {
 	return resp, data
 }
 
-func decodeError(t *testing.T, data []byte) server.ErrorResponse {
+func decodeError(t *testing.T, data []byte) api.ErrorResponse {
 	t.Helper()
-	var e server.ErrorResponse
+	var e api.ErrorResponse
 	if err := json.Unmarshal(data, &e); err != nil {
 		t.Fatalf("error body %q: %v", data, err)
 	}
@@ -239,13 +241,13 @@ func decodeError(t *testing.T, data []byte) server.ErrorResponse {
 }
 
 // events splits an NDJSON body into events, strictly.
-func events(t *testing.T, data []byte) []server.Event {
+func events(t *testing.T, data []byte) []api.Event {
 	t.Helper()
-	var evs []server.Event
+	var evs []api.Event
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	for {
-		var ev server.Event
+		var ev api.Event
 		if err := dec.Decode(&ev); errors.Is(err, io.EOF) {
 			return evs
 		} else if err != nil {

@@ -15,7 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 )
 
 //go:embed openapi.yaml
@@ -32,12 +34,12 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := rand.Text()
 		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(WithRequestID(r.Context(), id)))
+		next.ServeHTTP(w, r.WithContext(run.WithRequestID(r.Context(), id)))
 	})
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	h := Health{Status: "ok", Jail: "ok"}
+	h := api.Health{Status: "ok", Jail: "ok"}
 	status := http.StatusOK
 	if err := s.health.get(r.Context()); err != nil {
 		h.Status, h.Jail, status = "unhealthy", err.Error(), http.StatusServiceUnavailable
@@ -54,7 +56,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, letOutput := withOutputHold(r.Context())
+	ctx, letOutput := run.WithOutputHold(r.Context())
 	defer letOutput()
 	res, err := s.opts.Runner.Run(ctx, spec)
 	if err == nil && res == nil {
@@ -78,7 +80,7 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, letOutput := withOutputHold(r.Context())
+	ctx, letOutput := run.WithOutputHold(r.Context())
 	defer letOutput()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -86,12 +88,12 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		w:            w,
 		rc:           http.NewResponseController(w),
 		writeTimeout: s.opts.WriteTimeout,
-		requestID:    RequestIDFromContext(ctx),
+		requestID:    run.RequestIDFromContext(ctx),
 		fail:         cancel,
 	}
-	spec.Stdout = rawWriter{st, EventStdout}
-	spec.Stderr = rawWriter{st, EventStderr}
-	ctx = withStarted(ctx, st.start)
+	spec.Stdout = rawWriter{st, api.EventStdout}
+	spec.Stderr = rawWriter{st, api.EventStderr}
+	ctx = run.WithStarted(ctx, st.start)
 
 	res, err := s.opts.Runner.Run(ctx, spec)
 	if err == nil && res == nil {
@@ -115,15 +117,15 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		if status == http.StatusInternalServerError {
 			s.log.Error("run failed", "request_id", st.requestID, "err", err)
 		}
-		st.emitLocked(&Event{Event: EventError, Message: e.Error, Code: e.Code})
+		st.emitLocked(&api.Event{Event: api.EventError, Message: e.Error, Code: e.Code})
 		return
 	}
-	v := verdictOf(res)
+	v := api.VerdictOf(res)
 	// The stream carried every byte the command wrote: nothing was cut
 	// for this client, whatever the jail kept for itself.
 	v.StdoutTruncated, v.StderrTruncated = false, false
 	code := res.ExitCode
-	st.emitLocked(&Event{Event: EventExit, ExitCode: &code, Verdict: &v})
+	st.emitLocked(&api.Event{Event: api.EventExit, ExitCode: &code, Verdict: &v})
 }
 
 // rawStream writes /raw events. The jail's stdout and stderr copiers write
@@ -163,10 +165,10 @@ func (st *rawStream) startLocked() error {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	st.w.WriteHeader(http.StatusOK)
-	return st.emitLocked(&Event{Event: EventStart, RequestID: st.requestID})
+	return st.emitLocked(&api.Event{Event: api.EventStart, RequestID: st.requestID})
 }
 
-func (st *rawStream) emitLocked(ev *Event) error {
+func (st *rawStream) emitLocked(ev *api.Event) error {
 	if st.err != nil {
 		return st.err
 	}
@@ -208,7 +210,7 @@ func (sw rawWriter) Write(p []byte) (int, error) {
 	if err := sw.st.startLocked(); err != nil {
 		return 0, err
 	}
-	if err := sw.st.emitLocked(&Event{Event: sw.kind, Data: p}); err != nil {
+	if err := sw.st.emitLocked(&api.Event{Event: sw.kind, Data: p}); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -218,7 +220,7 @@ func (sw rawWriter) Write(p []byte) (int, error) {
 // with the error and returns false.
 func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, bool) {
 	if s.draining.Load() {
-		s.reject(w, r, rejectShutdown, http.StatusServiceUnavailable, &ErrorResponse{Error: "the server is shutting down", Code: CodeShuttingDown})
+		s.reject(w, r, run.RejectShutdown, http.StatusServiceUnavailable, &api.ErrorResponse{Error: "the server is shutting down", Code: api.CodeShuttingDown})
 		return nil, false
 	}
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -226,25 +228,25 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, b
 		err = errors.New("charset " + cs)
 	}
 	if err != nil || mt != "application/json" {
-		s.reject(w, r, rejectMedia, http.StatusUnsupportedMediaType, &ErrorResponse{
-			Error: "Content-Type must be application/json (charset utf-8, if given)", Code: CodeUnsupportedMedia})
+		s.reject(w, r, run.RejectMedia, http.StatusUnsupportedMediaType, &api.ErrorResponse{
+			Error: "Content-Type must be application/json (charset utf-8, if given)", Code: api.CodeUnsupportedMedia})
 		return nil, false
 	}
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	req, err := DecodeRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	req, err := api.DecodeRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		var ne net.Error
 		switch {
 		case errors.As(err, &tooBig):
-			s.reject(w, r, rejectTooLarge, http.StatusRequestEntityTooLarge, &ErrorResponse{
-				Error: "request body larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes", Code: CodeTooLarge})
+			s.reject(w, r, run.RejectTooLarge, http.StatusRequestEntityTooLarge, &api.ErrorResponse{
+				Error: "request body larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes", Code: api.CodeTooLarge})
 		case errors.As(err, &ne) && ne.Timeout():
-			s.reject(w, r, rejectBodyTimeout, http.StatusRequestTimeout, &ErrorResponse{
-				Error: "request body not received within " + s.opts.BodyTimeout.String(), Code: CodeBodyTimeout})
+			s.reject(w, r, run.RejectBodyTimeout, http.StatusRequestTimeout, &api.ErrorResponse{
+				Error: "request body not received within " + s.opts.BodyTimeout.String(), Code: api.CodeBodyTimeout})
 		default:
-			s.reject(w, r, rejectBadJSON, http.StatusBadRequest, &ErrorResponse{Error: err.Error(), Code: CodeBadJSON})
+			s.reject(w, r, run.RejectBadJSON, http.StatusBadRequest, &api.ErrorResponse{Error: err.Error(), Code: api.CodeBadJSON})
 		}
 		return nil, false
 	}
@@ -255,7 +257,7 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, b
 	rc.SetReadDeadline(time.Time{})
 	spec, err := req.Spec()
 	if err != nil {
-		s.audit.rejected(r.Context(), rejectInvalid, http.StatusBadRequest, err.Error())
+		s.audit.Rejected(r.Context(), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err)
 		return nil, false
 	}
@@ -267,27 +269,27 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, b
 // may be unread (net/http would try to drain it to reuse the connection),
 // and a client that sends what the daemon refuses should not keep a
 // connection it holds idle.
-func (s *Server) reject(w http.ResponseWriter, r *http.Request, reason string, status int, e *ErrorResponse) {
-	s.metrics.rejected(reason)
-	s.audit.rejected(r.Context(), reason, status, e.Error)
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, reason string, status int, e *api.ErrorResponse) {
+	s.metrics.Rejected(reason)
+	s.audit.Rejected(r.Context(), reason, status, e.Error)
 	w.Header().Set("Connection", "close")
 	writeError(w, status, e)
 }
 
 // writeRunError answers a failed run (or a spec refused before it).
 func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error) {
-	id := RequestIDFromContext(r.Context())
+	id := run.RequestIDFromContext(r.Context())
 	status, e := s.classify(err, id)
 	switch status {
 	case http.StatusTooManyRequests:
 		wait := s.opts.RetryAfter
-		var be *BusyError
+		var be *api.BusyError
 		if errors.As(err, &be) {
 			wait = be.RetryAfter
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
 	case http.StatusBadRequest:
-		s.metrics.rejected(rejectInvalid)
+		s.metrics.Rejected(run.RejectInvalid)
 		w.Header().Set("Connection", "close")
 	}
 	if status == http.StatusInternalServerError {
@@ -303,49 +305,35 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 // classify maps a run error to its HTTP status and answer. The detail of a
 // 500 (host paths, kernel errors) goes to the log, not to the caller, who
 // gets the request id to quote.
-func (s *Server) classify(err error, requestID string) (int, *ErrorResponse) {
+func (s *Server) classify(err error, requestID string) (int, *api.ErrorResponse) {
+	o := api.ErrorOutcome(err)
+	e := &api.ErrorResponse{Error: err.Error(), Code: o.Code}
 	var ie *jail.InvalidError
-	e := &ErrorResponse{Error: err.Error()}
-	switch {
-	case errors.As(err, &ie):
-		e.Code, e.Field = CodeInvalid, ie.Field
-		return http.StatusBadRequest, e
-	case errors.Is(err, ErrBusy):
-		e.Code = CodeBusy
-		return http.StatusTooManyRequests, e
-	case errors.Is(err, jail.ErrNotFound):
-		e.Code = CodeNotFound
-		return http.StatusUnprocessableEntity, e
-	case errors.Is(err, jail.ErrNotExecutable):
-		e.Code = CodeNotExecutable
-		return http.StatusUnprocessableEntity, e
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jail.ErrClosed):
-		if s.draining.Load() {
-			e.Code = CodeShuttingDown
-			e.Error = "the server is shutting down: run killed"
-		} else {
-			e.Code = CodeCanceled
-		}
-		return http.StatusServiceUnavailable, e
-	case errors.Is(err, jail.ErrNotRoot):
-		e.Code, e.Error = CodeNotRoot, "the daemon cannot build sandboxes: it does not run as root"
-		return http.StatusInternalServerError, e
-	case errors.Is(err, jail.ErrUnsupported):
-		e.Code, e.Error = CodeUnsupported, "this host lacks what sandboxes need"
-	case errors.Is(err, jail.ErrRootfs):
-		e.Code, e.Error = CodeRootfs, "the sandboxes' root filesystem is unusable"
-	default:
-		e.Code, e.Error = CodeInternal, "internal error"
+	if errors.As(err, &ie) {
+		e.Field = ie.Field
 	}
-	e.Error += "; the daemon's log has the detail under request_id " + requestID
-	return http.StatusInternalServerError, e
+	if o.Code == api.CodeCanceled && s.draining.Load() {
+		e.Code, e.Error = api.CodeShuttingDown, "the server is shutting down: run killed"
+	}
+	if o.Status == http.StatusInternalServerError {
+		e.Error = internalMessages[o.Code] + "; the daemon's log has the detail under request_id " + requestID
+	}
+	return o.Status, e
+}
+
+// internalMessages are what a caller is told of a 500, by code.
+var internalMessages = map[string]string{
+	api.CodeNotRoot:     "the daemon cannot build sandboxes: it does not run as root",
+	api.CodeUnsupported: "this host lacks what sandboxes need",
+	api.CodeRootfs:      "the sandboxes' root filesystem is unusable",
+	api.CodeInternal:    "internal error",
 }
 
 func (s *Server) setWriteDeadline(w http.ResponseWriter) {
 	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 }
 
-func writeError(w http.ResponseWriter, status int, e *ErrorResponse) {
+func writeError(w http.ResponseWriter, status int, e *api.ErrorResponse) {
 	writeJSON(w, status, e)
 }
 

@@ -18,19 +18,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
 
 // chain is the daemon's runner chain around base with small maxima.
-func chain(t *testing.T, base server.Runner, m *server.Metrics, audit io.Writer, adm server.AdmitOptions) server.Runner {
+func chain(t *testing.T, base run.Runner, m *run.Metrics, audit io.Writer, adm run.AdmitOptions) run.Runner {
 	t.Helper()
-	var log *server.AuditLog
+	var log *run.AuditLog
 	if audit != nil {
-		log = server.NewAuditLog(audit, server.AuditOptions{})
+		log = run.NewAuditLog(audit, run.AuditOptions{})
 	}
-	r, err := server.Chain(base, server.ChainOptions{
-		Max: server.Maxima{
+	r, err := run.Chain(base, run.ChainOptions{
+		Max: run.Maxima{
 			Limits:    jail.Limits{Memory: 512 << 20, Pids: 100, CPUs: 1, TmpfsSize: 128 << 20},
 			Timeout:   30 * time.Second,
 			MaxOutput: 1 << 20,
@@ -49,8 +51,8 @@ func chain(t *testing.T, base server.Runner, m *server.Metrics, audit io.Writer,
 // its own status and error code, and none reaches the runner.
 func TestBadInput(t *testing.T) {
 	f := &fake{}
-	m := server.NewMetrics()
-	ts := start(t, server.Options{Runner: chain(t, f, m, nil, server.AdmitOptions{}), Metrics: m, MaxBodyBytes: 4096})
+	m := run.NewMetrics()
+	ts := start(t, server.Options{Runner: chain(t, f, m, nil, run.AdmitOptions{}), Metrics: m, MaxBodyBytes: 4096})
 
 	tests := []struct {
 		name      string
@@ -60,43 +62,43 @@ func TestBadInput(t *testing.T) {
 		code      string
 		wantField string
 	}{
-		{name: "malformed JSON", body: `{"command": "ls"`, status: 400, code: server.CodeBadJSON},
-		{name: "empty body", body: ``, status: 400, code: server.CodeBadJSON},
-		{name: "unknown field", body: `{"command":"ls","sudo":true}`, status: 400, code: server.CodeBadJSON},
-		{name: "two objects", body: `{"command":"ls"}{"command":"ls"}`, status: 400, code: server.CodeBadJSON},
-		{name: "wrong type", body: `{"command":["ls"]}`, status: 400, code: server.CodeBadJSON},
-		{name: "duplicate key", body: `{"command":"true","command":"id"}`, status: 400, code: server.CodeBadJSON},
-		{name: "empty command", body: `{"command":""}`, status: 400, code: server.CodeInvalid, wantField: "command"},
-		{name: "no command at all", body: `{}`, status: 400, code: server.CodeInvalid, wantField: "command"},
-		{name: "blank command", body: `{"command":"   "}`, status: 400, code: server.CodeInvalid, wantField: "command"},
-		{name: "empty executable", body: `{"executable":"","args":["x"]}`, status: 400, code: server.CodeInvalid, wantField: "command"},
-		{name: "NUL in command", body: `{"command":"ls\u0000 /"}`, status: 400, code: server.CodeInvalid, wantField: "command"},
-		{name: "NUL in args", body: `{"executable":"ls","args":["\u0000"]}`, status: 400, code: server.CodeInvalid, wantField: "args"},
-		{name: "NUL in env", body: `{"command":"ls","env":{"A":"\u0000"}}`, status: 400, code: server.CodeInvalid, wantField: "env"},
-		{name: "oversized body", body: `{"command":"` + strings.Repeat("x", 5000) + `"}`, status: 413, code: server.CodeTooLarge},
-		{name: "negative timeout", body: `{"command":"ls","timeout_seconds":-5}`, status: 400, code: server.CodeInvalid, wantField: "timeout_seconds"},
-		{name: "zero timeout", body: `{"command":"ls","timeout_ms":0}`, status: 400, code: server.CodeInvalid, wantField: "timeout_ms"},
-		{name: "huge timeout", body: `{"command":"ls","timeout_seconds":99999999999999}`, status: 400, code: server.CodeInvalid, wantField: "timeout_seconds"},
-		{name: "overflowing timeout", body: `{"command":"ls","timeout_ms":1e400}`, status: 400, code: server.CodeBadJSON},
-		{name: "timeout above the operator's maximum", body: `{"command":"ls","timeout_seconds":31}`, status: 400, code: server.CodeInvalid, wantField: "timeout"},
-		{name: "memory above max", body: `{"command":"ls","memory_bytes":1073741824}`, status: 400, code: server.CodeInvalid, wantField: "memory"},
-		{name: "pids above max", body: `{"command":"ls","pids":101}`, status: 400, code: server.CodeInvalid, wantField: "pids"},
-		{name: "cpus above max", body: `{"command":"ls","cpus":1.5}`, status: 400, code: server.CodeInvalid, wantField: "cpus"},
-		{name: "tmpfs above max", body: `{"command":"ls","tmpfs_size_bytes":1073741824}`, status: 400, code: server.CodeInvalid, wantField: "tmpfs size"},
-		{name: "output above max", body: `{"command":"ls","max_output_bytes":2097152}`, status: 400, code: server.CodeInvalid, wantField: "max_output_bytes"},
-		{name: "cwd outside", body: `{"command":"ls","cwd":"/etc"}`, status: 400, code: server.CodeInvalid, wantField: "cwd"},
-		{name: "text/plain", body: `{"command":"ls"}`, hdr: []string{"Content-Type", "text/plain"}, status: 415, code: server.CodeUnsupportedMedia},
-		{name: "form", body: `command=ls`, hdr: []string{"Content-Type", "application/x-www-form-urlencoded"}, status: 415, code: server.CodeUnsupportedMedia},
-		{name: "no content type", body: `{"command":"ls"}`, hdr: []string{"Content-Type", ""}, status: 415, code: server.CodeUnsupportedMedia},
-		{name: "garbled content type", body: `{"command":"ls"}`, hdr: []string{"Content-Type", "application/json; ==="}, status: 415, code: server.CodeUnsupportedMedia},
-		{name: "latin-1 charset", body: `{"command":"ls"}`, hdr: []string{"Content-Type", "application/json; charset=iso-8859-1"}, status: 415, code: server.CodeUnsupportedMedia},
+		{name: "malformed JSON", body: `{"command": "ls"`, status: 400, code: api.CodeBadJSON},
+		{name: "empty body", body: ``, status: 400, code: api.CodeBadJSON},
+		{name: "unknown field", body: `{"command":"ls","sudo":true}`, status: 400, code: api.CodeBadJSON},
+		{name: "two objects", body: `{"command":"ls"}{"command":"ls"}`, status: 400, code: api.CodeBadJSON},
+		{name: "wrong type", body: `{"command":["ls"]}`, status: 400, code: api.CodeBadJSON},
+		{name: "duplicate key", body: `{"command":"true","command":"id"}`, status: 400, code: api.CodeBadJSON},
+		{name: "empty command", body: `{"command":""}`, status: 400, code: api.CodeInvalid, wantField: "command"},
+		{name: "no command at all", body: `{}`, status: 400, code: api.CodeInvalid, wantField: "command"},
+		{name: "blank command", body: `{"command":"   "}`, status: 400, code: api.CodeInvalid, wantField: "command"},
+		{name: "empty executable", body: `{"executable":"","args":["x"]}`, status: 400, code: api.CodeInvalid, wantField: "command"},
+		{name: "NUL in command", body: `{"command":"ls\u0000 /"}`, status: 400, code: api.CodeInvalid, wantField: "command"},
+		{name: "NUL in args", body: `{"executable":"ls","args":["\u0000"]}`, status: 400, code: api.CodeInvalid, wantField: "args"},
+		{name: "NUL in env", body: `{"command":"ls","env":{"A":"\u0000"}}`, status: 400, code: api.CodeInvalid, wantField: "env"},
+		{name: "oversized body", body: `{"command":"` + strings.Repeat("x", 5000) + `"}`, status: 413, code: api.CodeTooLarge},
+		{name: "negative timeout", body: `{"command":"ls","timeout_seconds":-5}`, status: 400, code: api.CodeInvalid, wantField: "timeout_seconds"},
+		{name: "zero timeout", body: `{"command":"ls","timeout_ms":0}`, status: 400, code: api.CodeInvalid, wantField: "timeout_ms"},
+		{name: "huge timeout", body: `{"command":"ls","timeout_seconds":99999999999999}`, status: 400, code: api.CodeInvalid, wantField: "timeout_seconds"},
+		{name: "overflowing timeout", body: `{"command":"ls","timeout_ms":1e400}`, status: 400, code: api.CodeBadJSON},
+		{name: "timeout above the operator's maximum", body: `{"command":"ls","timeout_seconds":31}`, status: 400, code: api.CodeInvalid, wantField: "timeout"},
+		{name: "memory above max", body: `{"command":"ls","memory_bytes":1073741824}`, status: 400, code: api.CodeInvalid, wantField: "memory"},
+		{name: "pids above max", body: `{"command":"ls","pids":101}`, status: 400, code: api.CodeInvalid, wantField: "pids"},
+		{name: "cpus above max", body: `{"command":"ls","cpus":1.5}`, status: 400, code: api.CodeInvalid, wantField: "cpus"},
+		{name: "tmpfs above max", body: `{"command":"ls","tmpfs_size_bytes":1073741824}`, status: 400, code: api.CodeInvalid, wantField: "tmpfs size"},
+		{name: "output above max", body: `{"command":"ls","max_output_bytes":2097152}`, status: 400, code: api.CodeInvalid, wantField: "max_output_bytes"},
+		{name: "cwd outside", body: `{"command":"ls","cwd":"/etc"}`, status: 400, code: api.CodeInvalid, wantField: "cwd"},
+		{name: "text/plain", body: `{"command":"ls"}`, hdr: []string{"Content-Type", "text/plain"}, status: 415, code: api.CodeUnsupportedMedia},
+		{name: "form", body: `command=ls`, hdr: []string{"Content-Type", "application/x-www-form-urlencoded"}, status: 415, code: api.CodeUnsupportedMedia},
+		{name: "no content type", body: `{"command":"ls"}`, hdr: []string{"Content-Type", ""}, status: 415, code: api.CodeUnsupportedMedia},
+		{name: "garbled content type", body: `{"command":"ls"}`, hdr: []string{"Content-Type", "application/json; ==="}, status: 415, code: api.CodeUnsupportedMedia},
+		{name: "latin-1 charset", body: `{"command":"ls"}`, hdr: []string{"Content-Type", "application/json; charset=iso-8859-1"}, status: 415, code: api.CodeUnsupportedMedia},
 		// encoding/json alone would run these with U+FFFD in place.
-		{name: "invalid UTF-8", body: "{\"command\":\"echo \xff\"}", status: 400, code: server.CodeBadJSON},
-		{name: "lone high surrogate", body: `{"command":"echo \ud800"}`, status: 400, code: server.CodeBadJSON},
-		{name: "lone low surrogate", body: `{"command":"echo \udc00x"}`, status: 400, code: server.CodeBadJSON},
-		{name: "high surrogate then other escape", body: `{"command":"echo \ud83d\u0041"}`, status: 400, code: server.CodeBadJSON},
-		{name: "stdin_b64 as numbers", body: `{"command":"cat","stdin_b64":[104,105]}`, status: 400, code: server.CodeBadJSON},
-		{name: "stdin_b64 not base64", body: `{"command":"cat","stdin_b64":"!!"}`, status: 400, code: server.CodeBadJSON},
+		{name: "invalid UTF-8", body: "{\"command\":\"echo \xff\"}", status: 400, code: api.CodeBadJSON},
+		{name: "lone high surrogate", body: `{"command":"echo \ud800"}`, status: 400, code: api.CodeBadJSON},
+		{name: "lone low surrogate", body: `{"command":"echo \udc00x"}`, status: 400, code: api.CodeBadJSON},
+		{name: "high surrogate then other escape", body: `{"command":"echo \ud83d\u0041"}`, status: 400, code: api.CodeBadJSON},
+		{name: "stdin_b64 as numbers", body: `{"command":"cat","stdin_b64":[104,105]}`, status: 400, code: api.CodeBadJSON},
+		{name: "stdin_b64 not base64", body: `{"command":"cat","stdin_b64":"!!"}`, status: 400, code: api.CodeBadJSON},
 	}
 	for _, path := range []string{"/run", "/raw"} {
 		for _, tt := range tests {
@@ -151,20 +153,20 @@ func TestRun(t *testing.T) {
 			StderrBytes: 4, TimedOut: true, OOMKilled: true, PidsLimitHit: true, StdoutTruncated: true,
 			DurationMS: 12, CPUMS: 5, MemoryPeak: 1 << 20}, nil
 	}}
-	ts := start(t, server.Options{Runner: chain(t, f, nil, nil, server.AdmitOptions{})})
+	ts := start(t, server.Options{Runner: chain(t, f, nil, nil, run.AdmitOptions{})})
 	resp, body := post(t, ts.URL+"/run", `{"command":"cat; exit 3","timeout_seconds":5,"stdin":"hi","env":{"Z":"1","A":"2"},"cwd":"/tmp","pids":50}`)
 	if resp.StatusCode != 200 || resp.Header.Get("X-Request-Id") == "" {
 		t.Fatalf("status %d, request id %q: %s", resp.StatusCode, resp.Header.Get("X-Request-Id"), body)
 	}
 	// Decode strictly into the documented shape: no undocumented fields.
-	var got server.Response
+	var got api.Response
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&got); err != nil {
 		t.Fatalf("decode %s: %v", body, err)
 	}
 	// Output that is not UTF-8 comes exactly, in base64, instead of text.
-	want := server.Response{Stdout: "out:hi", Stderr: "", StderrB64: []byte("err\xff"), ExitCode: 3, Verdict: server.Verdict{
+	want := api.Response{Stdout: "out:hi", Stderr: "", StderrB64: []byte("err\xff"), ExitCode: 3, Verdict: api.Verdict{
 		ID: "sb-7", StdoutBytes: 7, StderrBytes: 4, StdoutTruncated: true, TimedOut: true, OOMKilled: true,
 		PidsLimitHit: true, DurationMS: 12, CPUMS: 5, MemoryPeakBytes: 1 << 20}}
 	if !reflect.DeepEqual(got, want) {
@@ -195,14 +197,14 @@ func TestRunErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{jail.ErrNotFound, 422, server.CodeNotFound},
-		{fmt.Errorf("exec: %w", jail.ErrNotExecutable), 422, server.CodeNotExecutable},
-		{jail.ErrNotRoot, 500, server.CodeNotRoot},
-		{jail.ErrUnsupported, 500, server.CodeUnsupported},
-		{jail.ErrRootfs, 500, server.CodeRootfs},
-		{errors.New("boom"), 500, server.CodeInternal},
-		{&jail.InvalidError{Field: "cwd", Reason: "no"}, 400, server.CodeInvalid},
-		{server.ErrBusy, 429, server.CodeBusy},
+		{jail.ErrNotFound, 422, api.CodeNotFound},
+		{fmt.Errorf("exec: %w", jail.ErrNotExecutable), 422, api.CodeNotExecutable},
+		{jail.ErrNotRoot, 500, api.CodeNotRoot},
+		{jail.ErrUnsupported, 500, api.CodeUnsupported},
+		{jail.ErrRootfs, 500, api.CodeRootfs},
+		{errors.New("boom"), 500, api.CodeInternal},
+		{&jail.InvalidError{Field: "cwd", Reason: "no"}, 400, api.CodeInvalid},
+		{api.ErrBusy, 429, api.CodeBusy},
 	}
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
@@ -222,7 +224,7 @@ func TestRunErrors(t *testing.T) {
 }
 
 // readEvent reads one NDJSON line from r.
-func readEvent(t *testing.T, r *bufio.Reader) server.Event {
+func readEvent(t *testing.T, r *bufio.Reader) api.Event {
 	t.Helper()
 	type res struct {
 		line []byte
@@ -234,7 +236,7 @@ func readEvent(t *testing.T, r *bufio.Reader) server.Event {
 	if got.err != nil {
 		t.Fatalf("read event: %v (got %q)", got.err, got.line)
 	}
-	var ev server.Event
+	var ev api.Event
 	if err := json.Unmarshal(got.line, &ev); err != nil {
 		t.Fatalf("event %q: %v", got.line, err)
 	}
@@ -257,7 +259,7 @@ func TestRawStreams(t *testing.T) {
 		s.Stdout.Write([]byte("bye\n"))
 		return &jail.Result{ID: "sb-2", ExitCode: -1, Signal: "SIGKILL", TimedOut: true, StdoutBytes: 10, DurationMS: 9}, nil
 	}}
-	ts := start(t, server.Options{Runner: chain(t, f, nil, nil, server.AdmitOptions{})})
+	ts := start(t, server.Options{Runner: chain(t, f, nil, nil, run.AdmitOptions{})})
 	// Bounded: a server that does not flush never even sends the headers.
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
@@ -272,21 +274,21 @@ func TestRawStreams(t *testing.T) {
 		t.Fatalf("status %d, Content-Type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	br := bufio.NewReader(resp.Body)
-	if ev := readEvent(t, br); ev.Event != server.EventStart || ev.RequestID != resp.Header.Get("X-Request-Id") {
+	if ev := readEvent(t, br); ev.Event != api.EventStart || ev.RequestID != resp.Header.Get("X-Request-Id") {
 		t.Fatalf("first event %+v", ev)
 	}
-	if ev := readEvent(t, br); ev.Event != server.EventStdout || string(ev.Data) != "hello\n" {
+	if ev := readEvent(t, br); ev.Event != api.EventStdout || string(ev.Data) != "hello\n" {
 		t.Fatalf("second event %+v", ev)
 	}
-	if ev := readEvent(t, br); ev.Event != server.EventStderr || !bytes.Equal(ev.Data, []byte{0xff, 0}) {
+	if ev := readEvent(t, br); ev.Event != api.EventStderr || !bytes.Equal(ev.Data, []byte{0xff, 0}) {
 		t.Fatalf("third event %+v", ev)
 	}
 	close(seen)
-	if ev := readEvent(t, br); ev.Event != server.EventStdout || string(ev.Data) != "bye\n" {
+	if ev := readEvent(t, br); ev.Event != api.EventStdout || string(ev.Data) != "bye\n" {
 		t.Fatalf("fourth event %+v", ev)
 	}
 	ev := readEvent(t, br)
-	if ev.Event != server.EventExit || ev.ExitCode == nil || *ev.ExitCode != -1 || ev.Verdict == nil ||
+	if ev.Event != api.EventExit || ev.ExitCode == nil || *ev.ExitCode != -1 || ev.Verdict == nil ||
 		!ev.TimedOut || ev.Signal != "SIGKILL" || ev.ID != "sb-2" || ev.StdoutBytes != 10 {
 		t.Fatalf("exit event %+v %+v", ev, ev.Verdict)
 	}
@@ -308,7 +310,7 @@ func TestRawErrorAfterStart(t *testing.T) {
 	}
 	// The detail (host paths, kernel errors) stays in the log; the client
 	// gets the request id to quote.
-	if last := evs[2]; last.Event != server.EventError || last.Code != server.CodeRootfs ||
+	if last := evs[2]; last.Event != api.EventError || last.Code != api.CodeRootfs ||
 		strings.Contains(last.Message, "start container") || !strings.Contains(last.Message, resp.Header.Get("X-Request-Id")) {
 		t.Errorf("last event %+v", last)
 	}
@@ -326,7 +328,7 @@ func TestDisconnectCancels(t *testing.T) {
 				}
 				return g.run(ctx, s)
 			}}
-			ts := start(t, server.Options{Runner: chain(t, f, nil, nil, server.AdmitOptions{})})
+			ts := start(t, server.Options{Runner: chain(t, f, nil, nil, run.AdmitOptions{})})
 			conn, err := net.Dial("tcp", ts.Addr)
 			if err != nil {
 				t.Fatal(err)
@@ -390,9 +392,9 @@ func TestRawStalledReaderCancels(t *testing.T) {
 // the admitted and queued runs complete.
 func TestAdmission(t *testing.T) {
 	g := newGate()
-	m := server.NewMetrics()
+	m := run.NewMetrics()
 	ts := start(t, server.Options{
-		Runner:  chain(t, &fake{fn: g.run}, m, nil, server.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour}),
+		Runner:  chain(t, &fake{fn: g.run}, m, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour}),
 		Metrics: m,
 	})
 	defer g.open()
@@ -403,7 +405,7 @@ func TestAdmission(t *testing.T) {
 
 	for _, path := range []string{"/run", "/raw"} {
 		resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
-		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || decodeError(t, body).Code != server.CodeBusy {
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || decodeError(t, body).Code != api.CodeBusy {
 			t.Errorf("%s with a full queue: status %d Retry-After %q body %s", path, resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
 	}
@@ -428,12 +430,12 @@ func TestAdmissionWaitExpires(t *testing.T) {
 	g := newGate()
 	defer g.open()
 	ts := start(t, server.Options{
-		Runner: chain(t, &fake{fn: g.run}, nil, nil, server.AdmitOptions{MaxConcurrent: 1, MaxQueue: 5, MaxWait: 10 * time.Millisecond}),
+		Runner: chain(t, &fake{fn: g.run}, nil, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 5, MaxWait: 10 * time.Millisecond}),
 	})
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
 	recv(t, g.entered, "the first run to start")
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"x"}`)
-	if resp.StatusCode != 429 || decodeError(t, body).Code != server.CodeBusy {
+	if resp.StatusCode != 429 || decodeError(t, body).Code != api.CodeBusy {
 		t.Fatalf("queued past MaxWait: status %d %s", resp.StatusCode, body)
 	}
 }
@@ -454,7 +456,7 @@ func TestAdmitterBound(t *testing.T) {
 		mu.Unlock()
 		return okResult(""), nil
 	}}
-	a, err := server.Admit(base, server.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
+	a, err := run.Admit(base, run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +472,7 @@ func TestAdmitterBound(t *testing.T) {
 			switch {
 			case err == nil:
 				ok++
-			case errors.Is(err, server.ErrBusy):
+			case errors.Is(err, api.ErrBusy):
 				busy++
 			default:
 				other++
@@ -489,7 +491,7 @@ func TestAdmitterBound(t *testing.T) {
 func TestAdmitterQueuedCallerCancels(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	a, err := server.Admit(&fake{fn: g.run}, server.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+	a, err := run.Admit(&fake{fn: g.run}, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -570,14 +572,14 @@ func TestShutdownKillsAfterGrace(t *testing.T) {
 		a := recv(t, c, "an answer")
 		switch {
 		case a.status == 503:
-			if e := decodeError(t, a.body); e.Code != server.CodeShuttingDown {
+			if e := decodeError(t, a.body); e.Code != api.CodeShuttingDown {
 				t.Errorf("/run answer %+v", e)
 			}
 		case a.status == 200: // /raw: the stream had started (no admission), so an error event
 			evs := events(t, a.body)
 			if len(evs) == 0 {
 				t.Errorf("/raw: empty stream")
-			} else if last := evs[len(evs)-1]; last.Event != server.EventError || last.Code != server.CodeShuttingDown {
+			} else if last := evs[len(evs)-1]; last.Event != api.EventError || last.Code != api.CodeShuttingDown {
 				t.Errorf("/raw events %+v", evs)
 			}
 		default:
@@ -620,7 +622,7 @@ func TestSlowClients(t *testing.T) {
 			t.Fatalf("read answer: %v", err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusRequestTimeout || decodeError(t, body).Code != server.CodeBodyTimeout {
+		if resp.StatusCode != http.StatusRequestTimeout || decodeError(t, body).Code != api.CodeBodyTimeout {
 			t.Errorf("status %d: %s", resp.StatusCode, body)
 		}
 	})
@@ -661,9 +663,9 @@ func TestHealthz(t *testing.T) {
 	}, HealthTTL: time.Hour, Tokens: mustTokens(t, "a:0123456789abcdef")})
 	for range 5 {
 		resp, body := get(t, ts.URL+"/healthz") // no token needed
-		var h server.Health
+		var h api.Health
 		json.Unmarshal(body, &h)
-		if resp.StatusCode != 200 || h != (server.Health{Status: "ok", Jail: "ok"}) {
+		if resp.StatusCode != 200 || h != (api.Health{Status: "ok", Jail: "ok"}) {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
 	}
@@ -685,7 +687,7 @@ func TestOpenAPI(t *testing.T) {
 		t.Fatalf("status %d: %.80s", resp.StatusCode, doc)
 	}
 	// Every wire field is documented (the document is hand-written).
-	for _, v := range []any{server.Request{}, server.Response{}, server.Verdict{}, server.Event{}, server.ErrorResponse{}, server.Health{}} {
+	for _, v := range []any{api.Request{}, api.Response{}, api.Verdict{}, api.Event{}, api.ErrorResponse{}, api.Health{}} {
 		rt := reflect.TypeOf(v)
 		for i := range rt.NumField() {
 			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
@@ -698,9 +700,9 @@ func TestOpenAPI(t *testing.T) {
 			}
 		}
 	}
-	for _, code := range []string{server.CodeInvalid, server.CodeBadJSON, server.CodeUnauthorized, server.CodeTooLarge,
-		server.CodeUnsupportedMedia, server.CodeBodyTimeout, server.CodeNotFound, server.CodeNotExecutable, server.CodeBusy,
-		server.CodeShuttingDown, server.CodeCanceled, server.CodeNotRoot, server.CodeUnsupported, server.CodeRootfs, server.CodeInternal} {
+	for _, code := range []string{api.CodeInvalid, api.CodeBadJSON, api.CodeUnauthorized, api.CodeTooLarge,
+		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeNotExecutable, api.CodeBusy,
+		api.CodeShuttingDown, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal} {
 		if !regexp.MustCompile(`enum: \[[^]]*\b` + code + `\b`).Match(doc) {
 			t.Errorf("openapi.yaml does not list error code %s", code)
 		}
@@ -709,7 +711,7 @@ func TestOpenAPI(t *testing.T) {
 
 func TestMCPHook(t *testing.T) {
 	mcp := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "mcp caller=%s", server.CallerFromContext(r.Context()))
+		fmt.Fprintf(w, "mcp caller=%s", run.CallerFromContext(r.Context()))
 	})
 	ts := start(t, server.Options{MCP: mcp, Tokens: mustTokens(t, "agent:0123456789abcdef")})
 	if resp, _ := get(t, ts.URL+"/mcp"); resp.StatusCode != 401 {
@@ -732,10 +734,10 @@ func TestOptionsValidate(t *testing.T) {
 	if _, err := server.New(server.Options{Runner: &fake{}, BodyTimeout: -1}); err == nil {
 		t.Error("New with a negative timeout succeeded")
 	}
-	if _, err := server.Chain(&fake{}, server.ChainOptions{Max: server.Maxima{Timeout: -1}}); err == nil {
+	if _, err := run.Chain(&fake{}, run.ChainOptions{Max: run.Maxima{Timeout: -1}}); err == nil {
 		t.Error("Chain with a negative maximum succeeded")
 	}
-	if _, err := server.Admit(&fake{}, server.AdmitOptions{MaxQueue: -1}); err == nil {
+	if _, err := run.Admit(&fake{}, run.AdmitOptions{MaxQueue: -1}); err == nil {
 		t.Error("Admit with a negative queue succeeded")
 	}
 	srv, err := server.New(server.Options{Runner: &fake{}})

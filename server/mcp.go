@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 )
 
 // Defaults of [MCPOptions].
@@ -171,7 +172,7 @@ type RunOutput struct {
 // NewMCPServer returns an MCP server with the bash and execute tools, each
 // call run by r in a fresh sandbox. Serve it with [mcp.Server.Run] over
 // stdio, or over HTTP with [NewMCPHandler].
-func NewMCPServer(r Runner, opts MCPOptions) *mcp.Server {
+func NewMCPServer(r run.Runner, opts MCPOptions) *mcp.Server {
 	return newMCPServer(r, opts.withDefaults(), nil)
 }
 
@@ -179,7 +180,7 @@ func NewMCPServer(r Runner, opts MCPOptions) *mcp.Server {
 // call, if any (see [mcpHandler]).
 type postContext func(*mcp.CallToolRequest) (context.Context, bool)
 
-func newMCPServer(r Runner, o MCPOptions, post postContext) *mcp.Server {
+func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
 	t := &mcpTools{run: r, opts: o, log: o.Logger, post: post}
 	s := mcp.NewServer(&mcp.Implementation{Name: "jaild", Title: "jaild sandboxed shell", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: t.instructions(),
@@ -215,7 +216,7 @@ func toolAnnotations() *mcp.ToolAnnotations {
 }
 
 type mcpTools struct {
-	run  Runner
+	run  run.Runner
 	opts MCPOptions
 	log  *slog.Logger
 	post postContext
@@ -373,7 +374,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		cmd.Stdout, cmd.Stderr = ps.writer("stdout"), ps.writer("stderr")
 	}
 	start := time.Now()
-	r, err := t.run.Run(withDescription(runCtx, desc), &jail.Spec{Limits: t.opts.Limits, Command: cmd})
+	r, err := t.run.Run(run.WithDescription(runCtx, desc), &jail.Spec{Limits: t.opts.Limits, Command: cmd})
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
 	if id := req.Session.ID(); id != "" {
 		logArgs = append(logArgs, "session", id)
@@ -684,7 +685,7 @@ func (p *progressStream) close() {
 // for unknown methods, and killing a call's sandbox when the client that
 // made it disconnects. Authentication is the caller's: mount it behind the
 // same bearer-token check as the rest of the API.
-func NewMCPHandler(r Runner, opts MCPOptions) http.Handler {
+func NewMCPHandler(r run.Runner, opts MCPOptions) http.Handler {
 	o := opts.withDefaults()
 	h := &mcpHandler{
 		origins:    newOriginPolicy(o.AllowedOrigins),

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 )
 
 // waitLimit bounds every wait for an event in these tests, so a broken
@@ -56,7 +57,7 @@ func (f *fakeRunner) calls() []jail.Spec {
 
 // connect serves NewMCPServer(r, opts) over in-memory transports and
 // returns a connected client session.
-func connect(t *testing.T, r Runner, opts MCPOptions, copts *mcp.ClientOptions) *mcp.ClientSession {
+func connect(t *testing.T, r run.Runner, opts MCPOptions, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
@@ -653,7 +654,7 @@ type raw struct {
 
 // rawConn serves NewMCPServer(r) over in-memory transports and returns a
 // raw connection to it.
-func rawConn(t *testing.T, r Runner) raw {
+func rawConn(t *testing.T, r run.Runner) raw {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := NewMCPServer(r, MCPOptions{}).Connect(context.Background(), st, nil)
@@ -775,7 +776,7 @@ func checkMethodNotFound(t *testing.T, r *jsonrpc.Response) {
 }
 
 // httpMCP serves NewMCPHandler on a loopback test server.
-func httpMCP(t *testing.T, r Runner, opts MCPOptions) string {
+func httpMCP(t *testing.T, r run.Runner, opts MCPOptions) string {
 	t.Helper()
 	srv := httptest.NewServer(NewMCPHandler(r, opts))
 	t.Cleanup(srv.Close)

@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/run"
 )
 
 // A web page the daemon's user visits can make the browser send requests to
@@ -114,8 +117,8 @@ func (s *Server) checkOrigin(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s.log.Warn("forbidden request", "request_id", RequestIDFromContext(r.Context()),
+		s.log.Warn("forbidden request", "request_id", run.RequestIDFromContext(r.Context()),
 			"peer", peerFromContext(r.Context(), r), "host", r.Host, "origin", r.Header.Get("Origin"), "path", r.URL.Path)
-		s.reject(w, r, rejectForbidden, http.StatusForbidden, &ErrorResponse{Error: msg, Code: CodeForbidden})
+		s.reject(w, r, run.RejectForbidden, http.StatusForbidden, &api.ErrorResponse{Error: msg, Code: api.CodeForbidden})
 	})
 }

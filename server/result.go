@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -23,7 +24,7 @@ import (
 func writeResult(w http.ResponseWriter, res *jail.Result) {
 	var count countWriter
 	if err := encodeResult(&count, res); err != nil {
-		writeJSON(w, http.StatusInternalServerError, &ErrorResponse{Error: "encode answer", Code: CodeInternal})
+		writeJSON(w, http.StatusInternalServerError, &api.ErrorResponse{Error: "encode answer", Code: api.CodeInternal})
 		return
 	}
 	h := w.Header()
@@ -50,8 +51,8 @@ func encodeResult(w io.Writer, res *jail.Result) error {
 	// that documents it, and is spliced after the streams.
 	tail, err := json.Marshal(struct {
 		ExitCode int `json:"exit_code"`
-		Verdict
-	}{res.ExitCode, verdictOf(res)})
+		api.Verdict
+	}{res.ExitCode, api.VerdictOf(res)})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jaild/jaild/run"
 )
 
 // Defaults of Options; every zero field of Options means the default here.
@@ -36,7 +38,7 @@ const (
 type Options struct {
 	// Runner runs the commands; normally the chain built by [Chain], so
 	// that maxima, admission control, audit and metrics apply. Required.
-	Runner Runner
+	Runner run.Runner
 	// Tokens, if non-nil, are required as "Authorization: Bearer TOKEN"
 	// on every endpoint but /healthz and /openapi.yaml. Nil means no auth:
 	// the caller must make sure only trusted peers can connect (loopback,
@@ -44,7 +46,7 @@ type Options struct {
 	Tokens *Tokens
 	// Metrics is served at /metrics; nil means a fresh set that only
 	// counts rejected requests. Pass the same Metrics as to [Chain].
-	Metrics *Metrics
+	Metrics *run.Metrics
 	// Health reports whether sandboxes work on this host, for /healthz;
 	// nil means they are assumed to. Its result is cached for HealthTTL,
 	// so that an unauthenticated endpoint cannot be made to build
@@ -69,7 +71,7 @@ type Options struct {
 	// Audit, if non-nil, gets a record for each request refused before
 	// it became a run (bad body, authentication, Host, Origin); runs are
 	// audited by the chain. Pass the same AuditLog as to [Chain].
-	Audit *AuditLog
+	Audit *run.AuditLog
 
 	// Logger gets the server's own events; nil discards them.
 	Logger *slog.Logger
@@ -120,7 +122,7 @@ func (o *Options) setDefaults() {
 	def(&o.RetryAfter, DefaultRetryAfter)
 	def(&o.HealthTTL, DefaultHealthTTL)
 	if o.Logger == nil {
-		o.Logger = discard
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -150,13 +152,13 @@ func (o *Options) Validate() error {
 type Server struct {
 	opts    Options
 	log     *slog.Logger
-	metrics *Metrics
+	metrics *run.Metrics
 	handler http.Handler
 	http    *http.Server
 	health  healthCache
 	hosts   hostPolicy
 	origins originPolicy
-	audit   *AuditLog
+	audit   *run.AuditLog
 
 	// baseCtx is the parent of every request's context; cancelling it
 	// cancels every run, which makes the jail kill their sandboxes.
@@ -174,39 +176,6 @@ type Server struct {
 	idle     []chan struct{}
 }
 
-// Chain builds the daemon's runner chain around base (the jail):
-//
-//	Enforce(max) -> Audit -> Admit -> Instrument -> base
-//
-// Enforce comes first so that invalid requests are refused before they wait
-// for a slot and audit records carry effective limits; Audit sees refused
-// runs too; Instrument sits inside admission to count only what reached the
-// jail. audit may be nil (no audit log); metrics may be nil.
-func Chain(base Runner, c ChainOptions) (Runner, error) {
-	if err := c.Max.Validate(); err != nil {
-		return nil, err
-	}
-	c.Admission.Metrics = c.Metrics
-	adm, err := Admit(Instrument(base, c.Metrics), c.Admission)
-	if err != nil {
-		return nil, err
-	}
-	var r Runner = adm
-	if c.Audit != nil {
-		r = Audit(r, c.Audit)
-	}
-	return &enforcer{next: r, max: c.Max, audit: c.Audit}, nil
-}
-
-// ChainOptions configure [Chain]. Audit may be nil (no audit log), and so
-// may Metrics.
-type ChainOptions struct {
-	Max       Maxima
-	Admission AdmitOptions
-	Audit     *AuditLog
-	Metrics   *Metrics
-}
-
 // New checks opts and builds a Server. It does not listen; see Serve.
 func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
@@ -216,23 +185,23 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics, audit: opts.Audit,
 		hosts: newHostPolicy(opts.AllowedHosts), origins: newOriginPolicy(opts.AllowedOrigins)}
 	if s.metrics == nil {
-		s.metrics = NewMetrics()
+		s.metrics = run.NewMetrics()
 	}
 	s.health = healthCache{check: opts.Health, ttl: opts.HealthTTL}
 	s.baseCtx, s.cancelRuns = context.WithCancel(context.Background())
 
-	api := http.NewServeMux()
-	api.HandleFunc("POST /run", s.handleRun)
-	api.HandleFunc("POST /raw", s.handleRaw)
-	api.Handle("GET /metrics", s.metrics.Handler())
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /run", s.handleRun)
+	mux.HandleFunc("POST /raw", s.handleRaw)
+	mux.Handle("GET /metrics", s.metrics.Handler())
 	if opts.MCP != nil {
-		api.Handle("/mcp", opts.MCP)
-		api.Handle("/mcp/", opts.MCP)
+		mux.Handle("/mcp", opts.MCP)
+		mux.Handle("/mcp/", opts.MCP)
 	}
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", s.handleHealth)
 	root.HandleFunc("GET /openapi.yaml", handleOpenAPI)
-	root.Handle("/", s.authenticate(api))
+	root.Handle("/", s.authenticate(mux))
 	s.handler = s.track(s.withRequestID(s.checkOrigin(root)))
 
 	s.http = &http.Server{

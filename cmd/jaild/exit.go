@@ -1,61 +1,35 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 )
 
-// Exit codes of jaild run (and jaild remote). A command's own exit code
-// passes through (128+N when signal N killed it); jaild's outcomes use codes
-// that shells and container runtimes already use for the same ideas.
+// Exit codes of jaild run (and jaild remote): see api.Outcome, which maps
+// every outcome to one.
 const (
-	exitInternal      = 119 // the sandbox could not be built or torn down
-	exitNotRoot       = 120
-	exitUnsupported   = 121 // the host lacks user namespaces, cgroups, seccomp
-	exitRootfs        = 122
-	exitOOM           = 123
-	exitTimeout       = 124 // as timeout(1)
-	exitUsage         = 125 // bad flag or input, as docker run
-	exitNotExecutable = 126 // as the shell
-	exitNotFound      = 127
+	exitInternal      = api.ExitInternal
+	exitNotRoot       = api.ExitNotRoot
+	exitUnsupported   = api.ExitUnsupported
+	exitRootfs        = api.ExitRootfs
+	exitOOM           = api.ExitOOM
+	exitTimeout       = api.ExitTimeout
+	exitUsage         = api.ExitUsage
+	exitNotExecutable = api.ExitNotExecutable
+	exitNotFound      = api.ExitNotFound
 )
 
 // exitError maps an error to a cli exit with its documented code.
 func exitError(err error) error {
-	code := exitInternal
-	switch {
-	case jail.IsInvalid(err):
-		code = exitUsage
-	case errors.Is(err, jail.ErrNotRoot):
-		code = exitNotRoot
-	case errors.Is(err, jail.ErrUnsupported):
-		code = exitUnsupported
-	case errors.Is(err, jail.ErrRootfs):
-		code = exitRootfs
-	case errors.Is(err, jail.ErrNotFound):
-		code = exitNotFound
-	case errors.Is(err, jail.ErrNotExecutable):
-		code = exitNotExecutable
-	}
-	return cli.Exit(err.Error(), code)
+	return cli.Exit(err.Error(), api.ErrorOutcome(err).Exit)
 }
 
-// resultCode is the exit code that reports res: timeout and OOM first, then
-// the command's own status.
+// resultCode is the exit code that reports res.
 func resultCode(res *jail.Result) int {
-	switch {
-	case res.TimedOut:
-		return exitTimeout
-	case res.OOMKilled:
-		return exitOOM
-	case res.Signal != "":
-		return 128 + int(unix.SignalNum(res.Signal))
-	}
-	return res.ExitCode
+	return api.ResultOutcome(res).Exit
 }
 
 func usageError(format string, args ...any) error {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
 
@@ -38,7 +39,7 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.DurationFlag{Name: "timeout", Value: server.DefaultMCPTimeout, EnvVars: []string{"JAILD_MCP_TIMEOUT"}, Usage: "timeout of a tool call that gives none"},
 		&cli.DurationFlag{Name: "max-timeout", Value: server.MaxMCPTimeout, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "ceiling for the timeout a tool call asks for (at most 10m)"},
 		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT"}, Usage: "bytes of each stream a tool result keeps; beyond it head and tail are kept with a marker"},
-		&cli.IntFlag{Name: "max-concurrent", Value: server.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once; further calls wait in a queue"},
+		&cli.IntFlag{Name: "max-concurrent", Value: run.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once; further calls wait in a queue"},
 		&cli.IntFlag{Name: "pool", Value: 1, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time, so that a call does not wait for one to be built (0: none)"},
 		&cli.IntFlag{Name: "queue", Aliases: []string{"max-queue"}, Value: 100, EnvVars: []string{"JAILD_QUEUE", "JAILD_MAX_QUEUE"}, Usage: "calls that may wait for a sandbox; beyond it a call fails at once with \"busy\""},
 		&cli.DurationFlag{Name: "queue-wait", Value: time.Minute, EnvVars: []string{"JAILD_QUEUE_WAIT"}, Usage: "how long a queued call waits before it fails with \"busy\""},
@@ -98,8 +99,8 @@ func mcpAction(c *cli.Context) error {
 		return err
 	}
 	defer closeAudit()
-	runner, err := server.Chain(base, server.ChainOptions{
-		Max:       server.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: opts.MaxOutput},
+	runner, err := run.Chain(base, run.ChainOptions{
+		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: opts.MaxOutput},
 		Admission: adm,
 		Audit:     audit,
 	})
@@ -163,13 +164,13 @@ func stdioCaller() string {
 // ends, as well as when the run's own context does.
 type shutdownRunner struct {
 	ctx    context.Context
-	r      server.Runner
+	r      run.Runner
 	caller string
 }
 
 func (s shutdownRunner) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 	// The caller, for the audit log, is whoever started jaild mcp.
-	ctx = server.WithCaller(ctx, s.caller)
+	ctx = run.WithCaller(ctx, s.caller)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()

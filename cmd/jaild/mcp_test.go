@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/server"
 )
 
@@ -60,11 +61,11 @@ func TestMCPStdioChain(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("%d audit lines, want 2:\n%s", len(lines), log)
 	}
-	var rec server.AuditRecord
+	var rec api.AuditRecord
 	if err := json.Unmarshal(lines[0], &rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Verdict != server.VerdictOK || rec.Description != "count to a lot" || rec.Limits.MaxOutputBytes != 2000 ||
+	if rec.Verdict != api.VerdictOK || rec.Description != "count to a lot" || rec.Limits.MaxOutputBytes != 2000 ||
 		rec.Limits.MemoryBytes != 64<<20 || rec.Caller == "" || rec.SandboxID == "" {
 		t.Errorf("audit record %s", lines[0])
 	}

@@ -16,8 +16,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/client"
 	"github.com/jaild/jaild/jail"
-	"github.com/jaild/jaild/server"
 )
 
 // maxRemoteStdin bounds how much of its stdin jaild remote reads into
@@ -74,12 +75,12 @@ func remoteAction(c *cli.Context) error {
 		return err
 	}
 	// --socket, when set, wins over --server (which always has a value).
-	opts := server.ClientOptions{Socket: c.String("socket"), InsecurePlaintext: c.Bool("insecure-plaintext")}
+	opts := client.Options{Socket: c.String("socket"), InsecurePlaintext: c.Bool("insecure-plaintext")}
 	if opts.Socket == "" {
 		opts.Server = c.String("server")
 	}
 	if path := c.String("token-file"); path != "" {
-		if opts.Token, err = server.ReadTokenFile(path); err != nil {
+		if opts.Token, err = client.ReadTokenFile(path); err != nil {
 			return usageError("%v", err)
 		}
 	}
@@ -87,12 +88,12 @@ func remoteAction(c *cli.Context) error {
 		if opts.Socket != "" || !strings.HasPrefix(strings.ToLower(opts.Server), "https://") {
 			return usageError("--ca-file is for an https:// --server")
 		}
-		if opts.RootCAs, err = server.ReadCAFile(path); err != nil {
+		if opts.RootCAs, err = client.ReadCAFile(path); err != nil {
 			return usageError("--ca-file: %v", err)
 		}
 	}
-	client, err := server.NewClient(opts)
-	if errors.Is(err, server.ErrCleartextToken) {
+	cl, err := client.New(opts)
+	if errors.Is(err, client.ErrCleartextToken) {
 		return usageError("--server %s: refusing to send the token in cleartext to a host that is not loopback; use https:// (with --ca-file for a private CA) or --insecure-plaintext", opts.Server)
 	}
 	if err != nil {
@@ -105,7 +106,7 @@ func remoteAction(c *cli.Context) error {
 	defer stop()
 
 	if c.Bool("json") {
-		resp, err := client.Run(ctx, req)
+		resp, err := cl.Run(ctx, req)
 		if err != nil {
 			return remoteError(ctx, err)
 		}
@@ -114,7 +115,7 @@ func remoteAction(c *cli.Context) error {
 		_ = enc.Encode(resp)
 		return remoteExit(resp.ExitCode, &resp.Verdict)
 	}
-	exit, err := client.Raw(ctx, req, os.Stdout, os.Stderr)
+	exit, err := cl.Raw(ctx, req, os.Stdout, os.Stderr)
 	if err != nil {
 		return remoteError(ctx, err)
 	}
@@ -122,8 +123,8 @@ func remoteAction(c *cli.Context) error {
 }
 
 // remoteRequest builds the request from the flags, arguments and stdin.
-func remoteRequest(c *cli.Context) (*server.Request, error) {
-	req := &server.Request{Cwd: c.String("cwd")}
+func remoteRequest(c *cli.Context) (*api.Request, error) {
+	req := &api.Request{Cwd: c.String("cwd")}
 	switch sh, args := c.String("shell"), c.Args().Slice(); {
 	case sh != "" && len(args) > 0:
 		return nil, usageError("give either --shell STRING or -- COMMAND, not both")
@@ -210,7 +211,7 @@ func isTerminal(f *os.File) bool {
 }
 
 // remoteExit exits as jaild run would for the same result.
-func remoteExit(exitCode int, v *server.Verdict) error {
+func remoteExit(exitCode int, v *api.Verdict) error {
 	code := resultCode(&jail.Result{ExitCode: exitCode, Signal: v.Signal, TimedOut: v.TimedOut, OOMKilled: v.OOMKilled})
 	if code != 0 {
 		return cli.Exit("", code)
@@ -227,26 +228,11 @@ func remoteError(ctx context.Context, err error) error {
 	if errors.As(err, &cve) {
 		return cli.Exit(err.Error()+" (--ca-file FILE trusts the CA that signed the daemon's certificate)", exitInternal)
 	}
-	var ae *server.APIError
+	var ae *client.APIError
 	if !errors.As(err, &ae) {
 		return cli.Exit(err.Error(), exitInternal)
 	}
-	code := exitInternal
-	switch ae.Code {
-	case server.CodeInvalid, server.CodeBadJSON, server.CodeTooLarge, server.CodeUnsupportedMedia,
-		server.CodeBodyTimeout, server.CodeUnauthorized:
-		code = exitUsage
-	case server.CodeNotFound:
-		code = exitNotFound
-	case server.CodeNotExecutable:
-		code = exitNotExecutable
-	case server.CodeNotRoot:
-		code = exitNotRoot
-	case server.CodeUnsupported:
-		code = exitUnsupported
-	case server.CodeRootfs:
-		code = exitRootfs
-	}
+	code := api.CodeOutcome(ae.Code).Exit
 	msg := ae.Error()
 	if ae.RetryAfter > 0 {
 		msg = fmt.Sprintf("%s; retry after %v", msg, ae.RetryAfter)

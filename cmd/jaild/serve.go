@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
 
@@ -70,10 +71,10 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"JAILD_TLS_KEY"}, Usage: "PEM private key of --tls-cert, not accessible to group or others"},
 		&cli.BoolFlag{Name: "insecure-plaintext", EnvVars: []string{"JAILD_INSECURE_PLAINTEXT"}, Usage: "allow plain HTTP off loopback, tokens in cleartext (e.g. behind a TLS-terminating proxy)"},
 		&cli.StringFlag{Name: "config", EnvVars: []string{"JAILD_CONFIG"}, Usage: `config file of "flag-name = value" lines`},
-		&cli.IntFlag{Name: "max-concurrent", Value: server.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once"},
+		&cli.IntFlag{Name: "max-concurrent", Value: run.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once"},
 		&cli.IntFlag{Name: "pool", Value: 2, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time for requests with the default limits (0: none)"},
 		&cli.IntFlag{Name: "queue", Aliases: []string{"max-queue"}, Value: 64, EnvVars: []string{"JAILD_QUEUE", "JAILD_MAX_QUEUE"}, Usage: "requests that may wait for a sandbox; beyond it 429 at once"},
-		&cli.DurationFlag{Name: "queue-wait", Value: server.DefaultQueueWait, EnvVars: []string{"JAILD_QUEUE_WAIT"}, Usage: "how long a request waits for a sandbox before 429"},
+		&cli.DurationFlag{Name: "queue-wait", Value: run.DefaultQueueWait, EnvVars: []string{"JAILD_QUEUE_WAIT"}, Usage: "how long a request waits for a sandbox before 429"},
 		&cli.DurationFlag{Name: "max-timeout", Value: 10 * time.Minute, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "longest timeout a request may ask for (default timeout: " + jail.DefaultTimeout.String() + " or this, if lower)"},
 		&cli.StringFlag{Name: "max-memory", Value: "1G", EnvVars: []string{"JAILD_MAX_MEMORY"}, Usage: "largest memory limit a request may ask for"},
 		&cli.Int64Flag{Name: "max-pids", Value: 1024, EnvVars: []string{"JAILD_MAX_PIDS"}, Usage: "largest pids limit a request may ask for"},
@@ -187,8 +188,8 @@ func serveAction(c *cli.Context) error {
 	}()
 	defer func() { close(sweepDone); <-sweepStopped }()
 
-	metrics := server.NewMetrics()
-	runner, err := server.Chain(runnerBase, server.ChainOptions{Max: max, Admission: adm, Audit: audit, Metrics: metrics})
+	metrics := run.NewMetrics()
+	runner, err := run.Chain(runnerBase, run.ChainOptions{Max: max, Admission: adm, Audit: audit, Metrics: metrics})
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -259,7 +260,7 @@ func serveAction(c *cli.Context) error {
 // startPool starts the --pool sandboxes with limits l and returns the runner
 // to use and how to stop the pool (before the Manager is closed; stopping
 // twice is harmless).
-func startPool(c *cli.Context, m *jail.Manager, l jail.Limits) (server.Runner, func(), error) {
+func startPool(c *cli.Context, m *jail.Manager, l jail.Limits) (run.Runner, func(), error) {
 	n := c.Int("pool")
 	if n < 0 {
 		return nil, nil, usageError("--pool %d: must not be negative", n)
@@ -290,8 +291,8 @@ func serveLogger(c *cli.Context) (*slog.Logger, error) {
 }
 
 // serveMaxima reads the operator's --max-* flags.
-func serveMaxima(c *cli.Context) (server.Maxima, error) {
-	var m server.Maxima
+func serveMaxima(c *cli.Context) (run.Maxima, error) {
+	var m run.Maxima
 	var err error
 	if m.Limits, m.MaxOutput, err = limitFlags(c, "max-"); err != nil {
 		return m, err
@@ -309,7 +310,7 @@ func serveMaxima(c *cli.Context) (server.Maxima, error) {
 // serveMCPOptions gives MCP tool calls the limits an HTTP request gets when
 // it asks for none, so that both front ends agree and the chain's maxima
 // never refuse a tool call.
-func serveMCPOptions(c *cli.Context, max server.Maxima, log *slog.Logger) server.MCPOptions {
+func serveMCPOptions(c *cli.Context, max run.Maxima, log *slog.Logger) server.MCPOptions {
 	var defaults jail.Spec
 	defaults.Args = []string{"true"}
 	_ = max.Apply(&defaults) // cannot fail: the maxima were validated
@@ -462,24 +463,24 @@ func listenUnix(path, group string) (net.Listener, error) {
 
 // openAudit opens --audit-log, unless it is "off" (then the log is nil),
 // and returns how to close it.
-func openAudit(c *cli.Context, log *slog.Logger) (*server.AuditLog, func(), error) {
+func openAudit(c *cli.Context, log *slog.Logger) (*run.AuditLog, func(), error) {
 	path := c.String("audit-log")
 	if path == "off" {
 		return nil, func() {}, nil
 	}
-	w, err := server.OpenAuditLog(path, os.Stderr)
+	w, err := run.OpenAuditLog(path, os.Stderr)
 	if err != nil {
 		return nil, nil, cli.Exit(err.Error(), exitInternal)
 	}
-	l := server.NewAuditLog(w, server.AuditOptions{LogCommand: c.Bool("audit-command"), Logger: log})
+	l := run.NewAuditLog(w, run.AuditOptions{LogCommand: c.Bool("audit-command"), Logger: log})
 	return l, func() { w.Close() }, nil
 }
 
 // admitOptions reads the admission flags. Every run holds twice its
 // maximum output: a --max-output-memory below that would refuse requests
 // that the maxima allow.
-func admitOptions(c *cli.Context, maxOutput int64) (server.AdmitOptions, error) {
-	adm := server.AdmitOptions{
+func admitOptions(c *cli.Context, maxOutput int64) (run.AdmitOptions, error) {
+	adm := run.AdmitOptions{
 		MaxConcurrent: c.Int("max-concurrent"),
 		MaxQueue:      c.Int("queue"),
 		MaxWait:       c.Duration("queue-wait"),

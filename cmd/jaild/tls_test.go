@@ -24,9 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/jaild/jaild/server"
 )
 
 // testCA is a certificate authority made for one test.
@@ -303,7 +302,7 @@ func TestServeTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var out server.Response
+		var out api.Response
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || out.Stdout != "over https\n" {
 			t.Errorf("status %d, %+v, %v", resp.StatusCode, out, err)
 		}

@@ -34,7 +34,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jaild/jaild/server"
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/client"
 )
 
 // Level is the result of one concurrency level.
@@ -66,7 +67,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadgen: no arguments expected; the request is -body")
 		os.Exit(2)
 	}
-	req, err := server.DecodeRequest(strings.NewReader(*body))
+	req, err := api.DecodeRequest(strings.NewReader(*body))
 	if err == nil {
 		_, err = req.Spec()
 	}
@@ -80,7 +81,7 @@ func main() {
 	}
 }
 
-func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime time.Duration, warmup int, req *server.Request) error {
+func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime time.Duration, warmup int, req *api.Request) error {
 	if n <= 0 || n > 100000 || maxTime <= 0 || maxTime > 10*time.Minute || warmup < 0 || warmup > 1000 {
 		return errors.New("-n must be 1..100000, -duration 0..10m, -warmup 0..1000")
 	}
@@ -92,7 +93,7 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 		}
 		concs = append(concs, c)
 	}
-	opts := server.ClientOptions{Socket: socket}
+	opts := client.Options{Socket: socket}
 	if socket == "" {
 		if err := checkLoopback(base); err != nil {
 			return err
@@ -100,7 +101,7 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 		opts.Server = base
 	}
 	if tokenFile != "" {
-		tok, err := server.ReadTokenFile(tokenFile)
+		tok, err := client.ReadTokenFile(tokenFile)
 		if err != nil {
 			return err
 		}
@@ -121,7 +122,7 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 			}
 		}
 		opts.Transport = tr
-		client, err := server.NewClient(opts)
+		client, err := client.New(opts)
 		if err != nil {
 			return err
 		}
@@ -146,7 +147,7 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 }
 
 // level runs up to n requests with c workers, stopping at maxTime.
-func level(ctx context.Context, client *server.Client, req *server.Request, c, n int, maxTime, pause time.Duration) Level {
+func level(ctx context.Context, client *client.Client, req *api.Request, c, n int, maxTime, pause time.Duration) Level {
 	ctx, cancel := context.WithTimeout(ctx, maxTime)
 	defer cancel()
 	var (

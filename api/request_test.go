@@ -1,4 +1,4 @@
-package server_test
+package api_test
 
 import (
 	"bytes"
@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
-	"github.com/jaild/jaild/server"
+	"github.com/jaild/jaild/run"
 )
 
 func TestDecodeRequest(t *testing.T) {
@@ -41,7 +42,7 @@ func TestDecodeRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := server.DecodeRequest(strings.NewReader(tt.body))
+			_, err := api.DecodeRequest(strings.NewReader(tt.body))
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("DecodeRequest: %v", err)
@@ -60,13 +61,13 @@ func ptr[T any](v T) *T { return &v }
 func TestRequestSpec(t *testing.T) {
 	tests := []struct {
 		name      string
-		req       server.Request
+		req       api.Request
 		wantField string // "" means success
 		check     func(t *testing.T, s *jail.Spec)
 	}{
 		{
 			name: "shell mode",
-			req:  server.Request{Command: "echo $HOME", TimeoutSeconds: ptr[int64](5)},
+			req:  api.Request{Command: "echo $HOME", TimeoutSeconds: ptr[int64](5)},
 			check: func(t *testing.T, s *jail.Spec) {
 				if !slices.Equal(s.Args, []string{"/bin/sh", "-c", "echo $HOME"}) || s.Timeout != 5*time.Second {
 					t.Errorf("Args %q Timeout %v", s.Args, s.Timeout)
@@ -75,7 +76,7 @@ func TestRequestSpec(t *testing.T) {
 		},
 		{
 			name: "argv mode, env sorted, stdin, limits",
-			req: server.Request{Executable: "env", Args: []string{"-0"}, Env: map[string]string{"B": "2", "A": "1=x"},
+			req: api.Request{Executable: "env", Args: []string{"-0"}, Env: map[string]string{"B": "2", "A": "1=x"},
 				StdinB64: []byte{0, 1, 2}, TimeoutMS: ptr[int64](1500), MemoryBytes: ptr[int64](64 << 20),
 				Pids: ptr[int64](10), CPUs: ptr(0.5), TmpfsSizeBytes: ptr[int64](1 << 20), MaxOutputBytes: ptr[int64](100)},
 			check: func(t *testing.T, s *jail.Spec) {
@@ -94,39 +95,39 @@ func TestRequestSpec(t *testing.T) {
 		},
 		{
 			name: "unset limits stay zero for Maxima.Apply",
-			req:  server.Request{Executable: "true"},
+			req:  api.Request{Executable: "true"},
 			check: func(t *testing.T, s *jail.Spec) {
 				if s.Limits != (jail.Limits{}) || s.Timeout != 0 || s.MaxOutput != 0 || s.Stdin != nil {
 					t.Errorf("spec %+v", s)
 				}
 			},
 		},
-		{name: "empty command", req: server.Request{}, wantField: "command"},
-		{name: "blank command", req: server.Request{Command: " \t\n"}, wantField: "command"},
-		{name: "both modes", req: server.Request{Command: "ls", Executable: "ls"}, wantField: "command"},
-		{name: "args in shell mode", req: server.Request{Command: "ls", Args: []string{"-l"}}, wantField: "args"},
-		{name: "NUL in command", req: server.Request{Command: "ls\x00-l"}, wantField: "command"},
-		{name: "NUL in executable", req: server.Request{Executable: "l\x00s"}, wantField: "executable"},
-		{name: "NUL in arg", req: server.Request{Executable: "ls", Args: []string{"a\x00"}}, wantField: "args"},
-		{name: "NUL in env value", req: server.Request{Command: "ls", Env: map[string]string{"A": "\x00"}}, wantField: "env"},
-		{name: "= in env name", req: server.Request{Command: "ls", Env: map[string]string{"A=B": "1"}}, wantField: "env"},
-		{name: "empty env name", req: server.Request{Command: "ls", Env: map[string]string{"": "1"}}, wantField: "env"},
-		{name: "NUL in cwd", req: server.Request{Command: "ls", Cwd: "/work/\x00"}, wantField: "cwd"},
-		{name: "cwd outside sandbox dirs", req: server.Request{Command: "ls", Cwd: "/etc"}, wantField: "cwd"},
-		{name: "relative cwd", req: server.Request{Command: "ls", Cwd: "work"}, wantField: "cwd"},
-		{name: "both stdins", req: server.Request{Command: "cat", Stdin: ptr("a"), StdinB64: []byte("a")}, wantField: "stdin"},
-		{name: "both timeouts", req: server.Request{Command: "ls", TimeoutSeconds: ptr[int64](1), TimeoutMS: ptr[int64](1)}, wantField: "timeout"},
-		{name: "negative timeout", req: server.Request{Command: "ls", TimeoutSeconds: ptr[int64](-1)}, wantField: "timeout_seconds"},
-		{name: "zero timeout", req: server.Request{Command: "ls", TimeoutMS: ptr[int64](0)}, wantField: "timeout_ms"},
-		{name: "timeout beyond the jail's maximum", req: server.Request{Command: "ls", TimeoutSeconds: ptr[int64](1 << 40)}, wantField: "timeout_seconds"},
-		{name: "negative memory", req: server.Request{Command: "ls", MemoryBytes: ptr[int64](-1)}, wantField: "memory_bytes"},
-		{name: "zero pids", req: server.Request{Command: "ls", Pids: ptr[int64](0)}, wantField: "pids"},
-		{name: "absurd pids", req: server.Request{Command: "ls", Pids: ptr[int64](1 << 40)}, wantField: "pids"},
-		{name: "zero cpus", req: server.Request{Command: "ls", CPUs: ptr(0.0)}, wantField: "cpus"},
-		{name: "absurd cpus", req: server.Request{Command: "ls", CPUs: ptr(1e300)}, wantField: "cpus"},
-		{name: "negative tmpfs", req: server.Request{Command: "ls", TmpfsSizeBytes: ptr[int64](-4096)}, wantField: "tmpfs_size_bytes"},
-		{name: "zero max output", req: server.Request{Command: "ls", MaxOutputBytes: ptr[int64](0)}, wantField: "max_output_bytes"},
-		{name: "memory below the jail's minimum", req: server.Request{Command: "ls", MemoryBytes: ptr[int64](1000)}, wantField: "memory"},
+		{name: "empty command", req: api.Request{}, wantField: "command"},
+		{name: "blank command", req: api.Request{Command: " \t\n"}, wantField: "command"},
+		{name: "both modes", req: api.Request{Command: "ls", Executable: "ls"}, wantField: "command"},
+		{name: "args in shell mode", req: api.Request{Command: "ls", Args: []string{"-l"}}, wantField: "args"},
+		{name: "NUL in command", req: api.Request{Command: "ls\x00-l"}, wantField: "command"},
+		{name: "NUL in executable", req: api.Request{Executable: "l\x00s"}, wantField: "executable"},
+		{name: "NUL in arg", req: api.Request{Executable: "ls", Args: []string{"a\x00"}}, wantField: "args"},
+		{name: "NUL in env value", req: api.Request{Command: "ls", Env: map[string]string{"A": "\x00"}}, wantField: "env"},
+		{name: "= in env name", req: api.Request{Command: "ls", Env: map[string]string{"A=B": "1"}}, wantField: "env"},
+		{name: "empty env name", req: api.Request{Command: "ls", Env: map[string]string{"": "1"}}, wantField: "env"},
+		{name: "NUL in cwd", req: api.Request{Command: "ls", Cwd: "/work/\x00"}, wantField: "cwd"},
+		{name: "cwd outside sandbox dirs", req: api.Request{Command: "ls", Cwd: "/etc"}, wantField: "cwd"},
+		{name: "relative cwd", req: api.Request{Command: "ls", Cwd: "work"}, wantField: "cwd"},
+		{name: "both stdins", req: api.Request{Command: "cat", Stdin: ptr("a"), StdinB64: []byte("a")}, wantField: "stdin"},
+		{name: "both timeouts", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1), TimeoutMS: ptr[int64](1)}, wantField: "timeout"},
+		{name: "negative timeout", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](-1)}, wantField: "timeout_seconds"},
+		{name: "zero timeout", req: api.Request{Command: "ls", TimeoutMS: ptr[int64](0)}, wantField: "timeout_ms"},
+		{name: "timeout beyond the jail's maximum", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1 << 40)}, wantField: "timeout_seconds"},
+		{name: "negative memory", req: api.Request{Command: "ls", MemoryBytes: ptr[int64](-1)}, wantField: "memory_bytes"},
+		{name: "zero pids", req: api.Request{Command: "ls", Pids: ptr[int64](0)}, wantField: "pids"},
+		{name: "absurd pids", req: api.Request{Command: "ls", Pids: ptr[int64](1 << 40)}, wantField: "pids"},
+		{name: "zero cpus", req: api.Request{Command: "ls", CPUs: ptr(0.0)}, wantField: "cpus"},
+		{name: "absurd cpus", req: api.Request{Command: "ls", CPUs: ptr(1e300)}, wantField: "cpus"},
+		{name: "negative tmpfs", req: api.Request{Command: "ls", TmpfsSizeBytes: ptr[int64](-4096)}, wantField: "tmpfs_size_bytes"},
+		{name: "zero max output", req: api.Request{Command: "ls", MaxOutputBytes: ptr[int64](0)}, wantField: "max_output_bytes"},
+		{name: "memory below the jail's minimum", req: api.Request{Command: "ls", MemoryBytes: ptr[int64](1000)}, wantField: "memory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,7 +148,7 @@ func TestRequestSpec(t *testing.T) {
 }
 
 func TestMaximaApply(t *testing.T) {
-	max := server.Maxima{
+	max := run.Maxima{
 		Limits:    jail.Limits{Memory: 128 << 20, Pids: 512, CPUs: 0.5, TmpfsSize: 1 << 30},
 		Timeout:   5 * time.Second,
 		MaxOutput: 1 << 30,
@@ -205,7 +206,7 @@ func TestMaximaApply(t *testing.T) {
 
 	t.Run("zero maxima mean the jail's own", func(t *testing.T) {
 		s := jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: jail.MaxTimeout}}
-		if err := (server.Maxima{}).Apply(&s); err != nil {
+		if err := (run.Maxima{}).Apply(&s); err != nil {
 			t.Fatalf("Apply: %v", err)
 		}
 		if s.Limits != (jail.Limits{}).WithDefaults() {
@@ -233,13 +234,13 @@ func FuzzDecodeRequest(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	max := server.Maxima{
+	max := run.Maxima{
 		Limits:    jail.Limits{Memory: 1 << 30, Pids: 1024, CPUs: 2, TmpfsSize: 1 << 30},
 		Timeout:   time.Minute,
 		MaxOutput: 1 << 20,
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := server.DecodeRequest(bytes.NewReader(body))
+		req, err := api.DecodeRequest(bytes.NewReader(body))
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package server
+package run
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -29,7 +29,7 @@ type AuditOptions struct {
 	Now func() time.Time
 }
 
-// AuditLog writes one [AuditRecord] per JSON line to a writer. Writes are
+// AuditLog writes one [api.AuditRecord] per JSON line to a writer. Writes are
 // serialized, each record in a single Write, so the writer may be a file
 // shared by several writers in O_APPEND mode. A failing writer does not fail
 // runs: the error is logged.
@@ -66,7 +66,7 @@ func (a *auditor) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error
 	start := a.log.o.Now()
 	var admitted time.Time
 	var once sync.Once
-	ctx = withStarted(ctx, func() { once.Do(func() { admitted = a.log.o.Now() }) })
+	ctx = WithStarted(ctx, func() { once.Do(func() { admitted = a.log.o.Now() }) })
 
 	res, err := a.next.Run(ctx, spec)
 
@@ -90,24 +90,24 @@ func (l *AuditLog) refused(ctx context.Context, spec *jail.Spec, err error) {
 	l.write(rec)
 }
 
-// rejected writes the record of an HTTP request refused before it became a
+// Rejected writes the record of an HTTP request refused before it became a
 // run: reason is its requests_rejected_total reason.
-func (l *AuditLog) rejected(ctx context.Context, reason string, status int, msg string) {
+func (l *AuditLog) Rejected(ctx context.Context, reason string, status int, msg string) {
 	if l == nil {
 		return
 	}
-	l.write(&AuditRecord{
+	l.write(&api.AuditRecord{
 		Time:      l.o.Now(),
 		RequestID: RequestIDFromContext(ctx),
 		Caller:    CallerFromContext(ctx),
-		Verdict:   VerdictRejected,
+		Verdict:   api.VerdictRejected,
 		Reason:    reason,
 		Status:    status,
 		Error:     msg,
 	})
 }
 
-func (l *AuditLog) write(rec *AuditRecord) {
+func (l *AuditLog) write(rec *api.AuditRecord) {
 	if l == nil {
 		return
 	}
@@ -123,7 +123,7 @@ func (l *AuditLog) write(rec *AuditRecord) {
 	}
 }
 
-func (l *AuditLog) record(ctx context.Context, spec *jail.Spec, res *jail.Result, err error) *AuditRecord {
+func (l *AuditLog) record(ctx context.Context, spec *jail.Spec, res *jail.Result, err error) *api.AuditRecord {
 	rec := auditRecordOf(ctx, spec, res, err, l.o.LogCommand)
 	// The size of in-memory stdin (what HTTP requests carry) is known;
 	// other readers are left alone rather than wrapped, so that the jail
@@ -134,14 +134,14 @@ func (l *AuditLog) record(ctx context.Context, spec *jail.Spec, res *jail.Result
 	return rec
 }
 
-func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err error, logCommand bool) *AuditRecord {
-	rec := &AuditRecord{
+func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err error, logCommand bool) *api.AuditRecord {
+	rec := &api.AuditRecord{
 		RequestID:     RequestIDFromContext(ctx),
 		Caller:        CallerFromContext(ctx),
 		CommandSHA256: CommandHash(spec.Args),
 		Cwd:           spec.Dir,
 		Description:   descriptionFromContext(ctx),
-		Limits: AuditLimits{
+		Limits: api.AuditLimits{
 			MemoryBytes:    spec.Limits.Memory,
 			Pids:           spec.Limits.Pids,
 			CPUs:           spec.Limits.CPUs,
@@ -149,7 +149,7 @@ func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err e
 			TimeoutMS:      spec.Timeout.Milliseconds(),
 			MaxOutputBytes: spec.MaxOutput,
 		},
-		Verdict: verdict(res, err),
+		Verdict: api.RunOutcome(res, err).Verdict,
 	}
 	if logCommand {
 		rec.Command = spec.Args
@@ -184,9 +184,9 @@ func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err e
 
 type descriptionKey struct{}
 
-// withDescription returns ctx carrying what the caller said the command is
+// WithDescription returns ctx carrying what the caller said the command is
 // for, for the audit record.
-func withDescription(ctx context.Context, d string) context.Context {
+func WithDescription(ctx context.Context, d string) context.Context {
 	if d == "" {
 		return ctx
 	}
@@ -209,44 +209,6 @@ func CommandHash(args []string) string {
 		io.WriteString(h, a)
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// verdict names how a run ended, for the audit log and the metrics.
-func verdict(res *jail.Result, err error) string {
-	if err != nil {
-		var ie *jail.InvalidError
-		switch {
-		case errors.Is(err, ErrBusy):
-			return VerdictBusy
-		case errors.As(err, &ie):
-			return VerdictInvalid
-		case errors.Is(err, jail.ErrNotFound):
-			return VerdictNotFound
-		case errors.Is(err, jail.ErrNotExecutable):
-			return VerdictNotExecutable
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			return VerdictCanceled
-		}
-		return VerdictError
-	}
-	if res == nil {
-		return VerdictError
-	}
-	switch {
-	case res.TimedOut:
-		return VerdictTimedOut
-	case res.Canceled:
-		return VerdictCanceled
-	case res.OOMKilled:
-		return VerdictOOMKilled
-	case res.PidsLimitHit:
-		return VerdictPidsLimit
-	case res.Signal != "" || res.ExitCode < 0:
-		return VerdictSignaled
-	case res.ExitCode != 0:
-		return VerdictExitNonzero
-	}
-	return VerdictOK
 }
 
 var discard = slog.New(slog.DiscardHandler)

@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"encoding/base64"
@@ -234,8 +234,8 @@ type AuditLimits struct {
 	MaxOutputBytes int64   `json:"max_output_bytes"`
 }
 
-// verdictOf reduces a Result to its fields for the wire.
-func verdictOf(res *jail.Result) Verdict {
+// VerdictOf reduces a Result to its fields for the wire.
+func VerdictOf(res *jail.Result) Verdict {
 	return Verdict{
 		ID:              res.ID,
 		Signal:          res.Signal,

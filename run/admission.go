@@ -1,8 +1,7 @@
-package server
+package run
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"runtime/debug"
@@ -12,26 +11,9 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 )
-
-// ErrBusy is returned by an [Admitter] when a run can neither start nor
-// wait: the queue is full, or the run waited its maximum in the queue.
-// Front ends answer it with "try again later" (HTTP 429 with Retry-After).
-// The error returned is a *BusyError, which matches ErrBusy with errors.Is.
-var ErrBusy = errors.New("server: too many sandboxes running, try again later")
-
-// BusyError is ErrBusy with an estimate of when a slot may be free.
-type BusyError struct {
-	// RetryAfter is how long the queue ahead should take to drain, from
-	// the recent runs' duration; at least a second.
-	RetryAfter time.Duration
-}
-
-func (e *BusyError) Error() string { return ErrBusy.Error() }
-
-// Is makes errors.Is(err, ErrBusy) true.
-func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // AdmitOptions bound the sandboxes of one daemon.
 type AdmitOptions struct {
@@ -64,7 +46,7 @@ const (
 
 // Admitter is a Runner decorator that admits at most MaxConcurrent runs into
 // the next Runner at once, within MaxOutputMemory, queues up to MaxQueue more
-// for at most MaxWait each, and refuses the rest with [ErrBusy]. Its memory
+// for at most MaxWait each, and refuses the rest with [api.ErrBusy]. Its memory
 // and goroutines are bounded by MaxConcurrent+MaxQueue callers: a refused run
 // costs nothing.
 type Admitter struct {
@@ -127,7 +109,7 @@ func (a *Admitter) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, erro
 		return nil, err
 	}
 	// The output memory is let go once the result is written when the
-	// front end holds it (see withOutputHold), else when the run ends.
+	// front end holds it (see WithOutputHold), else when the run ends.
 	if h, ok := ctx.Value(outputHoldKey{}).(*outputHold); ok {
 		h.set(func() { a.output.release(mem) })
 	} else {
@@ -135,7 +117,7 @@ func (a *Admitter) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, erro
 	}
 	defer func() { <-a.slots }()
 	a.metrics.waited(time.Since(t0))
-	started(ctx)
+	Started(ctx)
 	t1 := time.Now()
 	res, err := a.next.Run(ctx, spec)
 	a.observeRun(time.Since(t1))
@@ -197,8 +179,8 @@ func (a *Admitter) waitFailed(ctx context.Context) error {
 }
 
 func (a *Admitter) busy() error {
-	a.metrics.rejected(rejectBusy)
-	return &BusyError{RetryAfter: a.retryAfter()}
+	a.metrics.Rejected(RejectBusy)
+	return &api.BusyError{RetryAfter: a.retryAfter()}
 }
 
 // retryAfter estimates when a run refused now could be admitted: the queue
@@ -274,9 +256,9 @@ type outputHold struct {
 
 type outputHoldKey struct{}
 
-// withOutputHold returns ctx carrying a hold, and the function that lets
+// WithOutputHold returns ctx carrying a hold, and the function that lets
 // the held memory go; call it once the result is written (or dropped).
-func withOutputHold(ctx context.Context) (context.Context, func()) {
+func WithOutputHold(ctx context.Context) (context.Context, func()) {
 	h := &outputHold{}
 	return context.WithValue(ctx, outputHoldKey{}, h), h.let
 }
@@ -305,9 +287,9 @@ func (h *outputHold) let() {
 // the command starts; the audit log uses it to measure the queueing time.
 type startedKey struct{}
 
-// withStarted adds f to the functions started(ctx) calls, after any that
+// WithStarted adds f to the functions Started(ctx) calls, after any that
 // ctx already carries.
-func withStarted(ctx context.Context, f func()) context.Context {
+func WithStarted(ctx context.Context, f func()) context.Context {
 	if prev, ok := ctx.Value(startedKey{}).(func()); ok {
 		g := f
 		f = func() { prev(); g() }
@@ -315,7 +297,8 @@ func withStarted(ctx context.Context, f func()) context.Context {
 	return context.WithValue(ctx, startedKey{}, f)
 }
 
-func started(ctx context.Context) {
+// Started calls the functions WithStarted put into ctx.
+func Started(ctx context.Context) {
 	if f, ok := ctx.Value(startedKey{}).(func()); ok {
 		f()
 	}

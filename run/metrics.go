@@ -1,27 +1,29 @@
-package server
+package run
 
 import (
 	"context"
 	"net/http"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Reasons of the rejected_total metric.
+// Reasons of the requests_rejected_total metric and of audit records of
+// requests refused before they became runs.
 const (
-	rejectBusy         = "busy"
-	rejectInvalid      = "invalid"
-	rejectBadJSON      = "bad_json"
-	rejectTooLarge     = "too_large"
-	rejectMedia        = "unsupported_media_type"
-	rejectBodyTimeout  = "body_timeout"
-	rejectUnauthorized = "unauthorized"
-	rejectShutdown     = "shutting_down"
-	rejectForbidden    = "forbidden"
+	RejectBusy         = "busy"
+	RejectInvalid      = "invalid"
+	RejectBadJSON      = "bad_json"
+	RejectTooLarge     = "too_large"
+	RejectMedia        = "unsupported_media_type"
+	RejectBodyTimeout  = "body_timeout"
+	RejectUnauthorized = "unauthorized"
+	RejectShutdown     = "shutting_down"
+	RejectForbidden    = "forbidden"
 )
 
 // Metrics are the daemon's Prometheus metrics, in a registry of their own:
@@ -82,13 +84,13 @@ func NewMetrics() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the label values so that dashboards and alerts see zeros
 	// rather than absent series.
-	for _, v := range []string{VerdictOK, VerdictExitNonzero, VerdictSignaled, VerdictTimedOut,
-		VerdictOOMKilled, VerdictPidsLimit, VerdictCanceled, VerdictBusy, VerdictNotFound,
-		VerdictNotExecutable, VerdictError} {
+	for _, v := range []string{api.VerdictOK, api.VerdictExitNonzero, api.VerdictSignaled, api.VerdictTimedOut,
+		api.VerdictOOMKilled, api.VerdictPidsLimit, api.VerdictCanceled, api.VerdictBusy, api.VerdictNotFound,
+		api.VerdictNotExecutable, api.VerdictError} {
 		m.runs.WithLabelValues(v)
 	}
-	for _, r := range []string{rejectBusy, rejectInvalid, rejectBadJSON, rejectTooLarge, rejectMedia,
-		rejectBodyTimeout, rejectUnauthorized, rejectShutdown, rejectForbidden} {
+	for _, r := range []string{RejectBusy, RejectInvalid, RejectBadJSON, RejectTooLarge, RejectMedia,
+		RejectBodyTimeout, RejectUnauthorized, RejectShutdown, RejectForbidden} {
 		m.rejects.WithLabelValues(r)
 	}
 	return m
@@ -102,13 +104,14 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-func (m *Metrics) rejected(reason string) {
+// Rejected counts a request refused before it became a run.
+func (m *Metrics) Rejected(reason string) {
 	if m == nil {
 		return
 	}
 	m.rejects.WithLabelValues(reason).Inc()
-	if reason == rejectBusy {
-		m.runs.WithLabelValues(VerdictBusy).Inc()
+	if reason == RejectBusy {
+		m.runs.WithLabelValues(api.VerdictBusy).Inc()
 	}
 }
 
@@ -176,7 +179,7 @@ func (i *instrumented) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, 
 	i.m.running.Inc()
 	defer i.m.running.Dec()
 	res, err := i.next.Run(ctx, spec)
-	i.m.runs.WithLabelValues(verdict(res, err)).Inc()
+	i.m.runs.WithLabelValues(api.RunOutcome(res, err).Verdict).Inc()
 	if res != nil {
 		i.m.duration.Observe(res.Duration.Seconds())
 		i.m.cpu.Observe(res.CPUTime.Seconds())

@@ -1,4 +1,4 @@
-package server
+package client
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jaild/jaild/api"
 )
 
 // Client calls a jaild daemon, over TCP or a unix socket. It is what
@@ -28,15 +30,15 @@ type Client struct {
 	hc    *http.Client
 }
 
-// ClientOptions configure NewClient. Exactly one of Server and Socket is
+// Options configure New. Exactly one of Server and Socket is
 // required.
-type ClientOptions struct {
+type Options struct {
 	// Server is the daemon's base URL, "http://127.0.0.1:8080". A trailing
 	// /run or /raw (the fourth seed's RUN_REMOTE_SERVER form) is ignored.
 	Server string
 	// Socket is the path of the daemon's unix socket.
 	Socket string
-	// Token is sent as a bearer token if non-empty. NewClient refuses to
+	// Token is sent as a bearer token if non-empty. New refuses to
 	// send it over plain http:// to a host that is not loopback (see
 	// ErrCleartextToken) unless InsecurePlaintext is set.
 	Token string
@@ -52,13 +54,13 @@ type ClientOptions struct {
 	Transport http.RoundTripper
 }
 
-// ErrCleartextToken is NewClient's refusal to send a bearer token over
+// ErrCleartextToken is New's refusal to send a bearer token over
 // plain http:// to a host that is not loopback: anyone on the path could
 // read it and run commands as its owner.
 var ErrCleartextToken = errors.New("refusing to send a bearer token in cleartext over http:// to a host that is not loopback")
 
-// NewClient checks o and returns a Client.
-func NewClient(o ClientOptions) (*Client, error) {
+// New checks o and returns a Client.
+func New(o Options) (*Client, error) {
 	c := &Client{token: o.Token}
 	tr := o.Transport
 	switch {
@@ -141,7 +143,7 @@ func ReadTokenFile(path string) (string, error) {
 }
 
 // ReadCAFile reads PEM certificates of the authorities to trust, for
-// ClientOptions.RootCAs: a private CA's, or a self-signed daemon
+// Options.RootCAs: a private CA's, or a self-signed daemon
 // certificate itself.
 func ReadCAFile(path string) (*x509.CertPool, error) {
 	data, err := os.ReadFile(path)
@@ -169,7 +171,7 @@ func isLoopback(host string) bool {
 // (Status 0 then).
 type APIError struct {
 	Status int
-	ErrorResponse
+	api.ErrorResponse
 	// RetryAfter is the daemon's hint for 429 answers.
 	RetryAfter time.Duration
 }
@@ -182,13 +184,13 @@ func (e *APIError) Error() string {
 }
 
 // Run calls POST /run.
-func (c *Client) Run(ctx context.Context, req *Request) (*Response, error) {
+func (c *Client) Run(ctx context.Context, req *api.Request) (*api.Response, error) {
 	resp, err := c.post(ctx, "/run", req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var out Response
+	var out api.Response
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return nil, fmt.Errorf("client: decode /run answer: %w", err)
 	}
@@ -200,7 +202,7 @@ func (c *Client) Run(ctx context.Context, req *Request) (*Response, error) {
 // returned as an *APIError; a stream cut off before its final event as an
 // error wrapping io.ErrUnexpectedEOF. Cancelling ctx closes the connection,
 // which kills the sandbox.
-func (c *Client) Raw(ctx context.Context, req *Request, stdout, stderr io.Writer) (*Event, error) {
+func (c *Client) Raw(ctx context.Context, req *api.Request, stdout, stderr io.Writer) (*api.Event, error) {
 	resp, err := c.post(ctx, "/raw", req)
 	if err != nil {
 		return nil, err
@@ -211,7 +213,7 @@ func (c *Client) Raw(ctx context.Context, req *Request, stdout, stderr io.Writer
 	}
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var ev Event
+		var ev api.Event
 		if err := dec.Decode(&ev); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
@@ -219,9 +221,9 @@ func (c *Client) Raw(ctx context.Context, req *Request, stdout, stderr io.Writer
 			return nil, fmt.Errorf("client: /raw stream ended before the exit event: %w", err)
 		}
 		switch ev.Event {
-		case EventStdout, EventStderr:
+		case api.EventStdout, api.EventStderr:
 			w := stdout
-			if ev.Event == EventStderr {
+			if ev.Event == api.EventStderr {
 				w = stderr
 			}
 			if w != nil {
@@ -229,20 +231,20 @@ func (c *Client) Raw(ctx context.Context, req *Request, stdout, stderr io.Writer
 					return nil, fmt.Errorf("client: write %s: %w", ev.Event, err)
 				}
 			}
-		case EventExit:
+		case api.EventExit:
 			if ev.ExitCode == nil || ev.Verdict == nil {
 				return nil, errors.New("client: exit event without exit code or verdict")
 			}
 			return &ev, nil
-		case EventError:
-			return nil, &APIError{ErrorResponse: ErrorResponse{Error: ev.Message, Code: ev.Code}}
+		case api.EventError:
+			return nil, &APIError{ErrorResponse: api.ErrorResponse{Error: ev.Message, Code: ev.Code}}
 		}
 		// start, and kinds added later, carry nothing to act on.
 	}
 }
 
 // post sends req and returns a 2xx answer, or the error answer as *APIError.
-func (c *Client) post(ctx context.Context, path string, req *Request) (*http.Response, error) {
+func (c *Client) post(ctx context.Context, path string, req *api.Request) (*http.Response, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("client: encode request: %w", err)
@@ -266,7 +268,7 @@ func (c *Client) post(ctx context.Context, path string, req *Request) (*http.Res
 	e := &APIError{Status: resp.StatusCode}
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(data, &e.ErrorResponse) != nil || e.Code == "" {
-		e.ErrorResponse = ErrorResponse{Error: strings.TrimSpace(string(data)), Code: CodeInternal}
+		e.ErrorResponse = api.ErrorResponse{Error: strings.TrimSpace(string(data)), Code: api.CodeInternal}
 	}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
 		e.RetryAfter = time.Duration(s) * time.Second

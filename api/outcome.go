@@ -1,0 +1,156 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// ErrBusy is the refusal of a run that can neither start nor wait: the
+// admission queue is full, or the run waited its maximum in it. Front ends
+// answer it with "try again later" (HTTP 429 with Retry-After). Admission
+// control returns a *BusyError, which matches ErrBusy with errors.Is.
+var ErrBusy = errors.New("too many sandboxes running, try again later")
+
+// BusyError is ErrBusy with an estimate of when a slot may be free.
+type BusyError struct {
+	// RetryAfter is how long the queue ahead should take to drain, from
+	// the recent runs' duration; at least a second.
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string { return ErrBusy.Error() }
+
+// Is makes errors.Is(err, ErrBusy) true.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// Exit statuses of jaild run and jaild remote. A command's own exit status
+// passes through (128+N when signal N killed it); jaild's outcomes use codes
+// that shells and container runtimes already use for the same ideas.
+const (
+	ExitInternal      = 119 // the sandbox could not be built or torn down
+	ExitNotRoot       = 120
+	ExitUnsupported   = 121 // the host lacks user namespaces, cgroups, seccomp
+	ExitRootfs        = 122
+	ExitOOM           = 123
+	ExitTimeout       = 124 // as timeout(1)
+	ExitUsage         = 125 // bad flag or input, as docker run
+	ExitNotExecutable = 126 // as the shell
+	ExitNotFound      = 127
+)
+
+// Outcome is how every front end reports one way a run can fail: the error
+// code of the HTTP answer and the /raw error event, the verdict of the audit
+// log and the metrics, the HTTP status, and the exit status of jaild run
+// and jaild remote. The table below is the one place that sorts errors.
+type Outcome struct {
+	Code    string
+	Verdict string
+	// Status is the HTTP status code. (Numbers, not net/http's names:
+	// the lean jaild, which is every sandbox's init, links this package
+	// but not net/http.)
+	Status int
+	Exit   int
+}
+
+// outcomes maps errors to outcomes, first match wins; an error that matches
+// none is CodeInternal.
+var outcomes = []struct {
+	is func(error) bool
+	o  Outcome
+}{
+	{jail.IsInvalid, Outcome{CodeInvalid, VerdictInvalid, 400, ExitUsage}},
+	{isErr(ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
+	{isErr(jail.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 422, ExitNotFound}},
+	{isErr(jail.ErrNotExecutable), Outcome{CodeNotExecutable, VerdictNotExecutable, 422, ExitNotExecutable}},
+	// A run ended by its caller, or by the daemon closing under it.
+	{isErr(context.Canceled), Outcome{CodeCanceled, VerdictCanceled, 503, ExitInternal}},
+	{isErr(context.DeadlineExceeded), Outcome{CodeCanceled, VerdictCanceled, 503, ExitInternal}},
+	{isErr(jail.ErrClosed), Outcome{CodeCanceled, VerdictCanceled, 503, ExitInternal}},
+	{isErr(jail.ErrNotRoot), Outcome{CodeNotRoot, VerdictError, 500, ExitNotRoot}},
+	{isErr(jail.ErrUnsupported), Outcome{CodeUnsupported, VerdictError, 500, ExitUnsupported}},
+	{isErr(jail.ErrRootfs), Outcome{CodeRootfs, VerdictError, 500, ExitRootfs}},
+}
+
+var internal = Outcome{CodeInternal, VerdictError, 500, ExitInternal}
+
+func isErr(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
+}
+
+// ErrorOutcome is the outcome of a run that failed with err (not nil).
+func ErrorOutcome(err error) Outcome {
+	for _, row := range outcomes {
+		if row.is(err) {
+			return row.o
+		}
+	}
+	return internal
+}
+
+// CodeOutcome is the outcome behind an error code a daemon answered with,
+// for a client. Codes of requests refused before they became runs (bad
+// JSON, authentication, ...) are the caller's mistake: ExitUsage.
+func CodeOutcome(code string) Outcome {
+	for _, row := range outcomes {
+		if row.o.Code == code {
+			return row.o
+		}
+	}
+	switch code {
+	case CodeBadJSON, CodeTooLarge, CodeUnsupportedMedia, CodeBodyTimeout, CodeUnauthorized, CodeForbidden:
+		return Outcome{code, VerdictRejected, 0, ExitUsage}
+	}
+	return internal
+}
+
+// ResultOutcome is the verdict and exit status of a run that ended (err
+// nil). The verdict names what ended it first, else its own status; the
+// exit status puts a timeout and an OOM kill before the command's own
+// status (a shell may exit 0 after its child was OOM-killed), and reports
+// a signal N as 128+N, as a shell does.
+func ResultOutcome(res *jail.Result) Outcome {
+	o := Outcome{Status: 200}
+	switch {
+	case res.TimedOut:
+		o.Verdict = VerdictTimedOut
+	case res.Canceled:
+		o.Verdict = VerdictCanceled
+	case res.OOMKilled:
+		o.Verdict = VerdictOOMKilled
+	case res.PidsLimitHit:
+		o.Verdict = VerdictPidsLimit
+	case res.Signal != "" || res.ExitCode < 0:
+		o.Verdict = VerdictSignaled
+	case res.ExitCode != 0:
+		o.Verdict = VerdictExitNonzero
+	default:
+		o.Verdict = VerdictOK
+	}
+	switch {
+	case res.TimedOut:
+		o.Exit = ExitTimeout
+	case res.OOMKilled:
+		o.Exit = ExitOOM
+	case res.Signal != "":
+		o.Exit = 128 + int(unix.SignalNum(res.Signal))
+	default:
+		o.Exit = res.ExitCode
+	}
+	return o
+}
+
+// RunOutcome is ResultOutcome or ErrorOutcome, as err says.
+func RunOutcome(res *jail.Result, err error) Outcome {
+	if err != nil {
+		return ErrorOutcome(err)
+	}
+	if res == nil {
+		return internal
+	}
+	return ResultOutcome(res)
+}

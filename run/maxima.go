@@ -1,0 +1,108 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// Maxima are the operator's upper bounds on what a request may ask for. A
+// request's unset limits get the jail's defaults, lowered to the maxima
+// where those are lower; a request's explicit limits above a maximum are
+// refused, never silently lowered, so that a caller learns what it got.
+type Maxima struct {
+	// Limits holds the largest memory, pids, cpus and tmpfs size a
+	// sandbox may get. A zero field means no maximum beyond the jail's.
+	Limits jail.Limits
+	// Timeout is the longest run; zero means jail.MaxTimeout.
+	Timeout time.Duration
+	// MaxOutput is the most output kept per stream; zero means no
+	// maximum.
+	MaxOutput int64
+}
+
+// Validate reports a negative maximum.
+func (m Maxima) Validate() error {
+	if m.Limits.Memory < 0 || m.Limits.Pids < 0 || m.Limits.CPUs < 0 || m.Limits.TmpfsSize < 0 {
+		return fmt.Errorf("server: negative limit in maxima %+v", m.Limits)
+	}
+	if m.Timeout < 0 || m.Timeout > jail.MaxTimeout {
+		return fmt.Errorf("server: maximum timeout %v not between 0 and %v", m.Timeout, jail.MaxTimeout)
+	}
+	if m.MaxOutput < 0 {
+		return fmt.Errorf("server: negative maximum output %d", m.MaxOutput)
+	}
+	return nil
+}
+
+// Apply fills s's unset limits, timeout and output size with the jail's
+// defaults capped at m, then refuses anything above m. After a nil error
+// every limit of s is explicit and within m, and s is valid.
+func (m Maxima) Apply(s *jail.Spec) error {
+	l := &s.Limits
+	l.Memory = orCapped(l.Memory, jail.DefaultMemory, m.Limits.Memory)
+	l.Pids = orCapped(l.Pids, jail.DefaultPids, m.Limits.Pids)
+	l.TmpfsSize = orCapped(l.TmpfsSize, jail.DefaultTmpfsSize, m.Limits.TmpfsSize)
+	if l.CPUs == 0 {
+		l.CPUs = jail.DefaultCPUs
+		if m.Limits.CPUs > 0 && l.CPUs > m.Limits.CPUs {
+			l.CPUs = m.Limits.CPUs
+		}
+	}
+	if err := l.Within(m.Limits); err != nil {
+		return err
+	}
+	maxTimeout := m.Timeout
+	if maxTimeout == 0 {
+		maxTimeout = jail.MaxTimeout
+	}
+	s.Timeout = time.Duration(orCapped(int64(s.Timeout), int64(jail.DefaultTimeout), int64(maxTimeout)))
+	if s.Timeout > maxTimeout {
+		return invalid("timeout", "%v exceeds the maximum of %v", s.Timeout, maxTimeout)
+	}
+	s.MaxOutput = orCapped(s.MaxOutput, jail.DefaultMaxOutput, m.MaxOutput)
+	if m.MaxOutput > 0 && s.MaxOutput > m.MaxOutput {
+		return invalid("max_output_bytes", "%d exceeds the maximum of %d", s.MaxOutput, m.MaxOutput)
+	}
+	return s.Validate()
+}
+
+// orCapped returns v, or if v is unset (zero) def lowered to max (if max > 0).
+func orCapped(v, def, max int64) int64 {
+	if v != 0 {
+		return v
+	}
+	if max > 0 && def > max {
+		return max
+	}
+	return def
+}
+
+// Enforce returns a Runner that applies max to every spec (on a copy, so the
+// caller's spec is left alone) before passing it on, and refuses specs above
+// it with a *jail.InvalidError. It is the first link of the daemon's chain,
+// so no front end can skip the operator's maxima.
+func Enforce(r Runner, max Maxima) Runner {
+	return &enforcer{next: r, max: max}
+}
+
+type enforcer struct {
+	next  Runner
+	max   Maxima
+	audit *AuditLog // records refusals, which never reach the chain's auditor
+}
+
+func (e *enforcer) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	s := *spec
+	if err := e.max.Apply(&s); err != nil {
+		e.audit.refused(ctx, spec, err)
+		return nil, err
+	}
+	return e.next.Run(ctx, &s)
+}
+
+func invalid(field, format string, args ...any) *jail.InvalidError {
+	return &jail.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
