@@ -219,6 +219,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				"peer", peerFromContext(ctx, r), "path", r.URL.Path)
 			s.metrics.rejected(rejectUnauthorized)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="jaild"`)
+			// A caller without a token gets no keep-alive connection:
+			// idle, it would hold one of the --max-conns places.
+			w.Header().Set("Connection", "close")
 			// No detail: whether the header was missing, malformed or
 			// wrong is nobody's business but the log's.
 			writeError(w, http.StatusUnauthorized, &ErrorResponse{Error: "unauthorized", Code: CodeUnauthorized})
