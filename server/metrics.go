@@ -23,6 +23,12 @@ const (
 	rejectShutdown     = "shutting_down"
 )
 
+// Reasons of the connections_closed_total metric.
+const (
+	connReclaimed = "reclaimed_idle" // an idle connection closed to make room
+	connPeerLimit = "peer_limit"     // a new connection of a peer at its cap
+)
+
 // Metrics are the daemon's Prometheus metrics, in a registry of their own:
 // the global one would collect whatever any imported package registers, and
 // would make two servers in one test process collide. A nil *Metrics is
@@ -35,6 +41,7 @@ type Metrics struct {
 	wait     prometheus.Histogram
 	running  prometheus.Gauge
 	rejects  *prometheus.CounterVec
+	conns    *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and their registry, with the Go runtime
@@ -70,8 +77,12 @@ func NewMetrics() *Metrics {
 			Namespace: "jaild", Name: "requests_rejected_total",
 			Help: "Requests refused before a sandbox was built, by reason.",
 		}, []string{"reason"}),
+		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jaild", Name: "connections_closed_total",
+			Help: "Connections the server closed to bound them (--max-conns, --max-conns-per-peer), by reason.",
+		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.runs, m.duration, m.cpu, m.wait, m.running, m.rejects,
+	m.reg.MustRegister(m.runs, m.duration, m.cpu, m.wait, m.running, m.rejects, m.conns,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the label values so that dashboards and alerts see zeros
@@ -85,6 +96,8 @@ func NewMetrics() *Metrics {
 		rejectBodyTimeout, rejectUnauthorized, rejectShutdown} {
 		m.rejects.WithLabelValues(r)
 	}
+	m.conns.WithLabelValues(connReclaimed)
+	m.conns.WithLabelValues(connPeerLimit)
 	return m
 }
 
@@ -104,6 +117,13 @@ func (m *Metrics) rejected(reason string) {
 	if reason == rejectBusy {
 		m.runs.WithLabelValues(VerdictBusy).Inc()
 	}
+}
+
+func (m *Metrics) connDropped(reason string) {
+	if m == nil {
+		return
+	}
+	m.conns.WithLabelValues(reason).Inc()
 }
 
 func (m *Metrics) waited(d time.Duration) {
