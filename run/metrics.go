@@ -26,6 +26,12 @@ const (
 	RejectForbidden    = "forbidden"
 )
 
+// Reasons of the connections_closed_total metric.
+const (
+	ConnReclaimed = "reclaimed_idle" // an idle connection closed to make room
+	ConnPeerLimit = "peer_limit"     // a new connection of a peer at its cap
+)
+
 // Metrics are the daemon's Prometheus metrics, in a registry of their own:
 // the global one would collect whatever any imported package registers, and
 // would make two servers in one test process collide. A nil *Metrics is
@@ -39,6 +45,7 @@ type Metrics struct {
 	running  prometheus.Gauge
 	rejects  *prometheus.CounterVec
 	gaveUp   prometheus.Counter
+	conns    *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and their registry, with the Go runtime
@@ -78,8 +85,12 @@ func NewMetrics() *Metrics {
 			Namespace: "jaild", Name: "queue_abandoned_total",
 			Help: "Runs whose caller went away while they waited in the admission queue.",
 		}),
+		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jaild", Name: "connections_closed_total",
+			Help: "Connections the server closed to bound them (--max-conns, --max-conns-per-peer), by reason.",
+		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.runs, m.duration, m.cpu, m.wait, m.running, m.rejects, m.gaveUp,
+	m.reg.MustRegister(m.runs, m.duration, m.cpu, m.wait, m.running, m.rejects, m.gaveUp, m.conns,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the label values so that dashboards and alerts see zeros
@@ -93,6 +104,8 @@ func NewMetrics() *Metrics {
 		RejectBodyTimeout, RejectUnauthorized, RejectShutdown, RejectForbidden} {
 		m.rejects.WithLabelValues(r)
 	}
+	m.conns.WithLabelValues(ConnReclaimed)
+	m.conns.WithLabelValues(ConnPeerLimit)
 	return m
 }
 
@@ -120,6 +133,14 @@ func (m *Metrics) abandoned() {
 		return
 	}
 	m.gaveUp.Inc()
+}
+
+// ConnDropped counts a connection the server closed to bound them.
+func (m *Metrics) ConnDropped(reason string) {
+	if m == nil {
+		return
+	}
+	m.conns.WithLabelValues(reason).Inc()
 }
 
 func (m *Metrics) waited(d time.Duration) {

@@ -192,11 +192,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		if !ok {
 			s.log.Warn("unauthorized request", "request_id", run.RequestIDFromContext(ctx),
 				"peer", peerFromContext(ctx, r), "path", r.URL.Path)
-			s.metrics.Rejected(run.RejectUnauthorized)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="jaild"`)
-			// No detail: whether the header was missing, malformed or
-			// wrong is nobody's business but the log's.
-			writeError(w, http.StatusUnauthorized, &api.ErrorResponse{Error: "unauthorized", Code: api.CodeUnauthorized})
+			// reject closes the connection: a caller without a token
+			// gets no keep-alive connection, which idle would hold one of
+			// the --max-conns places. No detail: whether the header was
+			// missing, malformed or wrong is nobody's business but the
+			// log's. The audit record names the peer.
+			s.reject(w, r.WithContext(run.WithCaller(ctx, peerFromContext(ctx, r))), run.RejectUnauthorized,
+				http.StatusUnauthorized, &api.ErrorResponse{Error: "unauthorized", Code: api.CodeUnauthorized})
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(run.WithCaller(ctx, name)))

@@ -101,7 +101,12 @@ func TestAuditRejections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := start(t, server.Options{Runner: r, Audit: log, MaxBodyBytes: 100})
+	tokens, err := server.ParseTokens(strings.NewReader("alice:" + strings.Repeat("a", 20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, server.Options{Runner: r, Audit: log, MaxBodyBytes: 100, Tokens: tokens})
+	auth := "Bearer " + strings.Repeat("a", 20)
 	cases := []struct {
 		body, ctype string
 		verdict     string
@@ -113,9 +118,14 @@ func TestAuditRejections(t *testing.T) {
 		{`{"command":"` + strings.Repeat("x", 200) + `"}`, "application/json", api.VerdictRejected, "too_large", 413},
 		{`{"command":""}`, "application/json", api.VerdictRejected, "invalid", 400},
 		{`{"command":"ls","pids":11}`, "application/json", api.VerdictInvalid, "", 0},
+		{`{"command":"ls"}`, "application/json", api.VerdictRejected, "unauthorized", 401},
 	}
-	for _, c := range cases {
-		resp, body := post(t, ts.URL+"/run", c.body, "Content-Type", c.ctype)
+	for i, c := range cases {
+		hdr := []string{"Content-Type", c.ctype, "Authorization", auth}
+		if i == len(cases)-1 {
+			hdr = hdr[:2]
+		}
+		resp, body := post(t, ts.URL+"/run", c.body, hdr...)
 		if resp.StatusCode/100 != 4 {
 			t.Fatalf("%s: status %d: %s", c.body, resp.StatusCode, body)
 		}

@@ -18,6 +18,7 @@ import (
 const (
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultMaxConns          = 256
+	DefaultMaxConnsPerPeer   = 64
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultBodyTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
@@ -78,9 +79,17 @@ type Options struct {
 
 	// MaxBodyBytes bounds a request body (413 beyond it).
 	MaxBodyBytes int64
-	// MaxConns bounds the open connections; beyond it new connections
-	// wait in the kernel's accept queue.
+	// MaxConns bounds the open connections (plus the one Serve is making
+	// room for). When they are all open, a new connection takes the place
+	// of the longest-idle one; if none is idle, new connections wait in
+	// the kernel's accept queue.
 	MaxConns int
+	// MaxConnsPerPeer bounds the open connections of one peer (a remote
+	// IP, or a unix socket's peer uid): a new one beyond it takes the
+	// place of that peer's longest-idle connection, or is closed at once
+	// if all are busy. Zero means DefaultMaxConnsPerPeer, negative no cap.
+	// See connLimiter.
+	MaxConnsPerPeer int
 	// ReadHeaderTimeout and BodyTimeout bound how long a client may take
 	// to send its request (against slow-loris clients); WriteTimeout
 	// bounds each write of a response, so a client that stops reading a
@@ -112,6 +121,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxConns == 0 {
 		o.MaxConns = DefaultMaxConns
+	}
+	if o.MaxConnsPerPeer == 0 {
+		o.MaxConnsPerPeer = DefaultMaxConnsPerPeer
 	}
 	def(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	def(&o.BodyTimeout, DefaultBodyTimeout)
@@ -214,6 +226,7 @@ func New(opts Options) (*Server, error) {
 		MaxHeaderBytes: maxHeaderBytes,
 		BaseContext:    func(net.Listener) context.Context { return s.baseCtx },
 		ConnContext:    connContext,
+		ConnState:      trackConnState,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
@@ -232,7 +245,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return errors.New("server: Serve called twice")
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- s.http.Serve(newLimitListener(ln, s.opts.MaxConns)) }()
+	cl := newConnLimiter(ln, s.opts.MaxConns, s.opts.MaxConnsPerPeer, s.metrics, s.log)
+	go func() { errc <- s.http.Serve(cl) }()
 	s.log.Info("listening", "addr", ln.Addr().String(), "network", ln.Addr().Network())
 
 	var serveErr error
@@ -379,53 +393,3 @@ func (h *healthCache) get(ctx context.Context) error {
 	close(c)
 	return err
 }
-
-// limitListener accepts at most n connections at a time; beyond that,
-// Accept waits for one to close, leaving new connections in the kernel's
-// backlog. (golang.org/x/net/netutil has one, but its connections hide the
-// *net.UnixConn that SO_PEERCRED needs.)
-type limitListener struct {
-	net.Listener
-	sem       chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func newLimitListener(ln net.Listener, n int) *limitListener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-func (l *limitListener) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
-	return l.Listener.Close()
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
-
-// NetConn returns the accepted connection, as tls.Conn's method of that
-// name does.
-func (c *limitConn) NetConn() net.Conn { return c.Conn }

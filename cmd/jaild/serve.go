@@ -82,7 +82,8 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringFlag{Name: "max-tmpfs-size", Value: "256M", EnvVars: []string{"JAILD_MAX_TMPFS_SIZE"}, Usage: "largest /work and /tmp size a request may ask for"},
 		&cli.StringFlag{Name: "max-output", Value: "16M", EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "most output per stream a request may ask to keep"},
 		&cli.StringFlag{Name: "max-body", Value: "1M", EnvVars: []string{"JAILD_MAX_BODY"}, Usage: "largest request body (the request's stdin travels in it)"},
-		&cli.IntFlag{Name: "max-conns", Value: server.DefaultMaxConns, EnvVars: []string{"JAILD_MAX_CONNS"}, Usage: "open connections at most; more wait in the kernel's backlog"},
+		&cli.IntFlag{Name: "max-conns", Value: server.DefaultMaxConns, EnvVars: []string{"JAILD_MAX_CONNS"}, Usage: "open connections at most; a new one takes the place of the longest-idle one, or waits in the kernel's backlog"},
+		&cli.IntFlag{Name: "max-conns-per-peer", Value: server.DefaultMaxConnsPerPeer, EnvVars: []string{"JAILD_MAX_CONNS_PER_PEER"}, Usage: "open connections of one remote IP or unix-socket uid at most; beyond it the peer's longest-idle one is closed, or the new one if none is idle (0: no cap)"},
 		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per run to; "-" is stderr, "off" none`},
 		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each run's command in the audit log, not only its SHA-256"},
 		&cli.DurationFlag{Name: "grace", Value: server.DefaultShutdownGrace, EnvVars: []string{"JAILD_GRACE"}, Usage: "on SIGTERM, how long running commands may finish before they are killed"},
@@ -125,6 +126,13 @@ func serveAction(c *cli.Context) error {
 	limitHeap(adm.MaxOutputMemory)
 	if c.Duration("grace") <= 0 || c.Int("max-conns") <= 0 {
 		return usageError("--max-conns and --grace must be positive")
+	}
+	perPeer := c.Int("max-conns-per-peer")
+	switch {
+	case perPeer < 0:
+		return usageError("--max-conns-per-peer %d: must not be negative (0: no cap)", perPeer)
+	case perPeer == 0:
+		perPeer = -1
 	}
 	var tokens *server.Tokens
 	if path := c.String("token-file"); path != "" {
@@ -211,6 +219,9 @@ func serveAction(c *cli.Context) error {
 		MaxBodyBytes:   maxBody,
 		MaxConns:       c.Int("max-conns"),
 		ShutdownGrace:  c.Duration("grace"),
+
+		// Zero there is the default; no cap (--max-conns-per-peer 0) is -1.
+		MaxConnsPerPeer: perPeer,
 	})
 	if err != nil {
 		return usageError("%v", err)
