@@ -69,6 +69,19 @@ func (m Maxima) Apply(s *jail.Spec) error {
 	return s.Validate()
 }
 
+// Defaults returns what a request that asks for nothing gets: the jail's
+// default limits, timeout and output cap, each lowered to m. The pool's
+// sandboxes and the MCP tools use them, so that every front end agrees.
+func (m Maxima) Defaults() (jail.Limits, time.Duration, int64) {
+	s := jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	if err := m.Apply(&s); err != nil {
+		// Apply only refuses what a request asked for above m, and this
+		// one asked for nothing.
+		panic("run: defaults refused by valid maxima: " + err.Error())
+	}
+	return s.Limits, s.Timeout, s.MaxOutput
+}
+
 // orCapped returns v, or if v is unset (zero) def lowered to max (if max > 0).
 func orCapped(v, def, max int64) int64 {
 	if v != 0 {

@@ -209,9 +209,13 @@ func (in *e2eInstall) serve(t *testing.T, args ...string) *daemon {
 	}
 	d.cmd = exec.Command(in.bin, full...)
 	d.cmd.Env = in.env()
+	var notJSON syncBuffer
 	d.cmd.Stderr = &lineWriter{fn: func(line []byte) {
 		d.log.Write(append(append([]byte(nil), line...), '\n'))
 		var m struct{ Msg, Addr string }
+		if json.Unmarshal(line, &m) != nil && bytes.HasPrefix(line, []byte("time=")) {
+			notJSON.Write(append(append([]byte(nil), line...), '\n'))
+		}
 		if json.Unmarshal(line, &m) == nil && m.Msg == "listening" {
 			select {
 			case listening <- m.Addr:
@@ -238,6 +242,10 @@ func (in *e2eInstall) serve(t *testing.T, args ...string) *daemon {
 			t.Errorf("jaild serve did not stop on SIGTERM; killing it")
 			d.cmd.Process.Kill()
 			<-d.exited
+		}
+		// --log-format json holds for every logger of the daemon.
+		if b := notJSON.Bytes(); len(b) > 0 {
+			t.Errorf("jaild serve --log-format json wrote text lines:\n%s", b)
 		}
 		if t.Failed() {
 			t.Logf("jaild serve log:\n%s", d.log.Bytes())
@@ -325,8 +333,10 @@ func testE2ETCP(t *testing.T, bin string) {
 		t.Errorf("/run result %+v", r)
 	}
 	resp, body = post(t, d.url+"/run", `{"executable":"cat","stdin_b64":"AP8K","env":{"X":"y"}}`, auth...)
-	if json.Unmarshal(body, &r); resp.StatusCode != 200 || r.Stdout != "\x00\ufffd\n" {
-		t.Errorf("/run with binary stdin: %d %q", resp.StatusCode, r.Stdout)
+	// Output that is not UTF-8 comes back exactly, in base64.
+	var got api.Response
+	if json.Unmarshal(body, &got); resp.StatusCode != 200 || got.Stdout != "" || string(got.StdoutB64) != "\x00\xff\n" {
+		t.Errorf("/run with binary stdin: %d %q %q", resp.StatusCode, got.Stdout, got.StdoutB64)
 	}
 	resp, body = post(t, d.url+"/run", `{"command":"true","memory_bytes":1073741824}`, auth...)
 	if e := decodeError(t, body); resp.StatusCode != 400 || e.Field != "memory" {
@@ -404,20 +414,38 @@ func testE2ETCP(t *testing.T, bin string) {
 	}
 	data, _ := os.ReadFile(auditPath)
 	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
-	// 4 runs over HTTP but the one refused by the maxima, plus 10 remote
-	// runs but the one refused by the maxima: refused requests never get
-	// to the audit log (the 401s neither).
-	if len(lines) != 3+9 {
-		t.Errorf("audit log has %d lines, want 12:\n%s", len(lines), data)
-	}
+	// 4 runs over HTTP and 10 remote runs, each with one refused by the
+	// maxima (audited as invalid), and the two requests without a token
+	// (audited as rejected, with the peer as caller).
+	count := map[string]int{}
 	for _, l := range lines {
 		var rec api.AuditRecord
-		if err := json.Unmarshal(l, &rec); err != nil || rec.Caller != "e2e-agent" || len(rec.CommandSHA256) != 64 {
-			t.Errorf("audit line %s", l)
+		if err := json.Unmarshal(l, &rec); err != nil {
+			t.Fatalf("audit line %s: %v", l, err)
+		}
+		switch rec.Verdict {
+		case api.VerdictRejected:
+			count["rejected"]++
+			if rec.Reason != "unauthorized" || rec.Status != 401 || !strings.HasPrefix(rec.Caller, "127.0.0.1:") || rec.RequestID == "" {
+				t.Errorf("audit line %s", l)
+			}
+		case api.VerdictInvalid:
+			count["invalid"]++
+			if rec.Caller != "e2e-agent" || len(rec.CommandSHA256) != 64 || rec.Error == "" {
+				t.Errorf("audit line %s", l)
+			}
+		default:
+			count["run"]++
+			if rec.Caller != "e2e-agent" || len(rec.CommandSHA256) != 64 {
+				t.Errorf("audit line %s", l)
+			}
 		}
 		if bytes.Contains(l, []byte("partial")) || bytes.Contains(l, []byte("qwerty")) {
 			t.Errorf("audit line holds output or stdin: %s", l)
 		}
+	}
+	if count["run"] != 3+9 || count["invalid"] != 2 || count["rejected"] != 2 {
+		t.Errorf("audit log has %v, want 12 runs, 2 invalid, 2 rejected:\n%s", count, data)
 	}
 }
 

@@ -64,7 +64,7 @@ Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 }
 
 func selfTest(c *cli.Context) error {
-	m, err := newManager(c)
+	m, err := newManager(c, nil)
 	if err != nil {
 		return err
 	}

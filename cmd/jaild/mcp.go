@@ -69,7 +69,7 @@ func mcpAction(c *cli.Context) error {
 	}
 	defer out.Close()
 
-	m, err := newManager(c)
+	m, err := newManager(c, opts.Logger)
 	if err != nil {
 		return err
 	}

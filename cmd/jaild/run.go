@@ -66,14 +66,19 @@ var managerFlags = []cli.Flag{
 }
 
 // newManager builds the jail.Manager from managerFlags.
-func newManager(c *cli.Context) (*jail.Manager, error) {
+// newManager builds the Manager of the manager flags. Its log goes to log,
+// or, if nil, to stderr as text, warnings only unless --debug.
+func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 	total, err := sizeFlag(c, "total-memory")
 	if err != nil {
 		return nil, err
 	}
-	level := slog.LevelWarn
-	if c.Bool("debug") {
-		level = slog.LevelDebug
+	if log == nil {
+		level := slog.LevelWarn
+		if c.Bool("debug") {
+			level = slog.LevelDebug
+		}
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	}
 	m, err := jail.New(jail.Config{
 		StateDir:     c.String("state-dir"),
@@ -83,7 +88,7 @@ func newManager(c *cli.Context) (*jail.Manager, error) {
 		// A one-shot run keeps the budget of a parent it finds (a
 		// daemon's, say) unless it was given one.
 		KeepBudget: c.Command.Name == "run" && !c.IsSet("total-memory") && !c.IsSet("total-pids") && !c.IsSet("total-cpus"),
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Logger:     log,
 	})
 	if err != nil {
 		return nil, exitError(err)
@@ -172,7 +177,7 @@ func runAction(c *cli.Context) error {
 		}
 	}()
 
-	m, err := newManager(c)
+	m, err := newManager(c, nil)
 	if err != nil {
 		return err
 	}

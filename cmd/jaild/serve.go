@@ -152,7 +152,7 @@ func serveAction(c *cli.Context) error {
 	}
 	defer closeAudit()
 
-	m, err := newManager(c)
+	m, err := newManager(c, log)
 	if err != nil {
 		return err
 	}
@@ -162,11 +162,8 @@ func serveAction(c *cli.Context) error {
 
 	// The pool's sandboxes get the limits of a request that asks for
 	// none, under the operator's maxima.
-	probe := jail.Spec{Command: jail.Command{Args: []string{"true"}}}
-	if err := max.Apply(&probe); err != nil {
-		return usageError("--pool: %v", err)
-	}
-	runnerBase, closePool, err := startPool(c, m, probe.Limits)
+	defaults, _, _ := max.Defaults()
+	runnerBase, closePool, err := startPool(c, m, defaults)
 	if err != nil {
 		return err
 	}
@@ -322,11 +319,9 @@ func serveMaxima(c *cli.Context) (run.Maxima, error) {
 // it asks for none, so that both front ends agree and the chain's maxima
 // never refuse a tool call.
 func serveMCPOptions(c *cli.Context, max run.Maxima, log *slog.Logger) server.MCPOptions {
-	var defaults jail.Spec
-	defaults.Args = []string{"true"}
-	_ = max.Apply(&defaults) // cannot fail: the maxima were validated
+	limits, _, _ := max.Defaults()
 	return server.MCPOptions{
-		Limits:         defaults.Limits,
+		Limits:         limits,
 		MaxTimeout:     min(max.Timeout, server.MaxMCPTimeout),
 		MaxOutput:      min(max.MaxOutput, server.DefaultMCPMaxOutput),
 		Shell:          c.String("shell-path"),

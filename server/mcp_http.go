@@ -1,0 +1,250 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jaild/jaild/run"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// MCP over Streamable HTTP: the SDK's handler plus what it leaves to the
+// application (body limits, disconnects, JSON-RPC errors for unknown methods).
+
+// NewMCPHandler serves the MCP server of [NewMCPServer] over Streamable
+// HTTP. It adds what the SDK leaves to the application: an Origin check
+// against DNS rebinding (see [MCPOptions.AllowedOrigins]), a JSON-RPC error
+// for unknown methods, and killing a call's sandbox when the client that
+// made it disconnects. Authentication is the caller's: mount it behind the
+// same bearer-token check as the rest of the API.
+func NewMCPHandler(r run.Runner, opts MCPOptions) http.Handler {
+	o := opts.withDefaults()
+	h := &mcpHandler{
+		origins:    newOriginPolicy(o.AllowedOrigins),
+		posts:      map[string]context.Context{},
+		maxTimeout: o.MaxTimeout,
+	}
+	srv := newMCPServer(r, o, h.postContext)
+	h.sdk = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+		Logger:         o.Logger,
+		SessionTimeout: max(o.SessionTimeout, 0),
+	})
+	return h
+}
+
+// postIDHeader carries, from mcpHandler to the tool handler, which HTTP
+// request a call arrived on: the SDK hands tool handlers the request's
+// headers but not its context. Any client-supplied value is removed first.
+const postIDHeader = "Jaild-Internal-Post-Id"
+
+type mcpHandler struct {
+	sdk        *mcp.StreamableHTTPHandler
+	origins    originPolicy
+	maxTimeout time.Duration
+
+	mu    sync.Mutex
+	posts map[string]context.Context
+}
+
+func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if origin := r.Header.Get("Origin"); !h.origins.allowed(origin) {
+		// A browser page on another site (possibly reaching a loopback
+		// port through DNS rebinding) must not drive a root daemon.
+		http.Error(w, "Forbidden: origin not allowed", http.StatusForbidden)
+		return
+	}
+	r.Header.Del(postIDHeader)
+	rc := http.NewResponseController(w)
+	switch r.Method {
+	case http.MethodPost:
+		body, status := readMCPBody(rc, r)
+		if status != 0 {
+			http.Error(w, http.StatusText(status), status)
+			return
+		}
+		// From here on the call may stream for up to the maximum
+		// timeout. A read deadline left in place would, through
+		// net/http's background read, cancel the request and so kill
+		// the sandbox; the write deadline only bounds a client that
+		// stops reading.
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Now().Add(h.maxTimeout + 2*time.Minute))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		id := rand.Text()
+		h.mu.Lock()
+		h.posts[id] = r.Context()
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			delete(h.posts, id)
+			h.mu.Unlock()
+		}()
+		r.Header.Set(postIDHeader, id)
+		if jw := newJSONRPCErrorWriter(w, body); jw != nil {
+			w = jw
+			defer jw.finish()
+		}
+	case http.MethodGet:
+		// The standalone SSE stream lives as long as the client wants.
+		_ = rc.SetWriteDeadline(time.Time{})
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	h.sdk.ServeHTTP(w, r)
+}
+
+// mcpBodyTimeout bounds how long a client may take to send a request body
+// (against slow-loris clients).
+const mcpBodyTimeout = 30 * time.Second
+
+// readMCPBody reads the request body within mcpBodyTimeout and the SDK's
+// size limit, or returns the HTTP status to fail with.
+func readMCPBody(rc *http.ResponseController, r *http.Request) ([]byte, int) {
+	if r.Body == nil {
+		return nil, 0
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(mcpBodyTimeout))
+	body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, http.StatusRequestTimeout
+	case err != nil:
+		return nil, http.StatusBadRequest
+	case len(body) > mcp.DefaultMaxRequestBodyBytes:
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	return body, 0
+}
+
+func (h *mcpHandler) postContext(req *mcp.CallToolRequest) (context.Context, bool) {
+	if req.Extra == nil || req.Extra.Header == nil {
+		return nil, false
+	}
+	id := req.Extra.Header.Get(postIDHeader)
+	if id == "" {
+		return nil, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ctx, ok := h.posts[id]; ok {
+		return ctx, true
+	}
+	// The request ended before its call started, which only a client
+	// that hung up makes happen: nobody will read this call's result.
+	return endedContext, true
+}
+
+// endedContext is an already cancelled context.
+var endedContext = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// jsonrpcErrorWriter turns the SDK's plain-text "400 Bad Request" for a
+// call to an unknown method into a JSON-RPC error response. Clients probe
+// servers with methods of newer protocol versions and fall back only on a
+// JSON-RPC error; over stdio the SDK already answers that way.
+type jsonrpcErrorWriter struct {
+	http.ResponseWriter
+	id        jsonrpc.ID
+	intercept bool
+	body      []byte
+	wrote     bool
+}
+
+// newJSONRPCErrorWriter wraps w if body is a single call (whose errors may
+// need rewriting), and returns nil otherwise.
+func newJSONRPCErrorWriter(w http.ResponseWriter, body []byte) *jsonrpcErrorWriter {
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		return nil
+	}
+	call, ok := msg.(*jsonrpc.Request)
+	if !ok || !call.IsCall() {
+		return nil
+	}
+	return &jsonrpcErrorWriter{ResponseWriter: w, id: call.ID}
+}
+
+func (w *jsonrpcErrorWriter) WriteHeader(code int) {
+	if !w.wrote && code == http.StatusBadRequest && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.intercept = true
+	} else {
+		w.ResponseWriter.WriteHeader(code)
+	}
+	w.wrote = true
+}
+
+func (w *jsonrpcErrorWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.intercept {
+		if len(w.body) < 4096 {
+			w.body = append(w.body, b[:min(len(b), 4096-len(w.body))]...)
+		}
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush and Unwrap keep SSE streaming and deadline control working through
+// the wrapper.
+func (w *jsonrpcErrorWriter) Flush() {
+	if !w.intercept {
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
+}
+
+func (w *jsonrpcErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// sdkNotHandled and sdkInvalidRequest prefix the SDK's messages for a call
+// to an unknown method and for a malformed call (jsonrpc2.ErrNotHandled,
+// jsonrpc2.ErrInvalidRequest).
+const (
+	sdkNotHandled     = "JSON RPC not handled"
+	sdkInvalidRequest = "invalid request"
+)
+
+func (w *jsonrpcErrorWriter) finish() {
+	if !w.intercept {
+		return
+	}
+	msg := strings.TrimSpace(string(w.body))
+	var code int64
+	switch {
+	case strings.HasPrefix(msg, sdkNotHandled):
+		code = jsonrpc.CodeMethodNotFound
+		msg = "Method not found: " + strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(msg, sdkNotHandled), ":"))
+	case strings.HasPrefix(msg, sdkInvalidRequest):
+		code = jsonrpc.CodeInvalidRequest
+	default:
+		// A transport-level complaint (headers, session): leave it as
+		// the SDK wrote it.
+		w.ResponseWriter.WriteHeader(http.StatusBadRequest)
+		_, _ = w.ResponseWriter.Write(w.body)
+		return
+	}
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: w.id, Error: &jsonrpc.Error{Code: code, Message: msg}})
+	if err != nil {
+		w.ResponseWriter.WriteHeader(http.StatusBadRequest)
+		_, _ = w.ResponseWriter.Write(w.body)
+		return
+	}
+	h := w.ResponseWriter.Header()
+	h.Del("X-Content-Type-Options")
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	w.ResponseWriter.WriteHeader(http.StatusOK)
+	_, _ = w.ResponseWriter.Write(data)
+}

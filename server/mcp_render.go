@@ -1,0 +1,73 @@
+package server
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// The text a model reads of a tool result.
+
+// renderText is the result as a model reads it: a verdict line, then the
+// output streams.
+func renderText(o *RunOutput, l jail.Limits, clamped bool) string {
+	var b strings.Builder
+	switch {
+	case o.TimedOut:
+		fmt.Fprintf(&b, "TIMED OUT after %d ms: the sandbox was killed; the output below is partial.\n", o.TimeoutMS)
+	case o.Signal != "":
+		fmt.Fprintf(&b, "killed by %s", o.Signal)
+	default:
+		fmt.Fprintf(&b, "exit code %d", o.ExitCode)
+	}
+	if !o.TimedOut {
+		fmt.Fprintf(&b, " (%d ms, cpu %d ms, peak memory %s)\n", o.DurationMS, o.CPUMS, humanBytes(o.MemoryPeakBytes))
+	}
+	if clamped {
+		fmt.Fprintf(&b, "Note: the requested timeout was reduced to this server's maximum of %d ms.\n", o.TimeoutMS)
+	}
+	if o.OOMKilled {
+		fmt.Fprintf(&b, "OUT OF MEMORY: a process was killed at the sandbox's memory limit of %s.\n", humanBytes(l.Memory))
+	}
+	if o.PidsLimitHit {
+		fmt.Fprintf(&b, "PROCESS LIMIT HIT: a fork or thread was refused at the sandbox's limit of %d processes.\n", l.Pids)
+	}
+	for _, s := range []struct {
+		name      string
+		text      string
+		n         int64
+		truncated bool
+	}{{"stdout", o.Stdout, o.StdoutBytes, o.StdoutTruncated}, {"stderr", o.Stderr, o.StderrBytes, o.StderrTruncated}} {
+		if s.text == "" {
+			continue
+		}
+		if s.truncated {
+			fmt.Fprintf(&b, "--- %s (%d bytes, middle elided) ---\n", s.name, s.n)
+		} else {
+			fmt.Fprintf(&b, "--- %s ---\n", s.name)
+		}
+		b.WriteString(s.text)
+		if !strings.HasSuffix(s.text, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	if o.Stdout == "" && o.Stderr == "" {
+		b.WriteString("(no output)\n")
+	}
+	return b.String()
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + " GiB"
+	case n >= 1<<20:
+		return strings.TrimSuffix(strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64), ".0") + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	default:
+		return strconv.FormatInt(n, 10) + " B"
+	}
+}

@@ -1,0 +1,250 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The bash and execute tools: descriptions, schemas, and the call that runs
+// a command through the runner and turns the outcome into a tool result.
+
+func toolAnnotations() *mcp.ToolAnnotations {
+	f := false
+	// Not destructive or open-world: whatever a command does stays in a
+	// sandbox without network that is thrown away after the call.
+	return &mcp.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f}
+}
+
+type mcpTools struct {
+	run  run.Runner
+	opts MCPOptions
+	log  *slog.Logger
+	post postContext
+}
+
+func (t *mcpTools) sandboxText() string {
+	l := t.opts.Limits.WithDefaults()
+	return fmt.Sprintf("Every call runs in a fresh, throwaway Linux sandbox: no network (loopback only), "+
+		"a read-only root filesystem, and empty writable /work (the default working directory and HOME) and /tmp; "+
+		"nothing persists between calls, so chain dependent steps in one call (e.g. with &&). "+
+		"The command runs as an unprivileged user with %s of memory, %d processes and %g CPUs. "+
+		"stdout and stderr are kept up to %d bytes each; beyond that the middle is replaced by a line "+
+		"'[... jaild: N bytes of output elided ...]'. A non-zero exit code, a timeout or an out-of-memory kill "+
+		"marks the result as an error, with the output still returned. "+
+		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it).",
+		humanBytes(l.Memory), l.Pids, l.CPUs, t.opts.MaxOutput,
+		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds())
+}
+
+func (t *mcpTools) instructions() string {
+	return "jaild runs commands in sandboxes. Use `bash` for shell command lines and `execute` to run one program " +
+		"with exact arguments and optional stdin. " + t.sandboxText()
+}
+
+func (t *mcpTools) bashDescription() string {
+	return "Run a shell command line with bash -c and return its stdout, stderr and exit code. " + t.sandboxText()
+}
+
+func (t *mcpTools) executeDescription() string {
+	return "Run one program with the given arguments, without a shell, optionally feeding it stdin, and return " +
+		"its stdout, stderr and exit code. Prefer it to bash when arguments come from data (no quoting needed). " +
+		t.sandboxText()
+}
+
+// The schemas are derived from the structs, then given the bounds that
+// struct tags cannot express, so that a model sees them and the SDK
+// rejects violations before the handler runs.
+
+func (t *mcpTools) bashSchema() *jsonschema.Schema {
+	s := mustSchema[BashInput]()
+	s.Properties["command"].MinLength = jsonschema.Ptr(1)
+	t.timeoutSchema(s.Properties["timeout"])
+	s.Properties["env"].PropertyNames = &jsonschema.Schema{Type: "string", Pattern: `^[^=\x00]+$`}
+	return s
+}
+
+func (t *mcpTools) executeSchema() *jsonschema.Schema {
+	s := mustSchema[ExecuteInput]()
+	s.Properties["command"].MinLength = jsonschema.Ptr(1)
+	t.timeoutSchema(s.Properties["timeout_ms"])
+	return s
+}
+
+func (t *mcpTools) timeoutSchema(p *jsonschema.Schema) {
+	p.Minimum = jsonschema.Ptr(0.0)
+	p.Maximum = jsonschema.Ptr(float64(MaxMCPTimeout.Milliseconds()))
+	p.Description += fmt.Sprintf(" Default %d, maximum %d.", t.opts.DefaultTimeout.Milliseconds(), MaxMCPTimeout.Milliseconds())
+	if t.opts.MaxTimeout < MaxMCPTimeout {
+		p.Description += fmt.Sprintf(" This server reduces larger values to %d.", t.opts.MaxTimeout.Milliseconds())
+	}
+}
+
+func outputSchema() *jsonschema.Schema { return mustSchema[RunOutput]() }
+
+func mustSchema[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("server: schema of %T: %v", *new(T), err)) // a bug in a struct above
+	}
+	return s
+}
+
+func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashInput) (*mcp.CallToolResult, *RunOutput, error) {
+	if strings.TrimSpace(in.Command) == "" {
+		return nil, nil, errors.New("invalid arguments: command is empty")
+	}
+	env := make([]string, 0, len(in.Env))
+	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, nil, fmt.Errorf("invalid arguments: env name %q must be non-empty without '=' or NUL", k)
+		}
+		env = append(env, k+"="+in.Env[k])
+	}
+	cmd := jail.Command{
+		Args: []string{t.opts.Shell, "-c", in.Command},
+		Env:  env,
+		Dir:  in.Cwd,
+	}
+	return t.call(ctx, req, "bash", in.Description, in.Timeout, cmd)
+}
+
+func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in ExecuteInput) (*mcp.CallToolResult, *RunOutput, error) {
+	if in.Command == "" {
+		return nil, nil, errors.New("invalid arguments: command is empty")
+	}
+	cmd := jail.Command{Args: append([]string{in.Command}, in.Args...)}
+	if in.Stdin != "" {
+		cmd.Stdin = strings.NewReader(in.Stdin)
+	}
+	return t.call(ctx, req, "execute", "", in.TimeoutMS, cmd)
+}
+
+// call runs cmd and turns the outcome into a tool result. Errors it returns
+// become tool errors (isError with the message) that a model can read; an
+// error that only a cancelled call can see is returned as is.
+func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc string, timeoutMS int64, cmd jail.Command) (res *mcp.CallToolResult, out *RunOutput, err error) {
+	defer func() {
+		// A bug in a run must not take down a daemon serving other
+		// agents; the caller gets a tool error, the log the stack.
+		if p := recover(); p != nil {
+			t.log.Error("mcp tool call panicked", "tool", tool, "panic", p, "stack", string(debug.Stack()))
+			res, out, err = nil, nil, errors.New("internal error in jaild; see its log")
+		}
+	}()
+	// The SDK validates against the schema; this guards a caller that
+	// bypasses it (and documents the contract).
+	if timeoutMS < 0 || timeoutMS > MaxMCPTimeout.Milliseconds() {
+		return nil, nil, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", timeoutMS, MaxMCPTimeout.Milliseconds())
+	}
+	timeout := t.opts.DefaultTimeout
+	if timeoutMS > 0 {
+		timeout = min(time.Duration(timeoutMS)*time.Millisecond, t.opts.MaxTimeout)
+	}
+	cmd.Timeout = timeout
+	cmd.MaxOutput = t.opts.MaxOutput
+
+	// runCtx is what the runner sees. Over HTTP it carries the values of
+	// the request that brought the call (request id, authenticated
+	// caller, for the audit log) rather than those of the request that
+	// opened the session, which the SDK's contexts carry. And it ends
+	// when that request does: the SDK keeps a call running after its
+	// client hung up (it could resume the stream), but jaild has nothing
+	// to resume from, so a vanished client kills the sandbox like a
+	// cancellation does.
+	runCtx := ctx
+	if t.post != nil {
+		if pctx, ok := t.post(req); ok {
+			var cancel context.CancelFunc
+			runCtx, cancel = context.WithCancel(context.WithoutCancel(pctx))
+			defer cancel()
+			defer context.AfterFunc(pctx, cancel)()
+			defer context.AfterFunc(ctx, cancel)()
+			// Notifications stop too (ctx carries the SDK's routing).
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(runCtx, cancel)()
+		}
+	}
+
+	if tok := req.Params.GetProgressToken(); tok != nil {
+		ps := newProgressStream(ctx, req.Session, tok)
+		// The SDK sends the result after this handler returns, so all
+		// notifications precede it.
+		defer ps.close()
+		cmd.Stdout, cmd.Stderr = ps.writer("stdout"), ps.writer("stderr")
+	}
+	start := time.Now()
+	r, err := t.run.Run(run.WithDescription(runCtx, desc), &jail.Spec{Limits: t.opts.Limits, Command: cmd})
+	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
+	if id := req.Session.ID(); id != "" {
+		logArgs = append(logArgs, "session", id)
+	}
+	if desc != "" {
+		logArgs = append(logArgs, "description", desc)
+	}
+	switch {
+	case runCtx.Err() != nil:
+		// Cancelled or disconnected: nobody reads this answer.
+		t.log.Info("mcp tool call cancelled", append(logArgs, "after", time.Since(start).Round(time.Millisecond))...)
+		return nil, nil, fmt.Errorf("call cancelled: %w", context.Cause(runCtx))
+	case err != nil:
+		t.log.Info("mcp tool call failed", append(logArgs, "err", err)...)
+		return nil, nil, toolError(cmd.Args[0], err)
+	case r == nil:
+		return nil, nil, errors.New("internal error in jaild: no result")
+	}
+	out = &RunOutput{
+		ExitCode:        r.ExitCode,
+		Signal:          r.Signal,
+		Stdout:          r.Stdout,
+		Stderr:          r.Stderr,
+		StdoutBytes:     r.StdoutBytes,
+		StderrBytes:     r.StderrBytes,
+		StdoutTruncated: r.StdoutTruncated,
+		StderrTruncated: r.StderrTruncated,
+		TimedOut:        r.TimedOut,
+		OOMKilled:       r.OOMKilled,
+		PidsLimitHit:    r.PidsLimitHit,
+		TimeoutMS:       timeout.Milliseconds(),
+		DurationMS:      r.DurationMS,
+		CPUMS:           r.CPUMS,
+		MemoryPeakBytes: r.MemoryPeak,
+		ID:              r.ID,
+	}
+	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
+		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.DurationMS)...)
+	res = &mcp.CallToolResult{
+		Content: []mcp.Content{&mcp.TextContent{Text: renderText(out, t.opts.Limits.WithDefaults(), timeoutMS > timeout.Milliseconds())}},
+		// The output stays in the result either way; isError tells the
+		// model that the command did not succeed.
+		IsError: r.ExitCode != 0 || r.TimedOut || r.OOMKilled,
+	}
+	return res, out, nil
+}
+
+// toolError words a run error for a model.
+func toolError(prog string, err error) error {
+	switch api.ErrorOutcome(err).Code {
+	case api.CodeInvalid:
+		return fmt.Errorf("invalid arguments: %w", err)
+	case api.CodeNotFound:
+		return fmt.Errorf("command not found in the sandbox: %s", prog)
+	case api.CodeNotExecutable:
+		return fmt.Errorf("command not executable in the sandbox: %s", prog)
+	default:
+		return fmt.Errorf("jaild could not run the command: %w", err)
+	}
+}
