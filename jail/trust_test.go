@@ -3,6 +3,7 @@ package jail_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -204,6 +205,89 @@ func TestStateDirTrust(t *testing.T) {
 			}
 			if got, _ := filepath.Glob(real + "/rootfs-*"); len(got) != 1 {
 				t.Errorf("templates in %s: %v", real, got)
+			}
+		})
+	}
+}
+
+// TestTemplateTrust checks that New refuses a rootfs template that is no
+// longer as jaild generated it, and uses it again once it is removed.
+func TestTemplateTrust(t *testing.T) {
+	env := trustBase(t)
+	cfg := config(env)
+	tests := []struct {
+		name   string
+		change func(t *testing.T, dir string)
+		want   string
+	}{
+		{"writable by others", func(t *testing.T, dir string) {
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}, ". has mode 0777, not 0755"},
+		{"etc owned by another user", func(t *testing.T, dir string) {
+			if err := os.Chown(dir+"/etc", nobody, nobody); err != nil {
+				t.Fatal(err)
+			}
+		}, "etc is not owned by root"},
+		{"passwd replaced", func(t *testing.T, dir string) {
+			if err := os.WriteFile(dir+"/etc/passwd", []byte("root::0:0::/:/bin/sh\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "etc/passwd has other content"},
+		{"a program added", func(t *testing.T, dir string) {
+			if err := os.WriteFile(dir+"/work/run-me", []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "work has an entry run-me that jaild did not make"},
+		{"replaced by another user's copy", func(t *testing.T, dir string) {
+			if out, err := exec.Command("chown", "-hR", "65534:65534", dir).CombinedOutput(); err != nil {
+				t.Fatalf("chown: %v %s", err, out)
+			}
+		}, ". is not owned by root"},
+		{"replaced by a symlink", func(t *testing.T, dir string) {
+			if err := os.Rename(dir, dir+".moved"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Base(dir)+".moved", dir); err != nil {
+				t.Fatal(err)
+			}
+		}, ". is not a directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			templates := func() []string {
+				got, _ := filepath.Glob(env.StateDir + "/rootfs-*")
+				return got
+			}
+			for _, d := range templates() {
+				os.RemoveAll(d)
+			}
+			m, err := jail.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+			dirs := templates()
+			if len(dirs) != 1 {
+				t.Fatalf("templates: %v", dirs)
+			}
+			tt.change(t, dirs[0])
+			wantRefused(t, cfg, jail.ErrRootfs, "template "+dirs[0]+" is not as jaild generated it: "+tt.want+"; remove it (rm -rf "+dirs[0]+")")
+			// The fix the error names works.
+			for _, d := range templates() {
+				if err := os.RemoveAll(d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m, err = jail.New(cfg)
+			if err != nil {
+				t.Fatalf("New after removing the template: %v", err)
+			}
+			if err := m.Close(); err != nil {
+				t.Error(err)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
@@ -90,6 +91,14 @@ type entry struct {
 	isFile bool   // an empty mount-point file
 }
 
+// perm is the mode writeLayout gives the entry.
+func (e entry) perm() os.FileMode {
+	if e.isFile {
+		return 0o644
+	}
+	return e.mode
+}
+
 // Host returns the default root, generating its template under stateDir if
 // this host's layout has not been generated before. Templates are
 // content-addressed and built under a temporary name then renamed, so
@@ -104,24 +113,104 @@ func Host(stateDir string, u User) (*Root, error) {
 		return nil, err
 	}
 	dir := filepath.Join(stateDir, "rootfs-"+hex.EncodeToString(h.Sum(nil))[:12])
-	if _, err := os.Stat(dir); err == nil {
-		return &Root{Dir: dir, binds: binds, host: true}, nil
-	}
-	tmp, err := os.MkdirTemp(stateDir, ".rootfs-")
-	if err != nil {
-		return nil, fmt.Errorf("create rootfs template: %w", err)
-	}
-	if err := writeLayout(tmp, entries); err != nil {
-		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("create rootfs template: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
-		if _, serr := os.Stat(dir); serr != nil { // not lost to a concurrent builder
+	if _, err := os.Lstat(dir); err != nil {
+		tmp, err := os.MkdirTemp(stateDir, ".rootfs-")
+		if err != nil {
 			return nil, fmt.Errorf("create rootfs template: %w", err)
 		}
+		if err := writeLayout(tmp, entries); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("create rootfs template: %w", err)
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			os.RemoveAll(tmp)
+			if _, serr := os.Lstat(dir); serr != nil { // not lost to a concurrent builder
+				return nil, fmt.Errorf("create rootfs template: %w", err)
+			}
+		}
+	}
+	if err := checkLayout(dir, entries); err != nil {
+		return nil, err
 	}
 	return &Root{Dir: dir, binds: binds, host: true}, nil
+}
+
+// checkLayout fails unless dir is exactly the template es describes, as
+// writeLayout made it: every entry of the right type, owned by root, with
+// its mode, content or link target, and no other entry in any of its
+// directories. The template becomes every sandbox's "/", so one that was
+// changed since (by a user who could once write to the state dir, say) is
+// never used. The host directories bound over its mount points are not
+// part of it.
+func checkLayout(dir string, es []entry) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: template %s is not as jaild generated it: %s; remove it (rm -rf %s) and jaild generates it again",
+			ErrInvalid, dir, fmt.Sprintf(format, args...), dir)
+	}
+	children := map[string]map[string]bool{".": {}}
+	for _, e := range es {
+		parent := filepath.Dir(e.path)
+		if children[parent] == nil {
+			children[parent] = make(map[string]bool)
+		}
+		children[parent][filepath.Base(e.path)] = true
+		if e.link == "" && !e.isFile && e.data == "" && children[e.path] == nil {
+			children[e.path] = make(map[string]bool)
+		}
+	}
+	want := append([]entry{{path: ".", mode: 0o755}}, es...)
+	for _, e := range want {
+		p := filepath.Join(dir, e.path)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return bad("%v", err)
+		}
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		if st == nil || st.Uid != 0 {
+			return bad("%s is not owned by root", e.path)
+		}
+		switch {
+		case e.link != "":
+			if target, err := os.Readlink(p); err != nil || target != e.link {
+				return bad("%s is not a symlink to %s", e.path, e.link)
+			}
+			continue
+		case e.isFile || e.data != "":
+			if !fi.Mode().IsRegular() {
+				return bad("%s is not a regular file", e.path)
+			}
+			if data, err := os.ReadFile(p); err != nil || string(data) != e.data {
+				return bad("%s has other content", e.path)
+			}
+		default:
+			if !fi.IsDir() {
+				return bad("%s is not a directory", e.path)
+			}
+			names, err := readDirNames(p)
+			if err != nil {
+				return bad("%v", err)
+			}
+			for _, n := range names {
+				if !children[e.path][n] {
+					return bad("%s has an entry %s that jaild did not make", e.path, n)
+				}
+			}
+		}
+		// The layout's modes are plain permission bits.
+		if got, want := st.Mode&0o7777, uint32(e.perm()); got != want {
+			return bad("%s has mode %04o, not %04o", e.path, got, want)
+		}
+	}
+	return nil
+}
+
+func readDirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
 }
 
 // checkTraversable fails if a sandbox's root could not reach dir. The
@@ -152,7 +241,9 @@ func hostLayout(u User) ([]entry, []string) {
 	es := []entry{
 		{path: "usr", mode: 0o755}, {path: "etc", mode: 0o755},
 		{path: "proc", mode: 0o555}, {path: "dev", mode: 0o755},
-		{path: "tmp", mode: 0o1777}, {path: "work", mode: 0o755},
+		// Only mount points: the sandbox mounts a tmpfs (mode 1777) on
+		// /tmp. On the host no one but root may write in the template.
+		{path: "tmp", mode: 0o755}, {path: "work", mode: 0o755},
 		{path: "etc/passwd", mode: 0o644, data: fmt.Sprintf(
 			"root:x:0:0:root:/root:/bin/sh\n%s:x:%d:%d:%s:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 			u.Name, u.UID, u.GID, u.Name)},
@@ -204,14 +295,15 @@ func writeLayout(dir string, es []entry) error {
 		switch {
 		case e.link != "":
 			err = os.Symlink(e.link, p)
-		case e.isFile:
-			err = os.WriteFile(p, nil, 0o644)
-		case e.data != "":
-			err = os.WriteFile(p, []byte(e.data), e.mode)
+		case e.isFile || e.data != "":
+			err = os.WriteFile(p, []byte(e.data), e.perm())
 		default:
-			if err = os.Mkdir(p, e.mode); err == nil {
-				err = os.Chmod(p, e.mode) // past the umask, for /tmp's sticky bit
-			}
+			err = os.Mkdir(p, e.mode)
+		}
+		if err == nil && e.link == "" {
+			// Past the umask: with umask 077 the sandbox could read
+			// nothing, and checkLayout expects exact modes.
+			err = os.Chmod(p, e.perm())
 		}
 		if err != nil {
 			return err
