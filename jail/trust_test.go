@@ -229,22 +229,32 @@ func TestTemplateTrust(t *testing.T) {
 			if err := os.Chown(dir+"/etc", nobody, nobody); err != nil {
 				t.Fatal(err)
 			}
-		}, "etc is not owned by root"},
+		}, "etc is owned by uid 65534, not root"},
 		{"passwd replaced", func(t *testing.T, dir string) {
 			if err := os.WriteFile(dir+"/etc/passwd", []byte("root::0:0::/:/bin/sh\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}, "etc/passwd has other content"},
-		{"a program added", func(t *testing.T, dir string) {
-			if err := os.WriteFile(dir+"/work/run-me", []byte("#!/bin/sh\n"), 0o755); err != nil {
+		{"passwd writable by others", func(t *testing.T, dir string) {
+			if err := os.Chmod(dir+"/etc/passwd", 0o666); err != nil {
 				t.Fatal(err)
 			}
-		}, "work has an entry run-me that jaild did not make"},
+		}, "etc/passwd has mode 0666, not 0644"},
+		{"a library preloaded", func(t *testing.T, dir string) {
+			if err := os.WriteFile(dir+"/etc/ld.so.preload", []byte("/work/evil.so\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "etc has an entry ld.so.preload that jaild did not make"},
+		{"a directory added", func(t *testing.T, dir string) {
+			if err := os.Mkdir(dir+"/opt", 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, ". has an entry opt that jaild did not make"},
 		{"replaced by another user's copy", func(t *testing.T, dir string) {
 			if out, err := exec.Command("chown", "-hR", "65534:65534", dir).CombinedOutput(); err != nil {
 				t.Fatalf("chown: %v %s", err, out)
 			}
-		}, ". is not owned by root"},
+		}, ". is owned by uid 65534, not root"},
 		{"replaced by a symlink", func(t *testing.T, dir string) {
 			if err := os.Rename(dir, dir+".moved"); err != nil {
 				t.Fatal(err)

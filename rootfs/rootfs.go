@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
@@ -129,23 +128,33 @@ func Host(stateDir string, u User) (*Root, error) {
 			}
 		}
 	}
-	if err := checkLayout(dir, entries); err != nil {
+	if err := checkLayout(dir, entries, binds); err != nil {
 		return nil, err
 	}
 	return &Root{Dir: dir, binds: binds, host: true}, nil
 }
 
-// checkLayout fails unless dir is exactly the template es describes, as
-// writeLayout made it: every entry of the right type, owned by root, with
-// its mode, content or link target, and no other entry in any of its
-// directories. The template becomes every sandbox's "/", so one that was
-// changed since (by a user who could once write to the state dir, say) is
-// never used. The host directories bound over its mount points are not
-// part of it.
-func checkLayout(dir string, es []entry) error {
+// checkLayout fails unless dir is the template es describes, as
+// writeLayout made it: every entry root's, of its type, with its mode,
+// size and link target, and no entry jaild did not make in the directories
+// that no mount covers in the sandbox (the root and /etc; binds lists the
+// host paths bound over the others). The template becomes every
+// sandbox's "/", so one that was changed since (by a user who could once
+// write to the state dir, say) is never used. Whoever else changes a file
+// leaves it theirs, or needed write access that the mode check refuses, so
+// contents are not read: only root could change them unnoticed, and this
+// runs at every start of every one-shot run.
+func checkLayout(dir string, es []entry, binds []string) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: template %s is not as jaild generated it: %s; remove it (rm -rf %s) and jaild generates it again",
 			ErrInvalid, dir, fmt.Sprintf(format, args...), dir)
+	}
+	covered := make(map[string]bool)
+	for _, mp := range MountPoints {
+		covered[mp] = true
+	}
+	for _, b := range binds {
+		covered[strings.TrimPrefix(b, "/")] = true
 	}
 	children := map[string]map[string]bool{".": {}}
 	for _, e := range es {
@@ -154,41 +163,41 @@ func checkLayout(dir string, es []entry) error {
 			children[parent] = make(map[string]bool)
 		}
 		children[parent][filepath.Base(e.path)] = true
-		if e.link == "" && !e.isFile && e.data == "" && children[e.path] == nil {
-			children[e.path] = make(map[string]bool)
-		}
 	}
 	want := append([]entry{{path: ".", mode: 0o755}}, es...)
 	for _, e := range want {
 		p := filepath.Join(dir, e.path)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return bad("%v", err)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return bad("%s: %v", e.path, err)
 		}
-		st, _ := fi.Sys().(*syscall.Stat_t)
-		if st == nil || st.Uid != 0 {
-			return bad("%s is not owned by root", e.path)
+		if st.Uid != 0 {
+			return bad("%s is owned by uid %d, not root", e.path, st.Uid)
 		}
+		typ := st.Mode & unix.S_IFMT
 		switch {
 		case e.link != "":
-			if target, err := os.Readlink(p); err != nil || target != e.link {
+			if target, err := os.Readlink(p); typ != unix.S_IFLNK || err != nil || target != e.link {
 				return bad("%s is not a symlink to %s", e.path, e.link)
 			}
 			continue
 		case e.isFile || e.data != "":
-			if !fi.Mode().IsRegular() {
+			if typ != unix.S_IFREG {
 				return bad("%s is not a regular file", e.path)
 			}
-			if data, err := os.ReadFile(p); err != nil || string(data) != e.data {
+			if st.Size != int64(len(e.data)) {
 				return bad("%s has other content", e.path)
 			}
 		default:
-			if !fi.IsDir() {
+			if typ != unix.S_IFDIR {
 				return bad("%s is not a directory", e.path)
 			}
-			names, err := readDirNames(p)
+			if covered[e.path] {
+				break
+			}
+			names, err := dirNames(p)
 			if err != nil {
-				return bad("%v", err)
+				return bad("%s: %v", e.path, err)
 			}
 			for _, n := range names {
 				if !children[e.path][n] {
@@ -204,13 +213,25 @@ func checkLayout(dir string, es []entry) error {
 	return nil
 }
 
-func readDirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
+// dirNames lists the directory p, not following a symlink.
+func dirNames(p string) ([]string, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return f.Readdirnames(-1)
+	defer unix.Close(fd)
+	buf := make([]byte, 4096)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
 }
 
 // checkTraversable fails if a sandbox's root could not reach dir. The
