@@ -93,11 +93,10 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
-	}
-	// Before anything is written into it (see trust.go).
-	stateDir, err := trustedDir("state dir", cfg.StateDir, false)
+	// Checked before anything is written into it (see trust.go). It must
+	// be traversable (not readable) by the sandboxes' unprivileged root,
+	// which mounts the rootfs template inside it.
+	stateDir, err := makeTrustedDir("state dir", cfg.StateDir, 0o711)
 	if err != nil {
 		return nil, err
 	}
@@ -131,30 +130,16 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// prepare makes the state dirs and opens the rootfs, each only once it is
-// known that no one but root can change it (see trust.go).
+// prepare makes the other state dirs and opens the rootfs, each only once
+// it is known that no one but root can change it (see trust.go).
 func (m *Manager) prepare(root string) error {
-	// The state dir must be traversable (not readable) by the sandboxes'
-	// unprivileged root, which mounts the rootfs template inside it.
-	dirs := []struct {
-		what string
-		path *string
-		mode os.FileMode
-	}{{"state dir", &m.stateDir, 0o711}, {"state dir", &m.containers, 0o700}, {"slot dir", &m.slotDir, 0o700}}
-	for _, d := range dirs {
-		if err := os.MkdirAll(*d.path, d.mode); err != nil {
-			return fmt.Errorf("create state dir: %w", err)
-		}
-		real, err := trustedDir(d.what, *d.path, false)
-		if err != nil {
-			return err
-		}
-		if err := os.Chmod(real, d.mode); err != nil {
-			return fmt.Errorf("create state dir: %w", err)
-		}
-		*d.path = real
-	}
 	var err error
+	if m.containers, err = makeTrustedDir("state dir", m.containers, 0o700); err != nil {
+		return err
+	}
+	if m.slotDir, err = makeTrustedDir("slot dir", m.slotDir, 0o700); err != nil {
+		return err
+	}
 	if root == "" || root == "host" {
 		m.root, err = rootfs.Host(m.stateDir, sandboxUser)
 	} else {

@@ -148,6 +148,28 @@ func trustedDir(what, path string, missingOK bool) (string, error) {
 	return cur, nil
 }
 
+// makeTrustedDir checks path as trustedDir does, makes what is missing of
+// it (only then, so that nothing is made through another user's symlink),
+// checks it whole, sets its mode and returns its real path.
+func makeTrustedDir(what, path string, mode os.FileMode) (string, error) {
+	real, err := trustedDir(what, path, true)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Lstat(real); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(real, mode); err != nil {
+			return "", fmt.Errorf("create %s: %w", what, err)
+		}
+		if real, err = trustedDir(what, real, false); err != nil {
+			return "", err
+		}
+	}
+	if err := os.Chmod(real, mode); err != nil {
+		return "", fmt.Errorf("create %s: %w", what, err)
+	}
+	return real, nil
+}
+
 // split returns the names of p, a path cleaned first, without empty ones.
 func split(p string) []string {
 	var names []string

@@ -71,6 +71,8 @@ func TestStateDirTrust(t *testing.T) {
 		// state dir to give New.
 		setup func(t *testing.T, base string) string
 		want  string // "" if New must accept it
+		// after, if set, checks base once New has refused.
+		after func(t *testing.T, base string)
 	}{
 		{
 			name: "owned by another user",
@@ -135,6 +137,28 @@ func TestStateDirTrust(t *testing.T) {
 			want: "BASE/sticky/state is a symlink owned by uid 65534, not root",
 		},
 		{
+			// Refused before anything is made through the link.
+			name: "symlink owned by another user to where the state dir would be made",
+			setup: func(t *testing.T, base string) string {
+				mkdir(t, base+"/sticky", 0o777|os.ModeSticky, 0)
+				mkdir(t, base+"/target", 0o711, 0)
+				link := base + "/sticky/s"
+				if err := os.Symlink(base+"/target", link); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Lchown(link, nobody, nobody); err != nil {
+					t.Fatal(err)
+				}
+				return link + "/state"
+			},
+			want: "BASE/sticky/s is a symlink owned by uid 65534, not root",
+			after: func(t *testing.T, base string) {
+				if _, err := os.Lstat(base + "/target/state"); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("New made %s/target/state through the link: %v", base, err)
+				}
+			},
+		},
+		{
 			name: "symlink to a directory of another user",
 			setup: func(t *testing.T, base string) string {
 				mkdir(t, base+"/theirs", 0o711, nobody)
@@ -183,6 +207,9 @@ func TestStateDirTrust(t *testing.T) {
 			cfg := jail.Config{StateDir: tt.setup(t, base), CgroupParent: env.Parent}
 			if tt.want != "" {
 				wantRefused(t, cfg, jail.ErrUntrusted, strings.ReplaceAll(tt.want, "BASE", base))
+				if tt.after != nil {
+					tt.after(t, base)
+				}
 				if f := jail.CheckStateDir(cfg.StateDir); f.OK || !strings.Contains(f.Detail, "chmod") && !strings.Contains(f.Detail, "chown") {
 					t.Errorf("doctor's finding on it: %+v", f)
 				}
