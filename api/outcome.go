@@ -74,6 +74,8 @@ var outcomes = []struct {
 	{isErr(jail.ErrNotRoot), Outcome{CodeNotRoot, VerdictError, 500, ExitNotRoot}},
 	{isErr(jail.ErrUnsupported), Outcome{CodeUnsupported, VerdictError, 500, ExitUnsupported}},
 	{isErr(jail.ErrRootfs), Outcome{CodeRootfs, VerdictError, 500, ExitRootfs}},
+	// A state dir other users could change: the operator's to fix.
+	{isErr(jail.ErrUntrusted), Outcome{CodeInternal, VerdictError, 500, ExitUsage}},
 }
 
 var internal = Outcome{CodeInternal, VerdictError, 500, ExitInternal}

@@ -15,6 +15,9 @@ var (
 	ErrNotFound = errors.New("jail: command not found")
 	// ErrNotExecutable: the command exists but cannot be executed.
 	ErrNotExecutable = errors.New("jail: command not executable")
+	// ErrUntrusted: a user other than root could change the state dir,
+	// the slot dir or the rootfs, or a parent of one of them.
+	ErrUntrusted = errors.New("jail: directory not safe from other users")
 	// ErrClosed: the Manager or Sandbox was already closed.
 	ErrClosed = errors.New("jail: closed")
 )

@@ -93,19 +93,22 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
 	}
+	// Checked before anything is written into it (see trust.go). It must
+	// be traversable (not readable) by the sandboxes' unprivileged root,
+	// which mounts the rootfs template inside it.
+	stateDir, err := makeTrustedDir("state dir", cfg.StateDir, 0o711)
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
-		stateDir:   cfg.StateDir,
-		containers: filepath.Join(cfg.StateDir, "containers"),
+		stateDir:   stateDir,
+		containers: filepath.Join(stateDir, "containers"),
 		slotDir:    SlotDir,
 		log:        cfg.Logger,
 	}
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
 	// pay (see cgroup.Parent.Warm); everything below overlaps that wait.
-	if err := os.MkdirAll(m.stateDir, 0o711); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
-	}
-	var err error
 	m.parent, err = cgroup.Open(cgroup.Options{
 		Path:    cfg.CgroupParent,
 		LockDir: filepath.Join(m.stateDir, "cgroup-locks"),
@@ -127,22 +130,24 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// prepare makes the state dirs and opens the rootfs.
+// prepare makes the other state dirs and opens the rootfs, each only once
+// it is known that no one but root can change it (see trust.go).
 func (m *Manager) prepare(root string) error {
-	// The state dir must be traversable (not readable) by the sandboxes'
-	// unprivileged root, which mounts the rootfs template inside it.
-	for d, mode := range map[string]os.FileMode{m.stateDir: 0o711, m.containers: 0o700, m.slotDir: 0o700} {
-		if err := os.MkdirAll(d, mode); err != nil {
-			return fmt.Errorf("create state dir: %w", err)
-		}
-		if err := os.Chmod(d, mode); err != nil {
-			return fmt.Errorf("create state dir: %w", err)
-		}
-	}
 	var err error
+	if m.containers, err = makeTrustedDir("state dir", m.containers, 0o700); err != nil {
+		return err
+	}
+	if m.slotDir, err = makeTrustedDir("slot dir", m.slotDir, 0o700); err != nil {
+		return err
+	}
 	if root == "" || root == "host" {
 		m.root, err = rootfs.Host(m.stateDir, sandboxUser)
 	} else {
+		// A prepared root's contents are the operator's choice; that no
+		// other user can swap the directory is checked here.
+		if root, err = trustedDir("rootfs", root, true); err != nil {
+			return err
+		}
 		m.root, err = rootfs.Open(root)
 	}
 	if err != nil {

@@ -10,7 +10,9 @@
 // (symlinks and a library index, nothing secret); nothing else of the host
 // is visible: not /root, /home, /var, /etc/shadow or the host's /etc at
 // large. Every bind is made in the sandbox's own mount namespace, so the host
-// mount table never changes.
+// mount table never changes. A template found from an earlier start is used
+// only if it is still as jaild generated it (all root's, same modes, no
+// added entries).
 //
 // A prepared directory ([Open]) replaces the template; scripts/mkrootfs.sh
 // builds one from busybox. It must already hold the mount points /proc,

@@ -90,6 +90,14 @@ type entry struct {
 	isFile bool   // an empty mount-point file
 }
 
+// perm is the mode writeLayout gives the entry.
+func (e entry) perm() os.FileMode {
+	if e.isFile {
+		return 0o644
+	}
+	return e.mode
+}
+
 // Host returns the default root, generating its template under stateDir if
 // this host's layout has not been generated before. Templates are
 // content-addressed and built under a temporary name then renamed, so
@@ -104,24 +112,126 @@ func Host(stateDir string, u User) (*Root, error) {
 		return nil, err
 	}
 	dir := filepath.Join(stateDir, "rootfs-"+hex.EncodeToString(h.Sum(nil))[:12])
-	if _, err := os.Stat(dir); err == nil {
-		return &Root{Dir: dir, binds: binds, host: true}, nil
-	}
-	tmp, err := os.MkdirTemp(stateDir, ".rootfs-")
-	if err != nil {
-		return nil, fmt.Errorf("create rootfs template: %w", err)
-	}
-	if err := writeLayout(tmp, entries); err != nil {
-		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("create rootfs template: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
-		if _, serr := os.Stat(dir); serr != nil { // not lost to a concurrent builder
+	if _, err := os.Lstat(dir); err != nil {
+		tmp, err := os.MkdirTemp(stateDir, ".rootfs-")
+		if err != nil {
 			return nil, fmt.Errorf("create rootfs template: %w", err)
 		}
+		if err := writeLayout(tmp, entries); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("create rootfs template: %w", err)
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			os.RemoveAll(tmp)
+			if _, serr := os.Lstat(dir); serr != nil { // not lost to a concurrent builder
+				return nil, fmt.Errorf("create rootfs template: %w", err)
+			}
+		}
+	}
+	if err := checkLayout(dir, entries, binds); err != nil {
+		return nil, err
 	}
 	return &Root{Dir: dir, binds: binds, host: true}, nil
+}
+
+// checkLayout fails unless dir is the template es describes, as
+// writeLayout made it: every entry root's, of its type, with its mode,
+// size and link target, and no entry jaild did not make in the directories
+// that no mount covers in the sandbox (the root and /etc; binds lists the
+// host paths bound over the others). The template becomes every
+// sandbox's "/", so one that was changed since (by a user who could once
+// write to the state dir, say) is never used. Whoever else changes a file
+// leaves it theirs, or needed write access that the mode check refuses, so
+// contents are not read: only root could change them unnoticed, and this
+// runs at every start of every one-shot run.
+func checkLayout(dir string, es []entry, binds []string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: template %s is not as jaild generated it: %s; remove it (rm -rf %s) and jaild generates it again",
+			ErrInvalid, dir, fmt.Sprintf(format, args...), dir)
+	}
+	covered := make(map[string]bool)
+	for _, mp := range MountPoints {
+		covered[mp] = true
+	}
+	for _, b := range binds {
+		covered[strings.TrimPrefix(b, "/")] = true
+	}
+	children := map[string]map[string]bool{".": {}}
+	for _, e := range es {
+		parent := filepath.Dir(e.path)
+		if children[parent] == nil {
+			children[parent] = make(map[string]bool)
+		}
+		children[parent][filepath.Base(e.path)] = true
+	}
+	want := append([]entry{{path: ".", mode: 0o755}}, es...)
+	for _, e := range want {
+		p := filepath.Join(dir, e.path)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return bad("%s: %v", e.path, err)
+		}
+		if st.Uid != 0 {
+			return bad("%s is owned by uid %d, not root", e.path, st.Uid)
+		}
+		typ := st.Mode & unix.S_IFMT
+		switch {
+		case e.link != "":
+			if target, err := os.Readlink(p); typ != unix.S_IFLNK || err != nil || target != e.link {
+				return bad("%s is not a symlink to %s", e.path, e.link)
+			}
+			continue
+		case e.isFile || e.data != "":
+			if typ != unix.S_IFREG {
+				return bad("%s is not a regular file", e.path)
+			}
+			if st.Size != int64(len(e.data)) {
+				return bad("%s has other content", e.path)
+			}
+		default:
+			if typ != unix.S_IFDIR {
+				return bad("%s is not a directory", e.path)
+			}
+			if covered[e.path] {
+				break
+			}
+			names, err := dirNames(p)
+			if err != nil {
+				return bad("%s: %v", e.path, err)
+			}
+			for _, n := range names {
+				if !children[e.path][n] {
+					return bad("%s has an entry %s that jaild did not make", e.path, n)
+				}
+			}
+		}
+		// The layout's modes are plain permission bits.
+		if got, want := st.Mode&0o7777, uint32(e.perm()); got != want {
+			return bad("%s has mode %04o, not %04o", e.path, got, want)
+		}
+	}
+	return nil
+}
+
+// dirNames lists the directory p, not following a symlink.
+func dirNames(p string) ([]string, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 4096)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
 }
 
 // checkTraversable fails if a sandbox's root could not reach dir. The
@@ -152,7 +262,9 @@ func hostLayout(u User) ([]entry, []string) {
 	es := []entry{
 		{path: "usr", mode: 0o755}, {path: "etc", mode: 0o755},
 		{path: "proc", mode: 0o555}, {path: "dev", mode: 0o755},
-		{path: "tmp", mode: 0o1777}, {path: "work", mode: 0o755},
+		// Only mount points: the sandbox mounts a tmpfs (mode 1777) on
+		// /tmp. On the host no one but root may write in the template.
+		{path: "tmp", mode: 0o755}, {path: "work", mode: 0o755},
 		{path: "etc/passwd", mode: 0o644, data: fmt.Sprintf(
 			"root:x:0:0:root:/root:/bin/sh\n%s:x:%d:%d:%s:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 			u.Name, u.UID, u.GID, u.Name)},
@@ -204,14 +316,15 @@ func writeLayout(dir string, es []entry) error {
 		switch {
 		case e.link != "":
 			err = os.Symlink(e.link, p)
-		case e.isFile:
-			err = os.WriteFile(p, nil, 0o644)
-		case e.data != "":
-			err = os.WriteFile(p, []byte(e.data), e.mode)
+		case e.isFile || e.data != "":
+			err = os.WriteFile(p, []byte(e.data), e.perm())
 		default:
-			if err = os.Mkdir(p, e.mode); err == nil {
-				err = os.Chmod(p, e.mode) // past the umask, for /tmp's sticky bit
-			}
+			err = os.Mkdir(p, e.mode)
+		}
+		if err == nil && e.link == "" {
+			// Past the umask: with umask 077 the sandbox could read
+			// nothing, and checkLayout expects exact modes.
+			err = os.Chmod(p, e.perm())
 		}
 		if err != nil {
 			return err

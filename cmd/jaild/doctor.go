@@ -22,7 +22,7 @@ Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 	}, managerFlags...),
 	OnUsageError: onUsageError,
 	Action: func(c *cli.Context) error {
-		findings := append(jail.Check(), frontEnds())
+		findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")), frontEnds())
 		ok := true
 		for _, f := range findings {
 			ok = ok && (f.OK || !f.Required)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestLeanBuild checks what the lean build links: none of the front ends'
@@ -99,5 +101,159 @@ func TestFrontEndStandIns(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "warn     front ends") {
 		t.Errorf("lone jaild doctor does not warn about the front ends:\n%s", out)
+	}
+}
+
+// leanNextTo copies the lean jaild into a new directory, searchable by all
+// and writable by root alone, and returns the directory and the copy.
+func leanNextTo(t *testing.T) (string, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the cases give files to another user")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(jaildBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone := filepath.Join(dir, "jaild")
+	if err := os.WriteFile(lone, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, lone
+}
+
+// copyFile copies src to dst with mode and owner uid.
+func copyFile(t *testing.T, src, dst string, mode os.FileMode, uid int) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dst, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dst, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFrontEndTrust checks the rules the lean build applies before it
+// executes jaild-server as root: one that a user other than root could
+// have put there or changed is never run, and the error says how to fix it.
+func TestFrontEndTrust(t *testing.T) {
+	const nobody = 65534
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dir, server string)
+		want  string // DIR stands for the directory
+	}{
+		{"directory writable by group", func(t *testing.T, dir, server string) {
+			if err := os.Chmod(dir, 0o775); err != nil {
+				t.Fatal(err)
+			}
+		}, "DIR is writable by group or others (mode 0775): chmod go-w DIR"},
+		{"directory of another user", func(t *testing.T, dir, server string) {
+			if err := os.Chown(dir, nobody, nobody); err != nil {
+				t.Fatal(err)
+			}
+		}, "DIR is owned by uid 65534, not root: chown root DIR"},
+		{"owned by another user", func(t *testing.T, dir, server string) {
+			if err := os.Chown(server, nobody, nobody); err != nil {
+				t.Fatal(err)
+			}
+		}, "DIR/jaild-server is owned by uid 65534, not root: chown root DIR/jaild-server"},
+		{"writable by group", func(t *testing.T, dir, server string) {
+			if err := os.Chmod(server, 0o775); err != nil {
+				t.Fatal(err)
+			}
+		}, "DIR/jaild-server is writable by group or others (mode 0775): chmod go-w DIR/jaild-server"},
+		{"a symlink", func(t *testing.T, dir, server string) {
+			// To a file that passes every check, in a directory that
+			// is not checked.
+			elsewhere := t.TempDir()
+			if err := os.Chmod(elsewhere, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(server, elsewhere+"/jaild-server"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(elsewhere+"/jaild-server", server); err != nil {
+				t.Fatal(err)
+			}
+		}, "DIR/jaild-server is a symlink: install the binary itself next to jaild"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, lone := leanNextTo(t)
+			server := filepath.Join(dir, "jaild-server")
+			if err := os.WriteFile(server, []byte("#!/bin/sh\necho jaild-server-ran\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tt.setup(t, dir, server)
+			out, err := exec.Command(lone, "serve").CombinedOutput()
+			if strings.Contains(string(out), "jaild-server-ran") {
+				t.Fatalf("jaild serve ran it:\n%s", out)
+			}
+			want := strings.ReplaceAll(tt.want, "DIR", dir)
+			if code := exitCode(err); code != exitInternal || !strings.Contains(string(out), want) {
+				t.Errorf("jaild serve: exit %d, want %d and an error saying %q:\n%s", code, exitInternal, want, out)
+			}
+		})
+	}
+}
+
+// TestFrontEndExecsCheckedFile swaps jaild-server, as fast as the kernel
+// allows, with a file that fails the checks (a copy of false owned by
+// another user) and back to one that passes them (a copy of true). The
+// lean build must only ever execute the file it checked: it checks and
+// executes one open descriptor. Checking the path and then executing the
+// path, the swapped-in file runs now and then.
+func TestFrontEndExecsCheckedFile(t *testing.T) {
+	dir, lone := leanNextTo(t)
+	server, other := filepath.Join(dir, "jaild-server"), filepath.Join(dir, "other")
+	copyFile(t, "/bin/true", server, 0o755, 0)
+	copyFile(t, "/bin/false", other, 0o755, 65534)
+
+	stop, swapErr := make(chan struct{}), make(chan error, 1)
+	go func() {
+		defer close(swapErr)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := unix.Renameat2(unix.AT_FDCWD, server, unix.AT_FDCWD, other, unix.RENAME_EXCHANGE); err != nil {
+				swapErr <- err
+				return
+			}
+		}
+	}()
+	var ran, refused int
+	for i := 0; i < 100 && !t.Failed(); i++ {
+		out, err := exec.Command(lone, "serve").CombinedOutput()
+		switch code := exitCode(err); code {
+		case 0:
+			ran++
+		case exitInternal:
+			refused++
+		default:
+			t.Errorf("run %d: exit %d: jaild serve executed a file other than the one it checked\n%s", i, code, out)
+		}
+	}
+	close(stop)
+	if err := <-swapErr; err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	t.Logf("%d runs executed the checked file, %d refused the other", ran, refused)
+	if ran == 0 {
+		t.Errorf("the file that passes the checks never ran (%d refused)", refused)
 	}
 }

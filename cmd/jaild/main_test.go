@@ -161,6 +161,27 @@ func TestDoctor(t *testing.T) {
 	}
 }
 
+// TestDoctorStateDir checks that doctor reports a state dir that others
+// could change, and that run refuses it with the same one-line fix.
+func TestDoctorStateDir(t *testing.T) {
+	in := newInstall(t)
+	if err := os.Chmod(in.StateDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	want := "state dir " + in.StateDir + " is writable by group or others (mode 0777): chmod go-w " + in.StateDir
+	out, err := in.cmd("doctor").CombinedOutput()
+	if code := exitCode(err); code != exitUnsupported || !strings.Contains(string(out), "MISSING  state dir") || !strings.Contains(string(out), want) {
+		t.Errorf("doctor: exit %d, want %d and MISSING state dir saying %q:\n%s", code, exitUnsupported, want, out)
+	}
+	if strings.Contains(string(out), "real sandbox") {
+		t.Errorf("doctor ran a sandbox in an untrusted state dir:\n%s", out)
+	}
+	out, err = in.cmd("run", "--", "true").CombinedOutput()
+	if code := exitCode(err); code != exitInternal || string(out) != "jaild: jail: "+want+"\n" {
+		t.Errorf("run: exit %d, want %d and the one line %q:\n%s", code, exitInternal, want, out)
+	}
+}
+
 // TestKilledRunIsSwept SIGKILLs a jaild run mid-command and checks that the
 // next jaild start destroys the sandbox it left behind.
 func TestKilledRunIsSwept(t *testing.T) {
