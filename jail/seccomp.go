@@ -2,70 +2,253 @@ package jail
 
 import (
 	"runtime"
+	"slices"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 )
 
-// deniedSyscalls fail with EPERM inside every sandbox. The default action is
-// allow: a deny list keeps every ordinary program working while closing the
-// kernel interfaces a sandboxed command never needs and that carry most of
-// the kernel's container-escape history. Most of them already need a
-// capability the sandbox lacks; seccomp removes the attack surface of even
-// reaching their permission checks.
-var deniedSyscalls = []string{
-	// Kernel keyrings are not namespaced.
-	"keyctl", "add_key", "request_key",
-	// Mount table changes (also need CAP_SYS_ADMIN in the user namespace).
-	"mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen",
-	"fsconfig", "fsmount", "fspick", "mount_setattr",
-	// Namespace creation and entry: a new user namespace would hand the
-	// command a fresh set of capabilities over kernel code paths.
-	"unshare", "setns",
-	// Tracing and reading other processes' memory.
-	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
-	// eBPF and perf: large kernel attack surface.
-	"bpf", "perf_event_open",
-	// Kernel replacement and modules.
-	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-	// Host-wide state.
-	"reboot", "swapon", "swapoff", "syslog", "acct", "settimeofday",
-	"clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname",
-	"iopl", "ioperm", "quotactl", "vhangup", "lookup_dcookie",
-	// File handles bypass path-based checks (the "shocker" escape).
-	"open_by_handle_at", "name_to_handle_at",
-	// userfaultfd widens kernel race windows for exploits; io_uring has
-	// been the source of a long run of kernel privilege escalations (and
-	// bypasses seccomp for the operations it performs).
-	"userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-	// Obsolete interfaces.
-	"uselib", "ustat", "sysfs", "_sysctl", "nfsservctl",
+// The sandbox's seccomp filter is an allowlist modeled on Docker's default
+// profile (moby/profiles seccomp/default.json) as it applies to a container
+// without capabilities: every syscall not named here fails with EPERM, so a
+// syscall a future kernel adds is closed until someone decides to open it.
+// Where jaild is stricter than Docker, the list says so and why.
+//
+// runc (libcontainer/seccomp/patchbpf) puts a stub in front of the filter
+// that returns ENOSYS, not EPERM, for every syscall number above the highest
+// one this list names that libseccomp knows: that is what a libc sees on a
+// kernel too old for the syscall, so its fallbacks keep working (glibc's
+// clone3 to clone, fchmodat2 and statx emulations, and so on). Below that
+// number, a syscall left out gets EPERM, as a capability check would give.
+//
+// libseccomp compiles the filter in every sandbox's init, just before the
+// command is executed, and the init itself (Go runtime, runc) makes a few
+// dozen ordinary syscalls after the filter is in place: everything it needs
+// is in the list below.
+
+// allowedSyscalls may be called with any arguments. Names this libseccomp
+// does not know are skipped by runc (so a newer list is harmless on an older
+// library); names of the other native ABI (the *32 and *64 variants, for
+// example) apply to that ABI.
+var allowedSyscalls = []string{
+	// Process life: creation is clone (below, with its flags checked),
+	// fork/vfork, execve; waiting and exiting.
+	"fork", "vfork", "execve", "execveat", "exit", "exit_group",
+	"wait4", "waitid", "waitpid", "restart_syscall", "set_tid_address",
+	"set_robust_list", "get_robust_list", "rseq",
+	// Signals to oneself and to processes of the same sandbox (the pid
+	// namespace keeps every other process out of reach). pidfd_getfd is
+	// left out: it copies another process's file descriptors, which Docker
+	// grants only with CAP_SYS_PTRACE.
+	"kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+	"pidfd_open", "pidfd_send_signal",
+	"rt_sigaction", "rt_sigprocmask", "rt_sigpending", "rt_sigreturn",
+	"rt_sigsuspend", "rt_sigtimedwait", "rt_sigtimedwait_time64",
+	"sigaltstack", "sigprocmask", "sigreturn", "signalfd", "signalfd4",
+	"pause",
+	// Identity and credentials. Without capabilities the set*id calls can
+	// only move between the ids the process already has.
+	"getpid", "getppid", "gettid", "getpgid", "getpgrp", "getsid", "setsid",
+	"setpgid", "getuid", "getuid32", "geteuid", "geteuid32", "getgid",
+	"getgid32", "getegid", "getegid32", "getresuid", "getresuid32",
+	"getresgid", "getresgid32", "getgroups", "getgroups32", "setuid",
+	"setuid32", "setgid", "setgid32", "setreuid", "setreuid32", "setregid",
+	"setregid32", "setresuid", "setresuid32", "setresgid", "setresgid32",
+	"setgroups", "setgroups32", "setfsuid", "setfsuid32", "setfsgid",
+	"setfsgid32", "capget", "capset",
+	// Process attributes, limits (cgroups cap what matters), scheduling
+	// within the sandbox's own CPU quota.
+	"prctl", "getrlimit", "ugetrlimit", "setrlimit", "prlimit64",
+	"getrusage", "times", "umask", "getpriority", "setpriority",
+	"ioprio_get", "ioprio_set", "sched_yield", "sched_getaffinity",
+	"sched_setaffinity", "sched_getattr", "sched_setattr", "sched_getparam",
+	"sched_setparam", "sched_getscheduler", "sched_setscheduler",
+	"sched_get_priority_max", "sched_get_priority_min",
+	"sched_rr_get_interval", "sched_rr_get_interval_time64", "getcpu",
+	"uname", "sysinfo", "getrandom",
+	// Further seccomp filters and Landlock rulesets can only narrow what
+	// the process may do.
+	"seccomp", "landlock_create_ruleset", "landlock_add_rule",
+	"landlock_restrict_self",
+	// Memory. mbind, set_mempolicy and friends are left out, as Docker
+	// does without CAP_SYS_NICE.
+	"brk", "mmap", "mmap2", "munmap", "mremap", "mprotect", "madvise",
+	"mincore", "msync", "mlock", "mlock2", "mlockall", "munlock",
+	"munlockall", "remap_file_pages", "membarrier", "memfd_create",
+	"memfd_secret", "pkey_alloc", "pkey_free", "pkey_mprotect",
+	"map_shadow_stack", "mseal", "process_mrelease",
+	// Threads and time. Reading clocks only: setting or adjusting them
+	// (settimeofday, clock_settime, clock_adjtime, adjtimex) is host-wide
+	// state, left out even in the read-only form Docker allows.
+	"futex", "futex_time64", "futex_waitv", "futex_wake", "futex_wait",
+	"futex_requeue", "nanosleep", "clock_nanosleep",
+	"clock_nanosleep_time64", "clock_gettime", "clock_gettime64",
+	"clock_getres", "clock_getres_time64", "gettimeofday", "time",
+	"alarm", "getitimer", "setitimer", "timer_create", "timer_delete",
+	"timer_getoverrun", "timer_gettime", "timer_gettime64", "timer_settime",
+	"timer_settime64", "timerfd_create", "timerfd_gettime",
+	"timerfd_gettime64", "timerfd_settime", "timerfd_settime64",
+	// File descriptors and I/O.
+	"read", "write", "readv", "writev", "pread64", "pwrite64", "preadv",
+	"preadv2", "pwritev", "pwritev2", "lseek", "_llseek", "close",
+	"close_range", "dup", "dup2", "dup3", "fcntl", "fcntl64", "ioctl",
+	"flock", "pipe", "pipe2", "splice", "tee", "vmsplice", "sendfile",
+	"sendfile64", "copy_file_range", "eventfd", "eventfd2", "fsync",
+	"fdatasync", "sync", "syncfs", "sync_file_range", "readahead",
+	"fadvise64", "fadvise64_64", "fallocate", "ftruncate", "ftruncate64",
+	"cachestat",
+	// Waiting for events.
+	"select", "_newselect", "pselect6", "pselect6_time64", "poll", "ppoll",
+	"ppoll_time64", "epoll_create", "epoll_create1", "epoll_ctl",
+	"epoll_ctl_old", "epoll_wait", "epoll_wait_old", "epoll_pwait",
+	"epoll_pwait2", "inotify_init", "inotify_init1", "inotify_add_watch",
+	"inotify_rm_watch", "fanotify_mark",
+	// Legacy asynchronous I/O (io_uring is left out: below).
+	"io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents",
+	"io_pgetevents", "io_pgetevents_time64",
+	// Paths. name_to_handle_at is left out with open_by_handle_at (below).
+	"open", "openat", "openat2", "creat", "access", "faccessat",
+	"faccessat2", "stat", "stat64", "lstat", "lstat64", "fstat", "fstat64",
+	"fstatat64", "newfstatat", "statx", "statfs", "statfs64", "fstatfs",
+	"fstatfs64", "getcwd", "chdir", "fchdir", "getdents", "getdents64",
+	"readlink", "readlinkat", "mkdir", "mkdirat", "mknod", "mknodat",
+	"rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2",
+	"link", "linkat", "symlink", "symlinkat", "truncate", "truncate64",
+	"chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "chown32",
+	"fchown", "fchown32", "fchownat", "lchown", "lchown32", "utime",
+	"utimes", "utimensat", "utimensat_time64", "futimesat",
+	"getxattr", "lgetxattr", "fgetxattr", "getxattrat", "setxattr",
+	"lsetxattr", "fsetxattr", "setxattrat", "listxattr", "llistxattr",
+	"flistxattr", "listxattrat", "removexattr", "lremovexattr",
+	"fremovexattr", "removexattrat",
+	// Sockets, once made (socket and socketpair are below, with their
+	// address family checked).
+	"bind", "connect", "listen", "accept", "accept4", "getsockname",
+	"getpeername", "getsockopt", "setsockopt", "shutdown", "send", "sendto",
+	"sendmsg", "sendmmsg", "recv", "recvfrom", "recvmsg", "recvmmsg",
+	"recvmmsg_time64",
+	// System V IPC and POSIX message queues: the IPC namespace is the
+	// sandbox's own.
+	"ipc", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+	"semtimedop", "semtimedop_time64", "semctl", "shmget", "shmat", "shmdt",
+	"shmctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedsend_time64",
+	"mq_timedreceive", "mq_timedreceive_time64", "mq_notify",
+	"mq_getsetattr",
 }
 
-// nativeArches are the syscall ABIs a process on each GOARCH can use; a
-// filter that left one out would let a 32-bit binary bypass it.
+// Left out on purpose, beyond what needs a capability the sandbox lacks (and
+// so fails the same way with or without the filter): kernel keyrings
+// (keyctl, add_key, request_key: not namespaced); the mount API and
+// namespace entry (mount, umount2, pivot_root, chroot, open_tree,
+// move_mount, fs*, mount_setattr, unshare, setns, clone3); ptrace,
+// process_vm_readv/writev, process_madvise, kcmp, pidfd_getfd; bpf and
+// perf_event_open; kexec and modules; host clocks and settings (above);
+// open_by_handle_at and name_to_handle_at (the "shocker" escape); userfaultfd
+// (widens kernel race windows for exploits); io_uring (a long run of kernel
+// privilege escalations, and it performs operations seccomp never sees);
+// modify_ldt (a 16-bit segment interface with a history of kernel bugs);
+// the x86 socketcall multiplexer (below); lsm_* and listmount/statmount
+// (host security and mount details); and the obsolete uselib, ustat, sysfs,
+// _sysctl, nfsservctl.
+
+// archSyscalls are allowed only on one GOARCH, for the ABIs of nativeArches.
+var archSyscalls = map[string][]string{
+	// The Go runtime and glibc set the thread pointer with it.
+	"amd64": {"arch_prctl"},
+	"arm64": {"arm_fadvise64_64", "arm_sync_file_range", "sync_file_range2",
+		"breakpoint", "cacheflush", "set_tls"},
+}
+
+// nativeArches are the syscall ABIs the filter covers on each GOARCH. A
+// syscall made through any other ABI kills the thread (libseccomp's
+// bad-architecture action).
+//
+// On amd64 that includes the 32-bit x86 ABI (int 0x80), unlike Docker: it
+// reaches sockets through socketcall, whose arguments are in memory seccomp
+// cannot read, and libseccomp turns every rule on socket into one on
+// socketcall(SYS_SOCKET) for that ABI, dropping the family check (see
+// abi_rule_add in libseccomp's syscalls.c). Allowing it would reopen every
+// address family; and the 32-bit compat layer has a kernel bug history of
+// its own. x32 passes socket arguments in registers, so it keeps working.
 var nativeArches = map[string][]string{
-	"amd64": {"amd64", "x86", "x32"},
+	"amd64": {"amd64", "x32"},
 	"arm64": {"arm64", "arm"},
 }
+
+// socketFamilies are the address families socket and socketpair accept:
+// local sockets, IP on the sandbox's own loopback, and netlink, which libc
+// uses to list interfaces and addresses (getaddrinfo, getifaddrs). Every
+// other family (AF_VSOCK, which the network namespace does not cover and
+// which reaches the host VM's vsock port space; AF_PACKET; AF_ALG;
+// AF_BLUETOOTH; ...) fails with EAFNOSUPPORT, as on a kernel built without
+// it: programs that probe a family take that as "not here" and carry on,
+// where EPERM would read as a permission problem.
+var socketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+// safePersonalities are the execution domains personality(2) may set, as in
+// Docker's profile: PER_LINUX, PER_LINUX32 (uname -m reports 32-bit),
+// UNAME26, their combination, and 0xffffffff, which only reads the current
+// value. Others, like READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE, weaken
+// protections of the process's own memory layout.
+var safePersonalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
+
+// cloneNamespaceFlags are every CLONE_NEW* flag clone(2) takes (0x7E020000,
+// as Docker masks): a new user namespace would hand the command a fresh set
+// of capabilities over kernel code paths, and the others need one.
+const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |
+	unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 
 func seccompProfile() *configs.Seccomp {
 	eperm := uint(unix.EPERM)
 	enosys := uint(unix.ENOSYS)
+	eafnosupport := uint(unix.EAFNOSUPPORT)
 	s := &configs.Seccomp{
-		DefaultAction: configs.Allow,
-		Architectures: nativeArches[runtime.GOARCH],
+		DefaultAction:   configs.Errno,
+		DefaultErrnoRet: &eperm,
+		Architectures:   nativeArches[runtime.GOARCH],
 	}
-	for _, name := range deniedSyscalls {
-		s.Syscalls = append(s.Syscalls, &configs.Syscall{Name: name, Action: configs.Errno, ErrnoRet: &eperm})
+	allow := func(names ...string) {
+		for _, name := range names {
+			s.Syscalls = append(s.Syscalls, &configs.Syscall{Name: name, Action: configs.Allow})
+		}
 	}
-	// clone with CLONE_NEWUSER is unshare by another name. clone3 passes
-	// its flags in memory seccomp cannot read, so it gets ENOSYS, which
-	// makes libc fall back to clone (as runc's and Docker's profiles do).
+	allow(allowedSyscalls...)
+	allow(archSyscalls[runtime.GOARCH]...)
+
+	// Argument checks. runc turns several conditions on one argument into
+	// separate rules, any of which may match, so each rule here has one.
+	arg0 := func(name string, act configs.Action, errno *uint, op configs.Operator, v uint64) {
+		s.Syscalls = append(s.Syscalls, &configs.Syscall{
+			Name: name, Action: act, ErrnoRet: errno,
+			Args: []*configs.Arg{{Index: 0, Value: v, Op: op}},
+		})
+	}
+	// Families up to AF_NETLINK one by one, allowed or EAFNOSUPPORT, and
+	// everything above in one comparison. The comparisons are on the whole
+	// 64-bit register, so a family with high bits set (which the kernel
+	// would truncate to an int) never equals an allowed one.
+	for _, name := range []string{"socket", "socketpair"} {
+		for family := uint64(0); family <= unix.AF_NETLINK; family++ {
+			if slices.Contains(socketFamilies, family) {
+				arg0(name, configs.Allow, nil, configs.EqualTo, family)
+			} else {
+				arg0(name, configs.Errno, &eafnosupport, configs.EqualTo, family)
+			}
+		}
+		arg0(name, configs.Errno, &eafnosupport, configs.GreaterThan, unix.AF_NETLINK)
+	}
+	for _, p := range safePersonalities {
+		arg0("personality", configs.Allow, nil, configs.EqualTo, p)
+	}
 	s.Syscalls = append(s.Syscalls,
-		&configs.Syscall{Name: "clone", Action: configs.Errno, ErrnoRet: &eperm, Args: []*configs.Arg{
-			{Index: 0, Value: unix.CLONE_NEWUSER, ValueTwo: unix.CLONE_NEWUSER, Op: configs.MaskEqualTo},
+		// Threads and fork(2) as glibc and Go make them; any namespace
+		// flag gets EPERM.
+		&configs.Syscall{Name: "clone", Action: configs.Allow, Args: []*configs.Arg{
+			{Index: 0, Value: cloneNamespaceFlags, ValueTwo: 0, Op: configs.MaskEqualTo},
 		}},
+		// clone3 passes its flags in memory seccomp cannot read, so it
+		// cannot be allowed without its namespace flags; ENOSYS makes libc
+		// fall back to clone (as runc's and Docker's profiles do).
 		&configs.Syscall{Name: "clone3", Action: configs.Errno, ErrnoRet: &enosys},
 	)
 	return s
