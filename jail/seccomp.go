@@ -158,7 +158,7 @@ var nativeArches = map[string][]string{
 	"arm64": {"arm64"},
 }
 
-// socketFamilies are the address families socket and socketpair accept:
+// socketFamilies are the address families socket accepts:
 // local sockets, IP on the sandbox's own loopback, and netlink, which libc
 // uses to list interfaces and addresses (getaddrinfo, getifaddrs). Every
 // other family (AF_VSOCK, which the network namespace does not cover and
@@ -200,28 +200,34 @@ func seccompProfile() *configs.Seccomp {
 
 	// Argument checks. runc turns several conditions on one argument into
 	// separate rules, any of which may match, so each rule here has one.
-	arg0 := func(name string, act configs.Action, errno *uint, op configs.Operator, v uint64) {
+	arg0 := func(name string, act configs.Action, errno *uint, op configs.Operator, v, v2 uint64) {
 		s.Syscalls = append(s.Syscalls, &configs.Syscall{
 			Name: name, Action: act, ErrnoRet: errno,
-			Args: []*configs.Arg{{Index: 0, Value: v, Op: op}},
+			Args: []*configs.Arg{{Index: 0, Value: v, ValueTwo: v2, Op: op}},
 		})
 	}
-	// Families up to AF_NETLINK one by one, allowed or EAFNOSUPPORT, and
-	// everything above in one comparison. The comparisons are on the whole
-	// 64-bit register, so a family with high bits set (which the kernel
-	// would truncate to an int) never equals an allowed one.
-	for _, name := range []string{"socket", "socketpair"} {
-		for family := uint64(0); family <= unix.AF_NETLINK; family++ {
-			if slices.Contains(socketFamilies, family) {
-				arg0(name, configs.Allow, nil, configs.EqualTo, family)
-			} else {
-				arg0(name, configs.Errno, &eafnosupport, configs.EqualTo, family)
+	// Every value of the family argument falls in exactly one rule: the
+	// allowed families, the gaps between them as aligned blocks a mask can
+	// match, and everything above. The comparisons are on the whole 64-bit
+	// register, so a family with high bits set (which the kernel would
+	// truncate to an int) never equals an allowed one. Few rules, because
+	// libseccomp compiles each one in every sandbox's init. socketpair only
+	// works for AF_UNIX; the kernel refuses the other three anyway.
+	families := func(name string, allowed []uint64) {
+		var next uint64
+		for _, f := range slices.Sorted(slices.Values(allowed)) {
+			for _, b := range alignedBlocks(next, f) {
+				arg0(name, configs.Errno, &eafnosupport, configs.MaskEqualTo, ^(b.size - 1), b.start)
 			}
+			arg0(name, configs.Allow, nil, configs.EqualTo, f, 0)
+			next = f + 1
 		}
-		arg0(name, configs.Errno, &eafnosupport, configs.GreaterThan, unix.AF_NETLINK)
+		arg0(name, configs.Errno, &eafnosupport, configs.GreaterThan, next-1, 0)
 	}
+	families("socket", socketFamilies)
+	families("socketpair", []uint64{unix.AF_UNIX})
 	for _, p := range safePersonalities {
-		arg0("personality", configs.Allow, nil, configs.EqualTo, p)
+		arg0("personality", configs.Allow, nil, configs.EqualTo, p, 0)
 	}
 	s.Syscalls = append(s.Syscalls,
 		// Threads and fork(2) as glibc and Go make them; any namespace
@@ -235,4 +241,22 @@ func seccompProfile() *configs.Seccomp {
 		&configs.Syscall{Name: "clone3", Action: configs.Errno, ErrnoRet: &enosys},
 	)
 	return s
+}
+
+type block struct{ start, size uint64 }
+
+// alignedBlocks covers [lo, hi) with blocks of a power-of-two size, each
+// starting at a multiple of its size, so that value&^(size-1) == start
+// matches exactly one block: the fewest such blocks, as in CIDR notation.
+func alignedBlocks(lo, hi uint64) []block {
+	var bs []block
+	for lo < hi {
+		size := uint64(1)
+		for lo%(size*2) == 0 && lo+size*2 <= hi {
+			size *= 2
+		}
+		bs = append(bs, block{lo, size})
+		lo += size
+	}
+	return bs
 }

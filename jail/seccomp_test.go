@@ -111,7 +111,11 @@ func TestSeccomp(t *testing.T) {
 		{"socket AF_PACKET", "socket.socket(socket.AF_PACKET, socket.SOCK_RAW)", "EAFNOSUPPORT"},
 		{"socket AF_ALG", "socket.socket(socket.AF_ALG, socket.SOCK_SEQPACKET)", "EAFNOSUPPORT"},
 		{"socket AF_UNSPEC", call(unix.SYS_SOCKET, unix.AF_UNSPEC, sockStream, 0), "EAFNOSUPPORT"},
+		{"socket AF_AX25", call(unix.SYS_SOCKET, unix.AF_AX25, sockStream, 0), "EAFNOSUPPORT"},
 		{"socket AF_BRIDGE", call(unix.SYS_SOCKET, unix.AF_BRIDGE, sockStream, 0), "EAFNOSUPPORT"},
+		{"socket AF_X25", call(unix.SYS_SOCKET, unix.AF_X25, sockStream, 0), "EAFNOSUPPORT"},
+		{"socket AF_KEY", call(unix.SYS_SOCKET, unix.AF_KEY, sockStream, 0), "EAFNOSUPPORT"},
+		{"socketpair AF_INET", fmt.Sprintf("raw(%d, %d, %d, 0, ctypes.create_string_buffer(8))", unix.SYS_SOCKETPAIR, unix.AF_INET, unix.SOCK_STREAM), "EAFNOSUPPORT"},
 		// The kernel reads the family as an int: AF_INET with a high bit
 		// set must not pass as AF_INET.
 		{"socket AF_INET with high bits", call(unix.SYS_SOCKET, 1<<32|unix.AF_INET, sockStream, 0), "EAFNOSUPPORT"},
