@@ -117,8 +117,8 @@ var allowedSyscalls = []string{
 	"mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
 }
 
-// Left out on purpose, beyond what needs a capability the sandbox lacks (and
-// so fails the same way with or without the filter): kernel keyrings
+// Left out on purpose (many also need a capability the sandbox lacks; the
+// filter keeps even their permission checks out of reach): kernel keyrings
 // (keyctl, add_key, request_key: not namespaced); the mount API and
 // namespace entry (mount, umount2, pivot_root, chroot, open_tree,
 // move_mount, fs*, mount_setattr, unshare, setns, clone3); ptrace,
@@ -149,8 +149,9 @@ var archSyscalls = map[string][]string{
 //     dropping the family check (abi_rule_add in its syscalls.c): allowing
 //     it would reopen every address family;
 //   - libseccomp compiles the filter in every sandbox's init, and a second
-//     ABI more than doubles that time (with x32: about 8 ms instead of 2 ms
-//     per start on a 2-core VM, against 9 ms for the whole sandbox).
+//     ABI more than triples that time (with x32, building this filter took
+//     about 8 ms instead of 2 in a micro-benchmark on a 2-core VM, where a
+//     whole sandbox takes 9 ms).
 //
 // So the list holds no 32-bit-only names (chown32, fcntl64, *_time64, ...).
 var nativeArches = map[string][]string{
