@@ -95,15 +95,15 @@ run_jaild() { "$JAILD" run --state-dir "$JSTATE" -- true; }
 # root mapped to an unprivileged host range (below jaild's, so they never
 # share ids); no capabilities, no_new_privs; read-only busybox root with the
 # host's /usr bound read-only, size-capped tmpfs /tmp and /work; jaild's
-# default limits (256 MiB, 256 pids, 1 CPU); and jaild's seccomp deny list,
+# default limits (256 MiB, 256 pids, 1 CPU); and jaild's seccomp allowlist,
 # read from jail/seccomp.go so the two never drift apart (without a filter
 # runc would be measured doing less work than jaild).
 if command -v runc > /dev/null && command -v busybox > /dev/null; then
   B=$T/bundle
   mkdir -p "$B"
   "$REPO/scripts/mkrootfs.sh" "$B/rootfs" > /dev/null
-  denied=$(sed -n '/^var deniedSyscalls/,/^}/p' "$REPO/jail/seccomp.go" | grep -o '"[a-z0-9_]*"' | paste -sd, -)
-  [ -n "$denied" ] || die "could not read jaild's seccomp deny list from jail/seccomp.go"
+  allowed=$(sed -n '/^var allowedSyscalls/,/^}/p' "$REPO/jail/seccomp.go" | grep -o '"[a-z0-9_]*"' | paste -sd, -)
+  [ -n "$allowed" ] || die "could not read jaild's seccomp allowlist from jail/seccomp.go"
   cat > "$B/config.json" << 'EOF'
 {
   "ociVersion": "1.0.2",
@@ -143,12 +143,20 @@ if command -v runc > /dev/null && command -v busybox > /dev/null; then
                     "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"],
     "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
     "seccomp": {
-      "defaultAction": "SCMP_ACT_ALLOW",
-      "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+      "defaultAction": "SCMP_ACT_ERRNO",
+      "defaultErrnoRet": 1,
+      "architectures": ["SCMP_ARCH_X86_64"],
       "syscalls": [
-        {"names": [DENIED], "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
-        {"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
-         "args": [{"index": 0, "value": 268435456, "valueTwo": 268435456, "op": "SCMP_CMP_MASKED_EQ"}]},
+        {"names": [ALLOWED, "arch_prctl"], "action": "SCMP_ACT_ALLOW"},
+        {"names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 1, "op": "SCMP_CMP_EQ"}]},
+        {"names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 2, "op": "SCMP_CMP_EQ"}]},
+        {"names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 10, "op": "SCMP_CMP_EQ"}]},
+        {"names": ["socket", "socketpair"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 16, "op": "SCMP_CMP_EQ"}]},
+        {"names": ["socket", "socketpair"], "action": "SCMP_ACT_ERRNO", "errnoRet": 97, "args": [{"index": 0, "value": 16, "op": "SCMP_CMP_GT"}]},
+        {"names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 0, "op": "SCMP_CMP_EQ"}]},
+        {"names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 4294967295, "op": "SCMP_CMP_EQ"}]},
+        {"names": ["clone"], "action": "SCMP_ACT_ALLOW",
+         "args": [{"index": 0, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
         {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}
       ]
     }
@@ -156,10 +164,9 @@ if command -v runc > /dev/null && command -v busybox > /dev/null; then
 }
 EOF
   case $(uname -m) in
-    aarch64) arches='"SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"' ;;
-    *) arches='"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"' ;;
+    aarch64) sed -i 's/"SCMP_ARCH_X86_64"/"SCMP_ARCH_AARCH64"/; s/, "arch_prctl"//' "$B/config.json" ;;
   esac
-  sed -i "s/DENIED/$denied/; s/\"SCMP_ARCH_X86_64\", \"SCMP_ARCH_X86\", \"SCMP_ARCH_X32\"/$arches/" "$B/config.json"
+  sed -i "s/ALLOWED/$allowed/" "$B/config.json"
   # One id per worker: `runc run` deletes its container when it exits, so a
   # worker reuses its id; the cleanup trap deletes any that survive.
   run_runc() { runc --root "$RUNC_ROOT" run --bundle "$B" "jaild-bench-${1:-0}" < /dev/null; }

@@ -437,6 +437,74 @@ for name, args in calls:
 else
   skip syscalls_denied "no /usr/bin/python3 on an x86_64 host to make raw syscalls"
 fi
+# The seccomp filter is an allowlist. Socket families: the network namespace
+# does not cover AF_VSOCK (a vsock socket reaches the host VM's vsock port
+# space) nor give the sandbox AF_PACKET or AF_ALG; they must fail with
+# EAFNOSUPPORT while AF_INET works. personality may only take safe values,
+# and a syscall newer than the filter (file_getattr, Linux 6.17) must get
+# ENOSYS, not run. x86_64 numbers, as above.
+if [ -x /usr/bin/python3 ] && [ "$(uname -m)" = x86_64 ]; then
+  jrun seccomp_args -- /usr/bin/python3 -c '
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+sc = libc.syscall
+sc.restype = ctypes.c_long
+L = ctypes.c_long
+def sock(fam, typ):
+    socket.socket(fam, typ).close()
+    return 0
+def raw(*args):
+    r = sc(*args)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "")
+    return r
+probes = [
+    ("af_vsock", lambda: sock(socket.AF_VSOCK, socket.SOCK_STREAM)),
+    ("af_packet", lambda: sock(socket.AF_PACKET, socket.SOCK_RAW)),
+    ("af_alg", lambda: sock(socket.AF_ALG, socket.SOCK_SEQPACKET)),
+    ("af_bluetooth", lambda: sock(socket.AF_BLUETOOTH, socket.SOCK_STREAM)),
+    ("af_inet", lambda: sock(socket.AF_INET, socket.SOCK_STREAM)),
+    ("personality_read_implies_exec", lambda: raw(L(135), L(0x0400000))),
+    ("personality_addr_no_randomize", lambda: raw(L(135), L(0x0040000))),
+    ("personality_query", lambda: raw(L(135), L(0xffffffff))),
+    ("modify_ldt", lambda: raw(L(154), L(0), ctypes.create_string_buffer(64), L(64))),
+    ("pidfd_getfd", lambda: raw(L(438), L(raw(L(434), L(os.getpid()), L(0))), L(0), L(0))),
+    ("newer_than_filter", lambda: raw(L(468), L(-100), b"/work", ctypes.create_string_buffer(64), L(24), L(0))),
+]
+for name, f in probes:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            f()
+            print(name, "ok", flush=True)
+        except OSError as e:
+            print(name, errno.errorcode.get(e.errno, e.errno), flush=True)
+        os._exit(0)
+    _, st = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(st):
+        print(name, "killed-by-signal-%d" % os.WTERMSIG(st), flush=True)
+'
+  # want CHECK PROBE RESULT: PASS if PROBE printed RESULT.
+  want() {
+    local line
+    line=$(grep "^$2 " <<< "$OUT" || true)
+    if ran && [ "$line" = "$2 $3" ]; then pass "$1"
+    else fail "$1" "${line:-no result; $DETAIL} (want $3)"; fi
+  }
+  want vsock_socket_refused af_vsock EAFNOSUPPORT
+  want packet_socket_refused af_packet EAFNOSUPPORT
+  want alg_socket_refused af_alg EAFNOSUPPORT
+  want bluetooth_socket_refused af_bluetooth EAFNOSUPPORT
+  want inet_socket_allowed af_inet ok
+  want personality_read_implies_exec_refused personality_read_implies_exec EPERM
+  want personality_addr_no_randomize_refused personality_addr_no_randomize EPERM
+  want personality_query_allowed personality_query ok
+  want syscall_modify_ldt_denied modify_ldt EPERM
+  want syscall_pidfd_getfd_denied pidfd_getfd EPERM
+  want syscall_newer_than_filter_enosys newer_than_filter ENOSYS
+else
+  skip seccomp_arguments "no /usr/bin/python3 on an x86_64 host to make raw syscalls"
+fi
 if [ -x /usr/bin/keyctl ]; then
   jrun keyctl --shell 'keyctl add user jaild x @s && echo ADDED; true'
   if ran && [ "${OUT/ADDED/}" = "$OUT" ]; then pass keyctl_tool_denied; else fail keyctl_tool_denied "$DETAIL"; fi
