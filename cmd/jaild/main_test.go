@@ -177,8 +177,8 @@ func TestDoctorStateDir(t *testing.T) {
 		t.Errorf("doctor ran a sandbox in an untrusted state dir:\n%s", out)
 	}
 	out, err = in.cmd("run", "--", "true").CombinedOutput()
-	if code := exitCode(err); code != exitInternal || string(out) != "jaild: jail: "+want+"\n" {
-		t.Errorf("run: exit %d, want %d and the one line %q:\n%s", code, exitInternal, want, out)
+	if code := exitCode(err); code != exitUsage || string(out) != "jaild: jail: "+want+"\n" {
+		t.Errorf("run: exit %d, want %d and the one line %q:\n%s", code, exitUsage, want, out)
 	}
 }
 
