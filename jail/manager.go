@@ -71,6 +71,7 @@ type Manager struct {
 	slotDir    string
 	root       *rootfs.Root
 	parent     *cgroup.Parent
+	dog        *watchdog
 	log        *slog.Logger
 
 	mu     sync.Mutex
@@ -115,7 +116,19 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
+	// The watchdog tears the sandboxes down if this process dies (see
+	// watchdog.go). Its start overlaps the rest of the set-up; it comes
+	// after the parent cgroup, which on v2 may move jaild to a leaf first.
+	m.dog = newWatchdog(watchdogConfig{
+		Owner:      os.Getpid(),
+		SlotDir:    m.slotDir,
+		LockDir:    filepath.Join(m.stateDir, "cgroup-locks"),
+		ParentDirs: m.parent.Dirs(),
+		Verbose:    m.log.Enabled(context.Background(), slog.LevelInfo),
+	}, m.log)
+	m.dog.startAsync()
 	if err := m.prepare(cfg.Rootfs); err != nil {
+		m.dog.close()
 		_ = m.parent.Close()
 		return nil, err
 	}
@@ -219,6 +232,11 @@ func (m *Manager) Create(ctx context.Context, l Limits) (*Sandbox, error) {
 	}
 	m.live.Add(1)
 	m.mu.Unlock()
+	// No sandbox without a watchdog to tear it down should this process die.
+	if err := m.dog.ensure(); err != nil {
+		m.live.Done()
+		return nil, err
+	}
 	// The sandbox's init joins its cgroup in a few milliseconds; the
 	// kernel's wait that the join may need starts now (see cgroup.Parent.Warm).
 	m.parent.Warm()
@@ -303,7 +321,7 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits) *configs.Conf
 // host, and reports how many it found. Sandboxes of live jaild processes are
 // never touched.
 func (m *Manager) Sweep() (int, error) {
-	return sweepSlots(m.slotDir, m.sweepRecord)
+	return sweepSlots(m.slotDir, 0, m.sweepRecord)
 }
 
 // sweepRecord destroys the orphaned sandbox rec describes: libcontainer
@@ -351,6 +369,7 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 	m.live.Wait()
 	err := m.parent.Close()
+	m.dog.close() // after the parent: a crash during its removal is still covered
 	made, failed := m.parent.WarmStats()
 	m.log.Debug("closed", "cgroup_warmups", made, "cgroup_warmups_failed", failed)
 	return err
