@@ -232,11 +232,6 @@ func (m *Manager) Create(ctx context.Context, l Limits) (*Sandbox, error) {
 	}
 	m.live.Add(1)
 	m.mu.Unlock()
-	// No sandbox without a watchdog to tear it down should this process die.
-	if err := m.dog.ensure(); err != nil {
-		m.live.Done()
-		return nil, err
-	}
 	// The sandbox's init joins its cgroup in a few milliseconds; the
 	// kernel's wait that the join may need starts now (see cgroup.Parent.Warm).
 	m.parent.Warm()

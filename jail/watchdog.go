@@ -38,8 +38,8 @@ import (
 // the watchdog to do: it SIGKILLs and reaps it. A polite request would make
 // a short one-shot run wait, at exit, until the watchdog had finished
 // starting only to hear it. If the watchdog dies while its owner lives, the
-// owner logs it and starts another; Create refuses to build a sandbox that
-// no watchdog covers.
+// owner logs it and starts another; no sandbox's init starts before a
+// watchdog runs.
 
 // WatchdogArg is os.Args[1] of a Manager's watchdog process. A program using
 // this package must call [Watchdog] from an init function when os.Args[1] is
@@ -89,7 +89,8 @@ func newWatchdog(cfg watchdogConfig, log *slog.Logger) *watchdog {
 }
 
 // startAsync starts the watchdog in the background, overlapping the rest of
-// the Manager's set-up; the first ensure waits for it.
+// the Manager's set-up and the first sandbox's creation; the first ensure,
+// just before that sandbox's init starts, waits for it.
 func (w *watchdog) startAsync() {
 	w.wg.Add(1)
 	go func() {
