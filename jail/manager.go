@@ -363,8 +363,11 @@ func (m *Manager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	m.live.Wait()
+	// The watchdog has nothing left to guard; it dies while the parent
+	// is removed.
+	m.dog.kill()
 	err := m.parent.Close()
-	m.dog.close() // after the parent: a crash during its removal is still covered
+	m.dog.close()
 	made, failed := m.parent.WarmStats()
 	m.log.Debug("closed", "cgroup_warmups", made, "cgroup_warmups_failed", failed)
 	return err

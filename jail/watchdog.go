@@ -191,19 +191,27 @@ func (w *watchdog) reap(p *dogProc) {
 	}
 }
 
-// close ends the watchdog, once every sandbox is gone.
-func (w *watchdog) close() {
+// kill ends the watchdog, once every sandbox is gone, without waiting.
+func (w *watchdog) kill() {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
 		return
 	}
 	w.closed = true
 	close(w.stop)
+	if w.cur != nil {
+		_ = w.cur.cmd.Process.Kill() // ErrProcessDone if it died already
+	}
+}
+
+// close kills the watchdog and waits until it is reaped.
+func (w *watchdog) close() {
+	w.kill()
+	w.mu.Lock()
 	p := w.cur
 	w.mu.Unlock()
 	if p != nil {
-		_ = p.cmd.Process.Kill() // ErrProcessDone if it died already
 		<-p.exited
 		p.life.Close()
 	}
