@@ -90,8 +90,7 @@ func (p *Parent) lock(lockDir string) error {
 		return fmt.Errorf("create cgroup lock dir: %w", err)
 	}
 	for _, d := range p.dirs {
-		sum := sha256.Sum256([]byte(d))
-		name := filepath.Join(lockDir, hex.EncodeToString(sum[:8])+".lock")
+		name := lockName(lockDir, d)
 		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			return fmt.Errorf("open cgroup lock: %w", err)
@@ -103,6 +102,12 @@ func (p *Parent) lock(lockDir string) error {
 		p.locks = append(p.locks, f)
 	}
 	return nil
+}
+
+// lockName is the lock file that marks the users of the parent directory d.
+func lockName(lockDir, d string) string {
+	sum := sha256.Sum256([]byte(d))
+	return filepath.Join(lockDir, hex.EncodeToString(sum[:8])+".lock")
 }
 
 func (p *Parent) unlock() {
@@ -289,5 +294,30 @@ func (p *Parent) Close() error {
 		}
 	}
 	p.unlock()
+	return errors.Join(errs...)
+}
+
+// Release does what Close would have done for a jaild that died: it removes
+// each of dirs (a parent's Dirs) that no live jaild holds, under the same
+// locks, so that a jaild joining the parent meanwhile waits and then
+// creates it again. A parent with sandboxes left in it survives.
+func Release(lockDir string, dirs []string) error {
+	var errs []error
+	for _, d := range dirs {
+		if !strings.HasPrefix(filepath.Clean(d), Root+"/") {
+			errs = append(errs, fmt.Errorf("cgroup %s: not under %s", d, Root))
+			continue
+		}
+		f, err := os.OpenFile(lockName(lockDir, d), os.O_RDWR, 0)
+		if err != nil {
+			continue // never locked: not a parent jaild made
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+			}
+		}
+		f.Close()
+	}
 	return errors.Join(errs...)
 }

@@ -34,9 +34,10 @@
 // time, reads the counters and destroys the container, its cgroup and
 // state. A sandbox outlives a jaild that is SIGKILLed, so each one records
 // itself in a slot file under [SlotDir] and holds an flock on it while its
-// owner lives; [New] and [Manager.Sweep] destroy every sandbox whose slot
-// lock is free, and only those, so a sweep never touches a sandbox of a jaild
-// that is still running.
+// owner lives. Each Manager's watchdog process (see watchdog.go) destroys
+// the owner's sandboxes as soon as the owner dies; [New] and
+// [Manager.Sweep] destroy every sandbox whose slot lock is free, and only
+// those, so a sweep never touches a sandbox of a jaild that is still running.
 //
 // # Pools
 //
@@ -51,7 +52,9 @@
 // libcontainer re-executes the calling binary as "<binary> init" for every
 // container: a program using this package must call libcontainer.Init from
 // an init function when os.Args[1] is "init", before anything else (see
-// cmd/jaild/init.go), and lock its main goroutine to the main thread.
+// cmd/jaild/init.go), and lock its main goroutine to the main thread. Each
+// Manager re-executes it as "<binary> watchdog" too: the same init function
+// must call [Watchdog] when os.Args[1] is [WatchdogArg].
 // Building needs cgo and, for seccomp, the seccomp build tag and
 // libseccomp-dev; without the tag every sandbox start fails rather than run
 // unfiltered.

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -414,41 +413,20 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// TestCrashSweep SIGKILLs a process that runs a sandbox (as a crashed jaild
-// run would die) and checks that the next start sweeps what it left, and
+// TestCrashSweep SIGKILLs a process that runs a sandbox and its watchdog (as
+// a crashed jaild run would die, with its whole cgroup, say) and checks that the next start sweeps what it left, and
 // that a sweep leaves a live owner's sandbox alone.
 func TestCrashSweep(t *testing.T) {
 	requireHost(t)
 	env := testenv.New(t, "jaild-test")
-	start := func() *exec.Cmd {
-		cmd := exec.Command("/proc/self/exe", "helper-run")
-		cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+env.StateDir, "JAILD_TEST_PARENT="+env.Parent)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		buf := make([]byte, 64)
-		n, _ := out.Read(buf)
-		if !strings.Contains(string(buf[:n]), "started") {
-			t.Fatalf("helper did not start its sandbox: %q", buf[:n])
-		}
-		return cmd
-	}
-	victim := start()
-	survivor := start()
+	victim := startHelper(t, env)
+	survivor := startHelper(t, env)
 	name := filepath.Base(env.Parent)
 	if len(testenv.ProcsInCgroup(name)) < 4 {
 		t.Fatalf("expected two sandboxes' processes, found %v", testenv.ProcsInCgroup(name))
 	}
-	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = victim.Wait()
+	// Its watchdog dies with it (see TestKilledOwner for when it lives).
+	killOwnerOnly(t, env, victim)
 	// The victim's sandbox outlives it: nothing in the kernel ties it to
 	// its jaild.
 	if len(testenv.ProcsInCgroup(name)) < 3 {
@@ -466,8 +444,7 @@ func TestCrashSweep(t *testing.T) {
 		t.Errorf("run after sweep: %v %+v", err, res)
 	}
 	// Now the survivor dies too; Sweep on a running Manager finds it.
-	_ = survivor.Process.Signal(syscall.SIGKILL)
-	_ = survivor.Wait()
+	killOwnerOnly(t, env, survivor)
 	if n, err := m.Sweep(); err != nil || n != 1 {
 		t.Errorf("Sweep = %d, %v; want 1 orphan", n, err)
 	}

@@ -15,13 +15,16 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 )
 
-// The test binary is re-executed as each container's init, like jaild
-// itself (see cmd/jaild/init.go).
+// The test binary is re-executed as each container's init and as each
+// Manager's watchdog, like jaild itself (see cmd/jaild/init.go).
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		libcontainer.Init()
 	}
 	runtime.LockOSThread()
+	if len(os.Args) > 1 && os.Args[1] == jail.WatchdogArg {
+		jail.Watchdog()
+	}
 }
 
 func TestMain(m *testing.M) {

@@ -71,6 +71,7 @@ type Manager struct {
 	slotDir    string
 	root       *rootfs.Root
 	parent     *cgroup.Parent
+	dog        *watchdog
 	log        *slog.Logger
 
 	mu     sync.Mutex
@@ -118,7 +119,19 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
+	// The watchdog tears the sandboxes down if this process dies (see
+	// watchdog.go). Its start overlaps the rest of the set-up; it comes
+	// after the parent cgroup, which on v2 may move jaild to a leaf first.
+	m.dog = newWatchdog(watchdogConfig{
+		Owner:      os.Getpid(),
+		SlotDir:    m.slotDir,
+		LockDir:    filepath.Join(m.stateDir, "cgroup-locks"),
+		ParentDirs: m.parent.Dirs(),
+		Verbose:    m.log.Enabled(context.Background(), slog.LevelInfo),
+	}, m.log)
+	m.dog.startAsync()
 	if err := m.prepare(cfg.Rootfs); err != nil {
+		m.dog.close()
 		_ = m.parent.Close()
 		return nil, err
 	}
@@ -308,7 +321,7 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits) *configs.Conf
 // host, and reports how many it found. Sandboxes of live jaild processes are
 // never touched.
 func (m *Manager) Sweep() (int, error) {
-	return sweepSlots(m.slotDir, m.sweepRecord)
+	return sweepSlots(m.slotDir, 0, m.sweepRecord)
 }
 
 // sweepRecord destroys the orphaned sandbox rec describes: libcontainer
@@ -355,7 +368,11 @@ func (m *Manager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	m.live.Wait()
+	// The watchdog has nothing left to guard; it dies while the parent
+	// is removed.
+	m.dog.kill()
 	err := m.parent.Close()
+	m.dog.close()
 	made, failed := m.parent.WarmStats()
 	m.log.Debug("closed", "cgroup_warmups", made, "cgroup_warmups_failed", failed)
 	return err

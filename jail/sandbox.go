@@ -120,6 +120,12 @@ func (s *Sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 		closers = append(closers, stdinR, r.stdinW)
 		p.Stdin = stdinR
 	}
+	// No sandbox process without a watchdog to kill it should jaild die.
+	// Waited for only here, so that its start overlaps the sandbox's
+	// creation.
+	if err := s.m.dog.ensure(); err != nil {
+		return nil, err
+	}
 	// Start, then release the command with Exec, noting when: the init
 	// may be slow to report back, and a quick command ends before Run
 	// would return.

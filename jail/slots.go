@@ -132,9 +132,10 @@ func (s *slot) release() {
 	s.f = nil
 }
 
-// sweepSlots tears down every sandbox whose owner has died and returns how
-// many it found. Slots held by live owners are never touched.
-func sweepSlots(dir string, sweep func(*record) error) (int, error) {
+// sweepSlots tears down every sandbox whose owner has died, or only those
+// of the process owner if owner is not 0, and returns how many it found.
+// Slots held by live owners are never touched.
+func sweepSlots(dir string, owner int, sweep func(*record) error) (int, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -160,6 +161,10 @@ func sweepSlots(dir string, sweep func(*record) error) (int, error) {
 			continue
 		}
 		if s == nil {
+			continue
+		}
+		if old != nil && owner != 0 && old.Owner != owner {
+			s.f.Close() // another's orphan: left to its own watchdog or a sweep
 			continue
 		}
 		if old != nil {

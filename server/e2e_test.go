@@ -40,7 +40,8 @@ func TestE2E(t *testing.T) {
 	t.Run("disconnect kills the sandbox", func(t *testing.T) { testE2EDisconnect(t, bin) })
 	t.Run("SIGTERM with 20 running lets them finish", func(t *testing.T) { testE2ESigtermFinish(t, bin) })
 	t.Run("SIGTERM with 20 running kills them after the grace period", func(t *testing.T) { testE2ESigtermKill(t, bin) })
-	t.Run("SIGKILL, restart sweeps the orphans", func(t *testing.T) { testE2ESigkill(t, bin) })
+	t.Run("SIGKILL, the watchdog tears the sandboxes down", func(t *testing.T) { testE2ESigkillWatchdog(t, bin) })
+	t.Run("SIGKILL with the watchdog, restart sweeps the orphans", func(t *testing.T) { testE2ESigkill(t, bin) })
 	t.Run("refuses to serve off loopback without tokens", func(t *testing.T) { testE2ERefuse(t, bin) })
 	t.Run("big outputs stay within the output memory", func(t *testing.T) { testE2EOutputMemory(t, bin) })
 }
@@ -576,8 +577,36 @@ func testE2ESigtermKill(t *testing.T, bin string) {
 	}
 }
 
-// testE2ESigkill: a daemon killed outright leaves its sandboxes behind; the
-// next daemon on the same state dir sweeps them before serving.
+// testE2ESigkillWatchdog: a daemon killed outright has its sandboxes, pooled
+// ones included, torn down at once by its watchdog.
+func testE2ESigkillWatchdog(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	d := in.serve(t, "--audit-log", "off")
+	for range 3 {
+		postAsync(t, d.url+"/raw", `{"command":"sleep `+in.marker+`","timeout_seconds":600}`)
+	}
+	eventually(t, "3 sandboxes running", func() bool {
+		_, m := get(t, d.url+"/metrics")
+		return bytes.Contains(m, []byte("jaild_sandboxes_running 3\n"))
+	})
+	containers := filepath.Join(in.StateDir, "containers")
+	if n := len(dirNames(containers)); n < 4 {
+		t.Fatalf("%d containers, want 3 running and the pool's", n)
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	eventually(t, "the orphans' processes to die", func() bool { return len(pidsWith(in.marker)) == 0 })
+	if took := time.Since(killed); took > 2*time.Second {
+		t.Errorf("the orphans' processes died %v after jaild serve", took)
+	}
+	eventually(t, "the orphans' state to go", func() bool { return len(dirNames(containers)) == 0 })
+	// It has exited, but the watchdog held its stderr until done.
+	d.exited <- recv(t, d.exited, "jaild serve to exit")
+}
+
+// testE2ESigkill: a daemon killed outright together with its watchdog leaves
+// its sandboxes behind; the next daemon on the same state dir sweeps them
+// before serving.
 func testE2ESigkill(t *testing.T, bin string) {
 	in := newE2EInstall(t, bin)
 	d := in.serve(t, "--audit-log", "off")
@@ -588,7 +617,17 @@ func testE2ESigkill(t *testing.T, bin string) {
 		_, m := get(t, d.url+"/metrics")
 		return bytes.Contains(m, []byte("jaild_sandboxes_running 3\n"))
 	})
-	if err := d.stop(t, syscall.SIGKILL); err == nil {
+	dogs := testenv.Watchdogs(in.StateDir)
+	if len(dogs) != 1 {
+		t.Fatalf("watchdogs %v, want the daemon's one", dogs)
+	}
+	// Stopped first, so that it cannot sweep before it dies.
+	syscall.Kill(dogs[0], syscall.SIGSTOP)
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	syscall.Kill(dogs[0], syscall.SIGKILL)
+	err := recv(t, d.exited, "jaild serve to exit")
+	d.exited <- err
+	if err == nil {
 		t.Fatal("jaild serve exited 0 on SIGKILL")
 	}
 	orphans := dirNames(filepath.Join(in.StateDir, "containers"))

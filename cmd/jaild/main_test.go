@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,14 +183,71 @@ func TestDoctorStateDir(t *testing.T) {
 	}
 }
 
-// TestKilledRunIsSwept SIGKILLs a jaild run mid-command and checks that the
-// next jaild start destroys the sandbox it left behind.
+// TestKilledRun SIGKILLs a jaild run mid-command, with no other jaild on
+// the installation, and checks that its command dies promptly, long before
+// its timeout: jaild's watchdog tears the sandbox down.
+func TestKilledRun(t *testing.T) {
+	in := newInstall(t)
+	victim := startWithSandbox(t, in, "run", "--timeout", "20s", "--", "sleep", "45")
+	name := filepath.Base(in.Parent)
+	var pids []int
+	for deadline := time.Now().Add(10 * time.Second); len(pids) == 0; {
+		for _, p := range testenv.ProcsInCgroup(name) {
+			if pid, cmd, _ := strings.Cut(p, " "); strings.HasPrefix(cmd, `"sleep 45`) {
+				n, _ := strconv.Atoi(pid)
+				pids = append(pids, n)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep does not run in the sandbox: %v", testenv.ProcsInCgroup(name))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = victim.Process.Signal(syscall.SIGKILL)
+	_ = victim.Wait()
+	killed := time.Now()
+	for running(pids[0]) {
+		if time.Since(killed) > time.Second {
+			t.Fatalf("sleep (pid %d) still runs %v after its jaild was killed", pids[0], time.Since(killed))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("sleep gone %v after jaild", time.Since(killed).Round(time.Millisecond))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(testenv.Watchdogs(in.StateDir)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// testenv's check at cleanup: no cgroup, state, slot or watchdog left.
+}
+
+// running reports whether pid is a process that has not exited.
+func running(pid int) bool {
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(st, ')')
+	return i < 0 || !bytes.HasPrefix(st[i+1:], []byte(" Z"))
+}
+
+// TestKilledRunIsSwept SIGKILLs a jaild run mid-command together with its
+// watchdog and checks that the next jaild start destroys the sandbox it left
+// behind.
 func TestKilledRunIsSwept(t *testing.T) {
 	in := newInstall(t)
 	victim := startWithSandbox(t, in, "run", "--timeout", "5m", "--shell", "sleep 300")
-	time.Sleep(100 * time.Millisecond)
+	dogs := testenv.Watchdogs(in.StateDir)
+	if len(dogs) != 1 {
+		t.Fatalf("watchdogs %v, want jaild's one", dogs)
+	}
+	// Stopped first, so that it cannot sweep before it dies.
+	_ = syscall.Kill(dogs[0], syscall.SIGSTOP)
 	_ = victim.Process.Signal(syscall.SIGKILL)
 	_ = victim.Wait()
+	_ = syscall.Kill(dogs[0], syscall.SIGKILL)
+	for deadline := time.Now().Add(5 * time.Second); running(dogs[0]) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if len(sandboxes(in)) != 1 {
 		t.Fatalf("the orphan is already gone; the test would prove nothing")
 	}
@@ -209,7 +267,15 @@ func startWithSandbox(t *testing.T, in install, args ...string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		// A killed jaild's watchdog tears its sandbox down: let it
+		// finish before testenv looks for leftovers.
+		for deadline := time.Now().Add(10 * time.Second); len(testenv.Watchdogs(in.StateDir)) > 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for len(sandboxes(in)) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

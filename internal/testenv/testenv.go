@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -75,6 +76,33 @@ func (in *Install) Check(t testing.TB) {
 	if slots := Slots(in.StateDir); len(slots) > 0 {
 		t.Errorf("uid slots still recorded: %v", slots)
 	}
+	if dogs := Watchdogs(in.StateDir); len(dogs) > 0 {
+		t.Errorf("watchdog processes left behind: %v", dogs)
+	}
+}
+
+// Watchdogs lists the pids of the live (not zombie) watchdog processes of
+// Managers whose state dir is stateDir.
+func Watchdogs(stateDir string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		args := strings.Split(string(cmd), "\x00")
+		if len(args) < 3 || args[1] != jail.WatchdogArg || !strings.Contains(args[2], `"`+stateDir+"/") {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
 }
 
 // ProcsInCgroup describes the host processes whose cgroup path has a

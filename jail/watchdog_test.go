@@ -1,0 +1,212 @@
+package jail_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/testenv"
+	"github.com/jaild/jaild/jail"
+)
+
+// startHelper starts helperRun (a stand-in for `jaild run`) on env and
+// returns once its sandbox runs.
+func startHelper(t *testing.T, env *testenv.Install) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/proc/self/exe", "helper-run")
+	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+env.StateDir, "JAILD_TEST_PARENT="+env.Parent)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		// A killed helper's watchdog tears its sandbox down: let it
+		// finish before testenv looks for leftovers.
+		waitFor(t, 10*time.Second, "the watchdog", func() bool { return len(testenv.Watchdogs(env.StateDir)) == 0 })
+	})
+	buf := make([]byte, 64)
+	n, _ := out.Read(buf)
+	if !strings.Contains(string(buf[:n]), "started") {
+		t.Fatalf("helper did not start its sandbox: %q", buf[:n])
+	}
+	return cmd
+}
+
+// watchdogsOf returns the watchdogs whose parent is pid.
+func watchdogsOf(t *testing.T, env *testenv.Install, pid int) []int {
+	t.Helper()
+	var out []int
+	for _, w := range testenv.Watchdogs(env.StateDir) {
+		st, _ := os.ReadFile("/proc/" + strconv.Itoa(w) + "/stat")
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// killOwnerOnly SIGKILLs owner and its watchdog, as if both died at once,
+// leaving the owner's sandboxes to the sweep at the next start. The
+// watchdog is stopped first, so that it cannot sweep before it dies.
+func killOwnerOnly(t *testing.T, env *testenv.Install, owner *exec.Cmd) {
+	t.Helper()
+	dogs := watchdogsOf(t, env, owner.Process.Pid)
+	if len(dogs) != 1 {
+		t.Fatalf("owner %d has watchdogs %v, want one", owner.Process.Pid, dogs)
+	}
+	if err := syscall.Kill(dogs[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = owner.Wait()
+	if err := syscall.Kill(dogs[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the killed watchdog to go", func() bool { return !slices.Contains(testenv.Watchdogs(env.StateDir), dogs[0]) })
+}
+
+// waitFor polls cond until it holds or d has passed, and fails t then.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestKilledOwner SIGKILLs a process that runs a sandbox with an hour to go,
+// with no other jaild on the installation, and checks that the sandbox dies
+// promptly anyway: its watchdog tears it down, and the parent cgroup with
+// it, without any other jaild's sweep.
+func TestKilledOwner(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	owner := startHelper(t, env)
+	name := filepath.Base(env.Parent)
+	if n := len(testenv.ProcsInCgroup(name)); n < 2 {
+		t.Fatalf("expected the sandbox's two processes, found %v", testenv.ProcsInCgroup(name))
+	}
+	dogs := watchdogsOf(t, env, owner.Process.Pid)
+	if len(dogs) != 1 {
+		t.Fatalf("owner has watchdogs %v, want one", dogs)
+	}
+	if err := owner.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = owner.Wait()
+	killed := time.Now()
+	waitFor(t, 2*time.Second, "the orphaned sandbox's processes to die", func() bool {
+		return len(testenv.ProcsInCgroup(name)) == 0
+	})
+	t.Logf("sandbox gone %v after its owner", time.Since(killed).Round(time.Millisecond))
+	// Then the rest of the teardown, and the watchdog itself: after it the
+	// installation must pass testenv's leak check as it is.
+	waitFor(t, 5*time.Second, "the watchdog to finish", func() bool {
+		return len(testenv.Watchdogs(env.StateDir)) == 0
+	})
+	if s := testenv.CgroupsNamed(name); len(s) > 0 {
+		t.Errorf("cgroups left after the watchdog: %v", s)
+	}
+	if s := testenv.Slots(env.StateDir); len(s) > 0 {
+		t.Errorf("slots left after the watchdog: %v", s)
+	}
+}
+
+// TestWatchdogPerManager: each Manager has one watchdog while it is open and
+// none once it is closed, however many Managers a process opens.
+func TestWatchdogPerManager(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	const n = 4
+	var ms []*jail.Manager
+	for i := 0; i < n; i++ {
+		m, err := jail.New(config(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		ms = append(ms, m)
+		if res, err := m.Run(context.Background(), sh("echo ok")); err != nil || res.Stdout != "ok\n" {
+			t.Fatalf("run: %v %+v", err, res)
+		}
+	}
+	if dogs := watchdogsOf(t, env, os.Getpid()); len(dogs) != n {
+		t.Errorf("%d open Managers have watchdogs %v", n, dogs)
+	}
+	for _, m := range ms {
+		if err := m.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	if dogs := testenv.Watchdogs(env.StateDir); len(dogs) > 0 {
+		t.Errorf("watchdogs left after Close: %v", dogs)
+	}
+	// A Manager closed before its watchdog was even started leaves none.
+	for i := 0; i < n; i++ {
+		m, err := jail.New(config(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	if dogs := testenv.Watchdogs(env.StateDir); len(dogs) > 0 {
+		t.Errorf("watchdogs left after New and Close: %v", dogs)
+	}
+}
+
+// TestWatchdogRestart: a Manager whose watchdog dies starts another, which
+// still guards its sandboxes.
+func TestWatchdogRestart(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	m, err := jail.New(config(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	if _, err := m.Run(context.Background(), sh("true")); err != nil {
+		t.Fatal(err)
+	}
+	first := watchdogsOf(t, env, os.Getpid())
+	if len(first) != 1 {
+		t.Fatalf("watchdogs %v, want one", first)
+	}
+	if err := syscall.Kill(first[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var next []int
+	waitFor(t, 5*time.Second, "another watchdog", func() bool {
+		next = watchdogsOf(t, env, os.Getpid())
+		return len(next) == 1 && next[0] != first[0]
+	})
+	if res, err := m.Run(context.Background(), sh("echo ok")); err != nil || res.Stdout != "ok\n" {
+		t.Fatalf("run after restart: %v %+v", err, res)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if dogs := testenv.Watchdogs(env.StateDir); len(dogs) > 0 {
+		t.Errorf("watchdogs left after Close: %v", dogs)
+	}
+}
