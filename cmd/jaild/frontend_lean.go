@@ -28,6 +28,7 @@ var (
 	serveCommand  = frontEnd("serve", serveUsage)
 	mcpCommand    = frontEnd("mcp", mcpUsage)
 	remoteCommand = frontEnd("remote", remoteUsage)
+	policyCommand = frontEnd("policy", policyUsage)
 )
 
 func frontEnd(name, usage string) *cli.Command {

@@ -1,0 +1,57 @@
+package sandbox.main_test
+
+argv(cmd, path, args) := {"command": cmd, "path": path, "hash": "", "args": args, "env": {}}
+
+shell(src, cmds) := {
+	"command": "sh", "path": "/usr/bin/dash", "args": ["-c", src], "env": {},
+	"shell": {"source": src, "commands": cmds, "dynamic": false, "functions": []},
+}
+
+cmd(name, path, args) := {"command": name, "path": path, "hash": "", "args": args, "via": []}
+
+test_routes_to_the_command_package if {
+	data.sandbox.main.allow with input as argv("date", "/usr/bin/date", [])
+}
+
+test_unknown_command_denied if {
+	not data.sandbox.main.allow with input as argv("rm", "/usr/bin/rm", ["-rf", "/"])
+}
+
+test_main_is_not_a_command if {
+	not data.sandbox.main.allow with input as argv("main", "/usr/bin/main", [])
+}
+
+test_symlinked_name_denied if {
+	not data.sandbox.main.allow with input as argv("date", "/usr/bin/rm", [])
+}
+
+test_env_refused_unless_the_package_allows if {
+	not data.sandbox.main.allow with input as object.union(argv("date", "/usr/bin/date", []), {"env": {"A": "1"}})
+}
+
+test_shell_every_command_allowed if {
+	data.sandbox.main.allow with input as shell("date | echo ok", [
+		cmd("date", "/usr/bin/date", []),
+		cmd("echo", "/usr/bin/echo", ["ok"]),
+	])
+}
+
+test_shell_one_command_denied if {
+	not data.sandbox.main.allow with input as shell("echo ok; rm -rf /", [
+		cmd("echo", "/usr/bin/echo", ["ok"]),
+		cmd("rm", "/usr/bin/rm", ["-rf", "/"]),
+	])
+}
+
+test_shell_dynamic_denied if {
+	inp := shell("x=date; $x", [object.union(cmd("$x", "", []), {"dynamic": true})])
+	not data.sandbox.main.allow with input as object.union(inp, {"shell": {"dynamic": true}})
+}
+
+test_shell_builtins if {
+	data.sandbox.main.allow with input as shell("cd /tmp && date", [cmd("cd", "", ["/tmp"]), cmd("date", "/usr/bin/date", [])])
+}
+
+test_shell_empty_denied if {
+	not data.sandbox.main.allow with input as shell("", [])
+}

@@ -1,0 +1,15 @@
+# Exactly 3 args, each from the allowlist.
+package sandbox.toolx
+
+default allow := false
+
+default allow_env := false
+
+allowed_args := {"--fast", "--verbose", "--dry-run"}
+
+allow if {
+	count(input.args) == 3
+	every a in input.args {
+		allowed_args[a]
+	}
+}

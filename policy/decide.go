@@ -1,0 +1,142 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+// Result is what the policy made of a request.
+type Result string
+
+const (
+	Allowed Result = "allow"
+	// Denied: the policy's answer was not true.
+	Denied Result = "deny"
+	// DenyAll: no valid policy set is loaded.
+	DenyAll Result = "deny_all"
+	// EvalError: the query failed.
+	EvalError Result = "eval_error"
+	// Unresolved: the command is no executable file in the sandbox.
+	Unresolved Result = "resolve_error"
+	// Unparsed: the shell string does not parse.
+	Unparsed Result = "parse_error"
+)
+
+// Decision is the engine's answer to one request.
+type Decision struct {
+	// Allow says whether to run the request: the policy's answer when
+	// enforcing, always true in shadow mode.
+	Allow bool
+	// Result is the policy's own answer, in shadow mode too, where
+	// anything but Allowed is a deny it would have made.
+	Result Result
+	// Message is the denial for the caller, in the policy-runner
+	// convention's words; empty when Result is Allowed.
+	Message  string
+	Shadow   bool
+	Revision string
+	// Input is what the policy saw.
+	Input *Input
+	Eval  time.Duration
+}
+
+// Decide completes in (see Complete) and evaluates the policy on it. id is
+// the request's id, for the decision log. It never fails: every error is
+// a deny, with a message that says which.
+func (e *Engine) Decide(ctx context.Context, id string, in Input) Decision {
+	start := time.Now()
+	st := e.cur.Load()
+	d := Decision{Input: &in, Shadow: e.opts.Mode == Shadow}
+	if st.set != nil {
+		d.Revision = st.set.revision
+	}
+	d.Result, d.Message = e.decide(ctx, st, &in)
+	d.Eval = time.Since(start)
+	d.Allow = d.Result == Allowed || d.Shadow
+	if e.opts.Observer != nil {
+		e.opts.Observer.Decided(d.Result, d.Shadow, d.Eval)
+	}
+	if e.dlog != nil {
+		e.dlog.write(id, &d)
+	}
+	return d
+}
+
+func (e *Engine) decide(ctx context.Context, st *state, in *Input) (Result, string) {
+	name := in.Command
+	if in.Shell != nil {
+		name = in.Shell.Source
+	}
+	if st.err != nil {
+		return DenyAll, "Policy deny-all is active: " + st.err.Error()
+	}
+	if err := Complete(in, e.opts.Resolver); err != nil {
+		var pe *ParseError
+		if errors.As(err, &pe) {
+			return Unparsed, err.Error()
+		}
+		return Unresolved, err.Error()
+	}
+	rs, err := st.set.query.Eval(ctx, rego.EvalParsedInput(in.value()))
+	if err != nil {
+		return EvalError, fmt.Sprintf("Policy evaluation failed for '%s': %s", name, unrewrite(err.Error()))
+	}
+	if !rs.Allowed() { // only a single boolean true allows
+		return Denied, "Command not allowed: " + name
+	}
+	return Allowed, ""
+}
+
+// decisionLog writes one JSON line per decision. Lines are written whole
+// under a lock, so concurrent requests never interleave.
+type decisionLog struct {
+	mu  sync.Mutex
+	w   io.Writer
+	env bool
+}
+
+type logLine struct {
+	Time      time.Time `json:"time"`
+	RequestID string    `json:"request_id,omitempty"`
+	Caller    string    `json:"caller,omitempty"`
+	Input     *Input    `json:"input"`
+	Result    Result    `json:"result"`
+	Allow     bool      `json:"allow"`
+	Shadow    bool      `json:"shadow,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	Revision  string    `json:"revision,omitempty"`
+	EvalUS    float64   `json:"eval_us"`
+}
+
+// Redacted replaces env values in the decision log without LogEnv.
+const Redacted = "<redacted>"
+
+func (l *decisionLog) write(id string, d *Decision) {
+	in := *d.Input
+	if !l.env && len(in.Env) > 0 {
+		env := make(map[string]string, len(in.Env))
+		for k := range in.Env {
+			env[k] = Redacted
+		}
+		in.Env = env
+	}
+	line, err := json.Marshal(logLine{
+		Time: time.Now().UTC(), RequestID: id, Caller: in.Caller, Input: &in,
+		Result: d.Result, Allow: d.Allow, Shadow: d.Shadow, Message: d.Message,
+		Revision: d.Revision, EvalUS: float64(d.Eval.Nanoseconds()) / 1e3,
+	})
+	if err != nil {
+		return
+	}
+	line = append(line, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.w.Write(line)
+}

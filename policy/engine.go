@@ -1,0 +1,194 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Mode says what a deny does.
+type Mode string
+
+const (
+	// Enforce refuses what the policy denies.
+	Enforce Mode = "enforce"
+	// Shadow runs everything and logs what the policy would deny, to try
+	// a policy on real traffic before enforcing it.
+	Shadow Mode = "shadow"
+)
+
+// ParseMode reads a --policy-mode value.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case Enforce, Shadow:
+		return Mode(s), nil
+	case "":
+		return Enforce, nil
+	}
+	return "", fmt.Errorf("policy mode %q: want enforce or shadow", s)
+}
+
+// DefaultDebounce is how long a reload waits for the directory to settle:
+// editors and config management write several files, or one in steps.
+const DefaultDebounce = 150 * time.Millisecond
+
+// Options configure an Engine. The zero value of each field is documented.
+type Options struct {
+	// Dir holds the policy set: every .rego file under it. Required.
+	Dir string
+	// Mode is Enforce when empty.
+	Mode Mode
+	// Resolver resolves commands to files; nil resolves on the host as a
+	// sandbox over the host's /usr would (NewRoot("/")).
+	Resolver Resolver
+	// Logger gets one line per reload; nil discards.
+	Logger *slog.Logger
+	// DecisionLog, if not nil, gets a JSON line per decision.
+	DecisionLog io.Writer
+	// LogEnv logs env values in DecisionLog; without it they are
+	// redacted, as env is where callers put secrets.
+	LogEnv bool
+	// Observer, if not nil, is told of every decision and reload, for
+	// metrics.
+	Observer Observer
+	// Debounce is DefaultDebounce when zero.
+	Debounce time.Duration
+	// NoWatch turns live reload off (jaild policy eval, tests).
+	NoWatch bool
+}
+
+// Observer receives what metrics are made of; the server implements it
+// over Prometheus, which this package does not import. Calls may come from
+// many goroutines.
+type Observer interface {
+	// Decided is called once per decision with its Result and how long
+	// evaluation took (resolution and parsing included).
+	Decided(result Result, shadow bool, eval time.Duration)
+	// Loaded is called after every load: the active revision, or the
+	// load error with deny-all on.
+	Loaded(revision string, denyAll bool)
+}
+
+// Engine decides requests against the policy set in a directory, and
+// swaps in each new valid set as the directory changes. It is safe for
+// concurrent use.
+type Engine struct {
+	opts Options
+	cur  atomic.Pointer[state]
+	log  *slog.Logger
+	dlog *decisionLog
+
+	watcher *fsnotify.Watcher
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.Once
+}
+
+// state is one outcome of a load: a set, or the error that put the
+// engine in deny-all.
+type state struct {
+	set    *set
+	err    error
+	loaded time.Time
+}
+
+// Open loads opts.Dir and starts watching it. A set that fails to load is
+// no error: the engine denies everything, says why in Status and every
+// denial, and recovers on the next valid set. The error is for options
+// that are wrong.
+func Open(opts Options) (*Engine, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("policy: no policy directory")
+	}
+	mode, err := ParseMode(string(opts.Mode))
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	opts.Mode = mode
+	if opts.Resolver == nil {
+		opts.Resolver = NewRoot("/")
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
+	}
+	e := &Engine{opts: opts, log: opts.Logger, stop: make(chan struct{})}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.DecisionLog != nil {
+		e.dlog = &decisionLog{w: opts.DecisionLog, env: opts.LogEnv}
+	}
+	if !opts.NoWatch {
+		if err := e.watch(); err != nil {
+			return nil, err
+		}
+	}
+	e.reload() // after the watch is set, so no change is missed
+	return e, nil
+}
+
+// Close stops watching. Decisions still work on the last set.
+func (e *Engine) Close() error {
+	var err error
+	e.closeMu.Do(func() {
+		close(e.stop)
+		if e.watcher != nil {
+			err = e.watcher.Close()
+		}
+		e.wg.Wait()
+	})
+	return err
+}
+
+// Status is the engine's state, for /healthz and jaild doctor.
+type Status struct {
+	Dir  string `json:"dir"`
+	Mode Mode   `json:"mode"`
+	// Revision is the active set's: a hash of its files' paths and
+	// contents. Empty in deny-all.
+	Revision string `json:"revision,omitempty"`
+	Files    int    `json:"files,omitempty"`
+	// DenyAll is on while no valid set is loaded; Error says why.
+	DenyAll bool      `json:"deny_all"`
+	Error   string    `json:"error,omitempty"`
+	Loaded  time.Time `json:"loaded"`
+}
+
+// Status reports the active set or why there is none.
+func (e *Engine) Status() Status {
+	st := e.cur.Load()
+	s := Status{Dir: e.opts.Dir, Mode: e.opts.Mode, Loaded: st.loaded}
+	if st.err != nil {
+		s.DenyAll, s.Error = true, st.err.Error()
+	} else {
+		s.Revision, s.Files = st.set.revision, len(st.set.files)
+	}
+	return s
+}
+
+// reload loads the directory and swaps the outcome in whole.
+func (e *Engine) reload() {
+	s, err := loadDir(context.Background(), e.opts.Dir)
+	st := &state{set: s, err: err, loaded: time.Now()}
+	prev := e.cur.Swap(st)
+	switch {
+	case err != nil:
+		e.log.Error("policy deny-all: the policy set does not load", "dir", e.opts.Dir, "err", err)
+	case prev == nil || prev.set == nil || prev.set.revision != s.revision:
+		e.log.Info("policy loaded", "dir", e.opts.Dir, "revision", s.revision, "files", len(s.files), "mode", e.opts.Mode)
+	}
+	if e.opts.Observer != nil {
+		rev := ""
+		if s != nil {
+			rev = s.revision
+		}
+		e.opts.Observer.Loaded(rev, err != nil)
+	}
+}

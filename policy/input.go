@@ -1,0 +1,210 @@
+package policy
+
+import (
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Input is the document a policy decides on, input in Rego. The front end
+// fills what the request says (Command, Args, Env, Cwd, Caller, FrontEnd,
+// SessionID, Limits, Background, and Shell.Source in shell mode); Complete
+// adds what jaild finds out (Path, Hash, Shell.Commands, Shell.Dynamic).
+type Input struct {
+	// Command is the executable as requested: a name looked up in PATH,
+	// or a path. In shell mode it is the shell that runs Shell.Source.
+	Command string `json:"command"`
+	// Path is where Command resolves in the sandbox's root, with every
+	// symlink and .. resolved, so it names the file that would run.
+	Path string `json:"path"`
+	// Hash is the SHA-256 of that file, lowercase hex.
+	Hash string   `json:"hash"`
+	Args []string `json:"args"`
+	// Env is the environment the caller forwards: jaild's defaults are
+	// not in it.
+	Env map[string]string `json:"env"`
+	Cwd string            `json:"cwd,omitempty"`
+	// Caller is the token's name or the socket peer; FrontEnd is run,
+	// raw, mcp:bash, mcp:execute...
+	Caller    string `json:"caller,omitempty"`
+	FrontEnd  string `json:"front_end,omitempty"`
+	SessionID string `json:"session_id,omitempty"`
+	// Limits are the request's effective limits, as the front end names
+	// them.
+	Limits     map[string]any `json:"limits,omitempty"`
+	Background bool           `json:"background"`
+	// Shell is set in shell mode only.
+	Shell *Shell `json:"shell,omitempty"`
+}
+
+// Shell is the parse of a shell-mode command string.
+type Shell struct {
+	Source string `json:"source"`
+	// Commands is every simple command in Source, wherever it is:
+	// pipelines, lists, subshells, command substitutions, backticks,
+	// function bodies, here-documents, process substitutions, and the
+	// literal scripts of sh -c.
+	Commands []Command `json:"commands"`
+	// Dynamic is true when Source may run a command that is not in
+	// Commands: a command name that is not a literal, eval, source, ...;
+	// Reasons says why.
+	Dynamic bool     `json:"dynamic"`
+	Reasons []string `json:"reasons,omitempty"`
+	// Functions are the functions Source defines, with the commands
+	// their bodies call (a function that calls itself is how a fork bomb
+	// looks).
+	Functions []Function `json:"functions"`
+}
+
+// Function is a shell function definition.
+type Function struct {
+	Name  string   `json:"name"`
+	Calls []string `json:"calls"`
+}
+
+// Command is one simple command of a shell string.
+type Command struct {
+	// Command is the name as written, unquoted, after the wrappers in
+	// Via; for a name that is not a literal, its source text.
+	Command string `json:"command"`
+	// Path and Hash are as for Input; both are empty for a name that does
+	// not resolve, such as a shell builtin or function.
+	Path string   `json:"path"`
+	Hash string   `json:"hash"`
+	Args []string `json:"args"`
+	// Via lists the wrappers the command was found behind, outermost
+	// first: env, exec, command, nohup, timeout, nice, stdbuf, setsid,
+	// time, busybox, sh -c.
+	Via []string `json:"via,omitempty"`
+	// Dynamic is true when the name or an argument is not a literal; an
+	// argument that is not is given as its source text.
+	Dynamic bool `json:"dynamic,omitempty"`
+
+	// exe is the name to resolve: Command, or busybox for busybox X.
+	exe string
+}
+
+// Complete resolves in.Command (and, in shell mode, parses in.Shell.Source
+// and resolves each command in it) with r. The error is what the caller
+// must deny with; in shell mode a command that does not resolve is no
+// error, as builtins and functions do not.
+func Complete(in *Input, r Resolver) error {
+	if in.Args == nil {
+		in.Args = []string{}
+	}
+	if in.Env == nil {
+		in.Env = map[string]string{}
+	}
+	pathEnv := in.Env["PATH"]
+	if in.Shell != nil {
+		if in.Command == "" {
+			in.Command, in.Args = "sh", []string{"-c", in.Shell.Source}
+		}
+		sh, err := ParseShell(in.Shell.Source)
+		if err != nil {
+			return err
+		}
+		for i := range sh.Commands {
+			c := &sh.Commands[i]
+			if c.exe == "" {
+				continue // not a literal
+			}
+			if p, h, err := r.Resolve(c.exe, pathEnv, in.Cwd); err == nil {
+				c.Path, c.Hash = p, h
+			}
+		}
+		in.Shell = sh
+	}
+	p, h, err := r.Resolve(in.Command, pathEnv, in.Cwd)
+	if err != nil {
+		return &ResolveError{Command: in.Command, Err: err}
+	}
+	in.Path, in.Hash = p, h
+	return nil
+}
+
+// ResolveError is a command that does not resolve to an executable file.
+type ResolveError struct {
+	Command string
+	Err     error
+}
+
+func (e *ResolveError) Error() string {
+	return fmt.Sprintf("Failed to resolve executable path for '%s': %v", e.Command, e.Err)
+}
+
+func (e *ResolveError) Unwrap() error { return e.Err }
+
+// value converts in to OPA's value directly: going through JSON, as
+// rego.EvalInput does, costs more than the evaluation.
+func (in *Input) value() ast.Value {
+	obj := ast.NewObject(
+		item("command", ast.String(in.Command)),
+		item("path", ast.String(in.Path)),
+		item("hash", ast.String(in.Hash)),
+		item("args", strArray(in.Args)),
+		item("env", stringMap(in.Env)),
+		item("cwd", ast.String(in.Cwd)),
+		item("caller", ast.String(in.Caller)),
+		item("front_end", ast.String(in.FrontEnd)),
+		item("background", ast.Boolean(in.Background)),
+	)
+	if in.SessionID != "" {
+		obj.Insert(ast.StringTerm("session_id"), ast.StringTerm(in.SessionID))
+	}
+	if in.Limits != nil {
+		if v, err := ast.InterfaceToValue(in.Limits); err == nil {
+			obj.Insert(ast.StringTerm("limits"), ast.NewTerm(v))
+		}
+	}
+	if in.Shell != nil {
+		cmds := make([]*ast.Term, len(in.Shell.Commands))
+		for i, c := range in.Shell.Commands {
+			co := ast.NewObject(
+				item("command", ast.String(c.Command)),
+				item("path", ast.String(c.Path)),
+				item("hash", ast.String(c.Hash)),
+				item("args", strArray(c.Args)),
+				item("via", strArray(c.Via)),
+				item("dynamic", ast.Boolean(c.Dynamic)),
+			)
+			cmds[i] = ast.NewTerm(co)
+		}
+		obj.Insert(ast.StringTerm("shell"), ast.NewTerm(ast.NewObject(
+			item("source", ast.String(in.Shell.Source)),
+			item("commands", ast.NewArray(cmds...)),
+			item("dynamic", ast.Boolean(in.Shell.Dynamic)),
+			item("reasons", strArray(in.Shell.Reasons)),
+			item("functions", functions(in.Shell.Functions)),
+		)))
+	}
+	return obj
+}
+
+func item(k string, v ast.Value) [2]*ast.Term {
+	return ast.Item(ast.StringTerm(k), ast.NewTerm(v))
+}
+
+func strArray(ss []string) ast.Value {
+	ts := make([]*ast.Term, len(ss))
+	for i, s := range ss {
+		ts[i] = ast.StringTerm(s)
+	}
+	return ast.NewArray(ts...)
+}
+
+func stringMap(m map[string]string) ast.Value {
+	obj := ast.NewObject()
+	for k, v := range m {
+		obj.Insert(ast.StringTerm(k), ast.StringTerm(v))
+	}
+	return obj
+}
+
+func functions(fs []Function) ast.Value {
+	ts := make([]*ast.Term, len(fs))
+	for i, f := range fs {
+		ts[i] = ast.NewTerm(ast.NewObject(item("name", ast.String(f.Name)), item("calls", strArray(f.Calls))))
+	}
+	return ast.NewArray(ts...)
+}
