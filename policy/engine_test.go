@@ -459,3 +459,19 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestExamplesRegoTests runs the Rego unit tests of examples/policy, as
+// `opa test` would: every example module's cases hold.
+func TestExamplesRegoTests(t *testing.T) {
+	results, err := Test(context.Background(), "../examples/policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) < 20 {
+		t.Fatalf("%d Rego tests in examples/policy, want the examples' own", len(results))
+	}
+	var out strings.Builder
+	if !PrintTests(&out, results) {
+		t.Errorf("Rego tests failed:\n%s", out.String())
+	}
+}

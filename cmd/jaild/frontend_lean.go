@@ -28,7 +28,6 @@ var (
 	serveCommand  = frontEnd("serve", serveUsage)
 	mcpCommand    = frontEnd("mcp", mcpUsage)
 	remoteCommand = frontEnd("remote", remoteUsage)
-	policyCommand = frontEnd("policy", policyUsage)
 )
 
 func frontEnd(name, usage string) *cli.Command {

@@ -27,7 +27,6 @@ const (
 	serveUsage  = "run the HTTP daemon: POST /run, streaming POST /raw, /mcp, /healthz, /metrics"
 	mcpUsage    = "serve the bash and execute tools over MCP on stdin and stdout"
 	remoteUsage = "run a command on a jaild daemon, streaming its output, and exit with its exit code"
-	policyUsage = "check a Rego policy directory: run its unit tests, or decide one input"
 )
 
 func main() {
@@ -40,7 +39,6 @@ func main() {
 			mcpCommand,
 			serveCommand,
 			remoteCommand,
-			policyCommand,
 		},
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {}, // main decides how to exit
