@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
@@ -297,10 +298,14 @@ func (p *Parent) Close() error {
 	return errors.Join(errs...)
 }
 
+// releaseWait bounds how long Release waits for a parent to empty.
+const releaseWait = 10 * time.Second
+
 // Release does what Close would have done for a jaild that died: it removes
 // each of dirs (a parent's Dirs) that no live jaild holds, under the same
 // locks, so that a jaild joining the parent meanwhile waits and then
-// creates it again. A parent with sandboxes left in it survives.
+// creates it again. A parent still busy after releaseWait (sandboxes left
+// in it) survives, with an error.
 func Release(lockDir string, dirs []string) error {
 	var errs []error
 	for _, d := range dirs {
@@ -313,7 +318,16 @@ func Release(lockDir string, dirs []string) error {
 			continue // never locked: not a parent jaild made
 		}
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
+			// No jaild uses the parent: a busy one holds a sandbox still
+			// being torn down (or its killed init, not yet reaped by a
+			// slow pid 1). Wait for it a bounded time.
+			deadline := time.Now().Add(releaseWait)
+			err := unix.Rmdir(d)
+			for errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+				err = unix.Rmdir(d)
+			}
+			if err != nil && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -83,22 +84,22 @@ func TestRunExitCodes(t *testing.T) {
 		{name: "stdin file", args: []string{"--stdin", stdinFile, "--", "cat"}, wantStdout: "from a file\n"},
 		{name: "env flag", args: []string{"--env", "A=1", "--env", "B=2", "--shell", "echo $A$B"}, wantStdout: "12\n"},
 		{name: "signal", args: []string{"--shell", "sh -c 'kill -KILL $$'"}, wantCode: 137},
-		{name: "timeout", args: []string{"--timeout", "500ms", "--shell", "echo partial; sleep 10"}, wantCode: exitTimeout, wantStdout: "partial\n"},
-		{name: "timeout from env", env: []string{"JAILD_TIMEOUT=500ms"}, args: []string{"--", "sleep", "10"}, wantCode: exitTimeout},
+		{name: "timeout", args: []string{"--timeout", "500ms", "--shell", "echo partial; sleep 10"}, wantCode: api.ExitTimeout, wantStdout: "partial\n"},
+		{name: "timeout from env", env: []string{"JAILD_TIMEOUT=500ms"}, args: []string{"--", "sleep", "10"}, wantCode: api.ExitTimeout},
 		{name: "flag beats env", env: []string{"JAILD_TIMEOUT=100ms"}, args: []string{"--timeout", "20s", "--shell", "sleep 0.5; echo done"}, wantStdout: "done\n"},
-		{name: "oom", args: []string{"--memory", "32M", "--", "tail", "/dev/zero"}, wantCode: exitOOM},
-		{name: "not found", args: []string{"--", "no-such-cmd"}, wantCode: exitNotFound, wantStderr: "command not found"},
-		{name: "not executable", args: []string{"--", "/etc/passwd"}, wantCode: exitNotExecutable},
-		{name: "missing command", args: []string{}, wantCode: exitUsage, wantStderr: "missing command"},
-		{name: "both shell and argv", args: []string{"--shell", "true", "--", "true"}, wantCode: exitUsage},
-		{name: "bad memory", args: []string{"--memory", "lots", "--", "true"}, wantCode: exitUsage, wantStderr: "not a size"},
-		{name: "memory too small", args: []string{"--memory", "1K", "--", "true"}, wantCode: exitUsage, wantStderr: "memory"},
-		{name: "bad timeout", args: []string{"--timeout", "-1s", "--", "true"}, wantCode: exitUsage},
-		{name: "bad cwd", args: []string{"--cwd", "/etc", "--", "true"}, wantCode: exitUsage, wantStderr: "cwd"},
-		{name: "env without =", args: []string{"--env", "A", "--", "true"}, wantCode: exitUsage, wantStderr: "KEY=VALUE"},
-		{name: "unknown flag", args: []string{"--frobnicate", "--", "true"}, wantCode: exitUsage},
-		{name: "missing rootfs", args: []string{"--rootfs", "/nonexistent-rootfs", "--", "true"}, wantCode: exitRootfs, wantStderr: "rootfs"},
-		{name: "missing stdin file", args: []string{"--stdin", "/nonexistent", "--", "true"}, wantCode: exitUsage},
+		{name: "oom", args: []string{"--memory", "32M", "--", "tail", "/dev/zero"}, wantCode: api.ExitOOM},
+		{name: "not found", args: []string{"--", "no-such-cmd"}, wantCode: api.ExitNotFound, wantStderr: "command not found"},
+		{name: "not executable", args: []string{"--", "/etc/passwd"}, wantCode: api.ExitNotExecutable},
+		{name: "missing command", args: []string{}, wantCode: api.ExitUsage, wantStderr: "missing command"},
+		{name: "both shell and argv", args: []string{"--shell", "true", "--", "true"}, wantCode: api.ExitUsage},
+		{name: "bad memory", args: []string{"--memory", "lots", "--", "true"}, wantCode: api.ExitUsage, wantStderr: "not a size"},
+		{name: "memory too small", args: []string{"--memory", "1K", "--", "true"}, wantCode: api.ExitUsage, wantStderr: "memory"},
+		{name: "bad timeout", args: []string{"--timeout", "-1s", "--", "true"}, wantCode: api.ExitUsage},
+		{name: "bad cwd", args: []string{"--cwd", "/etc", "--", "true"}, wantCode: api.ExitUsage, wantStderr: "cwd"},
+		{name: "env without =", args: []string{"--env", "A", "--", "true"}, wantCode: api.ExitUsage, wantStderr: "KEY=VALUE"},
+		{name: "unknown flag", args: []string{"--frobnicate", "--", "true"}, wantCode: api.ExitUsage},
+		{name: "missing rootfs", args: []string{"--rootfs", "/nonexistent-rootfs", "--", "true"}, wantCode: api.ExitRootfs, wantStderr: "rootfs"},
+		{name: "missing stdin file", args: []string{"--stdin", "/nonexistent", "--", "true"}, wantCode: api.ExitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +117,7 @@ func TestRunExitCodes(t *testing.T) {
 			if tt.wantStderr != "" && !strings.Contains(stderr.String(), tt.wantStderr) {
 				t.Errorf("stderr %q, want it to contain %q", stderr.String(), tt.wantStderr)
 			}
-			if code == exitUsage && strings.Count(strings.TrimSpace(stderr.String()), "\n") > 0 && !strings.Contains(stderr.String(), "USAGE") {
+			if code == api.ExitUsage && strings.Count(strings.TrimSpace(stderr.String()), "\n") > 0 && !strings.Contains(stderr.String(), "USAGE") {
 				t.Errorf("usage error is not one line: %q", stderr.String())
 			}
 		})
@@ -144,8 +145,8 @@ func TestNotRoot(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if code := exitCode(cmd.Run()); code != exitNotRoot {
-		t.Errorf("exit %d, want %d; stderr %q", code, exitNotRoot, stderr.String())
+	if code := exitCode(cmd.Run()); code != api.ExitNotRoot {
+		t.Errorf("exit %d, want %d; stderr %q", code, api.ExitNotRoot, stderr.String())
 	}
 }
 
@@ -171,15 +172,15 @@ func TestDoctorStateDir(t *testing.T) {
 	}
 	want := "state dir " + in.StateDir + " is writable by group or others (mode 0777): chmod go-w " + in.StateDir
 	out, err := in.cmd("doctor").CombinedOutput()
-	if code := exitCode(err); code != exitUnsupported || !strings.Contains(string(out), "MISSING  state dir") || !strings.Contains(string(out), want) {
-		t.Errorf("doctor: exit %d, want %d and MISSING state dir saying %q:\n%s", code, exitUnsupported, want, out)
+	if code := exitCode(err); code != api.ExitUnsupported || !strings.Contains(string(out), "MISSING  state dir") || !strings.Contains(string(out), want) {
+		t.Errorf("doctor: exit %d, want %d and MISSING state dir saying %q:\n%s", code, api.ExitUnsupported, want, out)
 	}
 	if strings.Contains(string(out), "real sandbox") {
 		t.Errorf("doctor ran a sandbox in an untrusted state dir:\n%s", out)
 	}
 	out, err = in.cmd("run", "--", "true").CombinedOutput()
-	if code := exitCode(err); code != exitUsage || string(out) != "jaild: jail: "+want+"\n" {
-		t.Errorf("run: exit %d, want %d and the one line %q:\n%s", code, exitUsage, want, out)
+	if code := exitCode(err); code != api.ExitUsage || string(out) != "jaild: jail: "+want+"\n" {
+		t.Errorf("run: exit %d, want %d and the one line %q:\n%s", code, api.ExitUsage, want, out)
 	}
 }
 
@@ -213,7 +214,9 @@ func TestKilledRun(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("sleep gone %v after jaild", time.Since(killed).Round(time.Millisecond))
-	deadline := time.Now().Add(5 * time.Second)
+	// The watchdog removes the cgroups and state before it exits, which on
+	// a loaded machine takes a while after the processes died.
+	deadline := time.Now().Add(30 * time.Second)
 	for len(testenv.Watchdogs(in.StateDir)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
