@@ -52,7 +52,7 @@
 // libcontainer re-executes the calling binary as "<binary> init" for every
 // container: a program using this package must call libcontainer.Init from
 // an init function when os.Args[1] is "init", before anything else (see
-// cmd/jaild/init.go), and lock its main goroutine to the main thread. Each
+// internal/inithook), and lock its main goroutine to the main thread. Each
 // Manager re-executes it as "<binary> watchdog" too: the same init function
 // must call [Watchdog] when os.Args[1] is [WatchdogArg].
 // Building needs cgo and, for seccomp, the seccomp build tag and

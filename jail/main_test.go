@@ -16,7 +16,7 @@ import (
 )
 
 // The test binary is re-executed as each container's init and as each
-// Manager's watchdog, like jaild itself (see cmd/jaild/init.go).
+// Manager's watchdog, like jaild itself (see internal/inithook).
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		libcontainer.Init()

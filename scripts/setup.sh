@@ -33,10 +33,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 export PATH="$PATH:/usr/local/go/bin"
-# Two builds of cmd/jaild (see its package doc). bin/jaild is the lean one
-# (jaild_lean: run, doctor, and each container's init, without the front
-# ends' packages); its serve, mcp and remote execute bin/jaild-server, the
-# complete build, which must sit next to it. Install the two together.
+# Two binaries (see their package docs). bin/jaild (cmd/jaild) is the lean
+# one: run, doctor, and each one-shot sandbox's init, without the front
+# ends' packages; its serve, mcp and remote execute bin/jaild-server
+# (cmd/jaild-server), the complete one, which must sit next to it. Install
+# the two together.
 # seccomp: libcontainer's seccomp support (without it every sandbox start
 # fails rather than run unfiltered). urfave_cli_no_docs: leaves out the CLI's
 # man-page generator, whose package init would otherwise run in every
@@ -44,12 +45,10 @@ export PATH="$PATH:/usr/local/go/bin"
 # Static (netgo, osusergo: no glibc NSS): the binary starts twice per sandbox,
 # and each start skips the dynamic loader, about 0.5 ms here.
 tags=seccomp,urfave_cli_no_docs,netgo,osusergo
-build() {
-	CGO_ENABLED=1 go build -tags "$1" -trimpath -ldflags '-extldflags=-static' -o "$2" ./cmd/jaild
-	echo "setup.sh: built $(pwd)/$2"
-}
-build "$tags,jaild_lean" bin/jaild
-build "$tags" bin/jaild-server
+for b in jaild jaild-server; do
+	CGO_ENABLED=1 go build -tags "$tags" -trimpath -ldflags '-extldflags=-static' -o "bin/$b" "./cmd/$b"
+	echo "setup.sh: built $(pwd)/bin/$b"
+done
 
 # The MCP end-to-end test's client, at the exact versions of its lock file.
 if [ ! -d scripts/mcp-e2e/node_modules ]; then

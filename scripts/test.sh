@@ -9,7 +9,6 @@ export PATH="$PATH:/usr/local/go/bin"
 
 echo "== go vet"
 go vet -tags seccomp,urfave_cli_no_docs ./...
-go vet -tags seccomp,urfave_cli_no_docs,jaild_lean ./cmd/jaild
 echo "== go test"
 go test -tags seccomp,urfave_cli_no_docs -count=1 -timeout 30m ./...
 echo "== security suite"

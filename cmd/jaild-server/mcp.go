@@ -1,5 +1,3 @@
-//go:build !jaild_lean
-
 package main
 
 import (
@@ -15,6 +13,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
@@ -22,7 +22,7 @@ import (
 
 var mcpCommand = &cli.Command{
 	Name:  "mcp",
-	Usage: mcpUsage,
+	Usage: command.MCPUsage,
 	Description: `Speaks the Model Context Protocol on stdin/stdout for clients that launch
 their tools as subprocesses. Tools: bash (a shell command line) and execute
 (a program and its arguments, with optional stdin); every call runs in a fresh
@@ -47,14 +47,14 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running calls may take (each holds twice --max-output); beyond it calls queue"},
 		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per call to; "-" is stderr, "off" none`},
 		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each call's command in the audit log, not only its SHA-256"},
-	}, managerFlags...),
+	}, command.ManagerFlags...),
 	Action:       mcpAction,
-	OnUsageError: onUsageError,
+	OnUsageError: command.OnUsageError,
 }
 
 func mcpAction(c *cli.Context) error {
 	if c.Args().Len() > 0 {
-		return usageError("jaild mcp takes no arguments")
+		return command.UsageError("jaild mcp takes no arguments")
 	}
 	opts, err := mcpOptions(c)
 	if err != nil {
@@ -65,11 +65,11 @@ func mcpAction(c *cli.Context) error {
 	// some library prints.
 	out, err := protocolStdout()
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("set up stdout: %v", err), exitInternal)
+		return cli.Exit(fmt.Sprintf("set up stdout: %v", err), api.ExitInternal)
 	}
 	defer out.Close()
 
-	m, err := newManager(c, opts.Logger)
+	m, err := command.NewManager(c, opts.Logger)
 	if err != nil {
 		return err
 	}
@@ -105,14 +105,14 @@ func mcpAction(c *cli.Context) error {
 		Audit:     audit,
 	})
 	if err != nil {
-		return usageError("%v", err)
+		return command.UsageError("%v", err)
 	}
 	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: runner, caller: stdioCaller()}, opts)
 	// Run returns when stdin reaches EOF (the client went away), which
 	// also cancels the calls in flight and so kills their sandboxes.
 	err = srv.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: out})
 	if err != nil && ctx.Err() == nil {
-		return cli.Exit(fmt.Sprintf("mcp session: %v", err), exitInternal)
+		return cli.Exit(fmt.Sprintf("mcp session: %v", err), api.ExitInternal)
 	}
 	return nil
 }
@@ -120,13 +120,13 @@ func mcpAction(c *cli.Context) error {
 func mcpOptions(c *cli.Context) (server.MCPOptions, error) {
 	var o server.MCPOptions
 	var err error
-	if o.Limits, o.MaxOutput, err = limitFlags(c, ""); err != nil {
+	if o.Limits, o.MaxOutput, err = command.LimitFlags(c, ""); err != nil {
 		return o, err
 	}
 	o.DefaultTimeout = c.Duration("timeout")
 	o.MaxTimeout = c.Duration("max-timeout")
 	if o.DefaultTimeout <= 0 || o.MaxTimeout <= 0 || o.MaxTimeout > server.MaxMCPTimeout {
-		return o, usageError("--timeout and --max-timeout must be positive, --max-timeout at most %v", server.MaxMCPTimeout)
+		return o, command.UsageError("--timeout and --max-timeout must be positive, --max-timeout at most %v", server.MaxMCPTimeout)
 	}
 	o.Shell = c.String("shell-path")
 	level := slog.LevelInfo

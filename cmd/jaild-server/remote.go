@@ -1,5 +1,3 @@
-//go:build !jaild_lean
-
 package main
 
 import (
@@ -18,6 +16,7 @@ import (
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/client"
+	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -27,7 +26,7 @@ const maxRemoteStdin = 64 << 20
 
 var remoteCommand = &cli.Command{
 	Name:      "remote",
-	Usage:     remoteUsage,
+	Usage:     command.RemoteUsage,
 	ArgsUsage: "-- COMMAND [ARG...]",
 	Description: `Sends COMMAND (argv, no shell) or --shell STRING to a jaild serve daemon's
 /raw endpoint, writes its stdout and stderr here as they are produced, and
@@ -66,7 +65,7 @@ than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "use /run and print the whole result as JSON instead of streaming"},
 	},
 	Action:       remoteAction,
-	OnUsageError: onUsageError,
+	OnUsageError: command.OnUsageError,
 }
 
 func remoteAction(c *cli.Context) error {
@@ -81,23 +80,23 @@ func remoteAction(c *cli.Context) error {
 	}
 	if path := c.String("token-file"); path != "" {
 		if opts.Token, err = client.ReadTokenFile(path); err != nil {
-			return usageError("%v", err)
+			return command.UsageError("%v", err)
 		}
 	}
 	if path := c.String("ca-file"); path != "" {
 		if opts.Socket != "" || !strings.HasPrefix(strings.ToLower(opts.Server), "https://") {
-			return usageError("--ca-file is for an https:// --server")
+			return command.UsageError("--ca-file is for an https:// --server")
 		}
 		if opts.RootCAs, err = client.ReadCAFile(path); err != nil {
-			return usageError("--ca-file: %v", err)
+			return command.UsageError("--ca-file: %v", err)
 		}
 	}
 	cl, err := client.New(opts)
 	if errors.Is(err, client.ErrCleartextToken) {
-		return usageError("--server %s: refusing to send the token in cleartext to a host that is not loopback; use https:// (with --ca-file for a private CA) or --insecure-plaintext", opts.Server)
+		return command.UsageError("--server %s: refusing to send the token in cleartext to a host that is not loopback; use https:// (with --ca-file for a private CA) or --insecure-plaintext", opts.Server)
 	}
 	if err != nil {
-		return usageError("%v", err)
+		return command.UsageError("%v", err)
 	}
 
 	// A signal closes the connection, which makes the daemon kill the
@@ -127,14 +126,14 @@ func remoteRequest(c *cli.Context) (*api.Request, error) {
 	req := &api.Request{Cwd: c.String("cwd")}
 	switch sh, args := c.String("shell"), c.Args().Slice(); {
 	case sh != "" && len(args) > 0:
-		return nil, usageError("give either --shell STRING or -- COMMAND, not both")
+		return nil, command.UsageError("give either --shell STRING or -- COMMAND, not both")
 	case c.IsSet("shell"):
 		if strings.TrimSpace(sh) == "" {
-			return nil, usageError("--shell: empty command")
+			return nil, command.UsageError("--shell: empty command")
 		}
 		req.Command = sh
 	case len(args) == 0:
-		return nil, usageError("missing command: jaild remote [flags] -- COMMAND [ARG...]")
+		return nil, command.UsageError("missing command: jaild remote [flags] -- COMMAND [ARG...]")
 	default:
 		req.Executable, req.Args = args[0], args[1:]
 	}
@@ -150,7 +149,7 @@ func remoteRequest(c *cli.Context) (*api.Request, error) {
 	for _, kv := range c.StringSlice("env") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, usageError("--env %q: want KEY=VALUE", kv)
+			return nil, command.UsageError("--env %q: want KEY=VALUE", kv)
 		}
 		env[k] = v
 	}
@@ -161,7 +160,7 @@ func remoteRequest(c *cli.Context) (*api.Request, error) {
 	if c.IsSet("timeout") {
 		d := c.Duration("timeout")
 		if d <= 0 {
-			return nil, usageError("--timeout must be positive")
+			return nil, command.UsageError("--timeout must be positive")
 		}
 		ms := d.Milliseconds()
 		req.TimeoutMS = &ms
@@ -173,7 +172,7 @@ func remoteRequest(c *cli.Context) (*api.Request, error) {
 		if !c.IsSet(s.flag) {
 			continue
 		}
-		n, err := sizeFlag(c, s.flag)
+		n, err := command.SizeFlag(c, s.flag)
 		if err != nil {
 			return nil, err
 		}
@@ -191,10 +190,10 @@ func remoteRequest(c *cli.Context) (*api.Request, error) {
 	if !c.Bool("no-stdin") && !isTerminal(os.Stdin) {
 		data, err := io.ReadAll(io.LimitReader(os.Stdin, maxRemoteStdin+1))
 		if err != nil {
-			return nil, usageError("read stdin: %v", err)
+			return nil, command.UsageError("read stdin: %v", err)
 		}
 		if len(data) > maxRemoteStdin {
-			return nil, usageError("stdin is larger than %d bytes", maxRemoteStdin)
+			return nil, command.UsageError("stdin is larger than %d bytes", maxRemoteStdin)
 		}
 		if len(data) > 0 {
 			// Always as base64: stdin may be any bytes, and JSON text
@@ -212,7 +211,7 @@ func isTerminal(f *os.File) bool {
 
 // remoteExit exits as jaild run would for the same result.
 func remoteExit(exitCode int, v *api.Verdict) error {
-	code := resultCode(&jail.Result{ExitCode: exitCode, Signal: v.Signal, TimedOut: v.TimedOut, OOMKilled: v.OOMKilled})
+	code := command.ResultCode(&jail.Result{ExitCode: exitCode, Signal: v.Signal, TimedOut: v.TimedOut, OOMKilled: v.OOMKilled})
 	if code != 0 {
 		return cli.Exit("", code)
 	}
@@ -222,15 +221,15 @@ func remoteExit(exitCode int, v *api.Verdict) error {
 // remoteError maps a failed call to jaild run's exit codes.
 func remoteError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return cli.Exit("interrupted; the remote sandbox was killed", exitInternal)
+		return cli.Exit("interrupted; the remote sandbox was killed", api.ExitInternal)
 	}
 	var cve *tls.CertificateVerificationError
 	if errors.As(err, &cve) {
-		return cli.Exit(err.Error()+" (--ca-file FILE trusts the CA that signed the daemon's certificate)", exitInternal)
+		return cli.Exit(err.Error()+" (--ca-file FILE trusts the CA that signed the daemon's certificate)", api.ExitInternal)
 	}
 	var ae *client.APIError
 	if !errors.As(err, &ae) {
-		return cli.Exit(err.Error(), exitInternal)
+		return cli.Exit(err.Error(), api.ExitInternal)
 	}
 	code := api.CodeOutcome(ae.Code).Exit
 	msg := ae.Error()

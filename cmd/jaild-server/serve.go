@@ -1,5 +1,3 @@
-//go:build !jaild_lean
-
 package main
 
 import (
@@ -22,6 +20,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
@@ -33,7 +33,7 @@ const sweepInterval = time.Minute
 
 var serveCommand = &cli.Command{
 	Name:  "serve",
-	Usage: serveUsage,
+	Usage: command.ServeUsage,
 	Description: `Serves the jaild HTTP API (GET /openapi.yaml describes it) on a loopback
 address (default 127.0.0.1:8080) or a unix socket (--socket, mode 0660). Every
 request runs in a fresh sandbox; requests may ask for less than the --max-*
@@ -93,18 +93,18 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringSliceFlag{Name: "allowed-origin", Aliases: []string{"mcp-allowed-origin"}, EnvVars: []string{"JAILD_ALLOWED_ORIGINS", "JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin (https://app.example.com) allowed to call the API besides loopback ones (repeatable)"},
 		&cli.StringSliceFlag{Name: "allowed-host", EnvVars: []string{"JAILD_ALLOWED_HOSTS"}, Usage: "host name requests may address the daemon by, besides loopback names, IP addresses and the --listen name (repeatable; \"*\": any); against DNS rebinding"},
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running requests may take (each holds twice its max output until answered); beyond it requests queue"},
-	}, managerFlags...),
+	}, command.ManagerFlags...),
 	Action:       serveAction,
-	OnUsageError: onUsageError,
+	OnUsageError: command.OnUsageError,
 }
 
 func serveAction(c *cli.Context) error {
 	if c.Args().Len() > 0 {
-		return usageError("jaild serve takes no arguments")
+		return command.UsageError("jaild serve takes no arguments")
 	}
 	if path := c.String("config"); path != "" {
 		if err := applyConfigFile(c, path); err != nil {
-			return usageError("%v", err)
+			return command.UsageError("%v", err)
 		}
 	}
 	log, err := serveLogger(c)
@@ -115,7 +115,7 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	maxBody, err := sizeFlag(c, "max-body")
+	maxBody, err := command.SizeFlag(c, "max-body")
 	if err != nil {
 		return err
 	}
@@ -125,19 +125,19 @@ func serveAction(c *cli.Context) error {
 	}
 	limitHeap(adm.MaxOutputMemory)
 	if c.Duration("grace") <= 0 || c.Int("max-conns") <= 0 {
-		return usageError("--max-conns and --grace must be positive")
+		return command.UsageError("--max-conns and --grace must be positive")
 	}
 	perPeer := c.Int("max-conns-per-peer")
 	switch {
 	case perPeer < 0:
-		return usageError("--max-conns-per-peer %d: must not be negative (0: no cap)", perPeer)
+		return command.UsageError("--max-conns-per-peer %d: must not be negative (0: no cap)", perPeer)
 	case perPeer == 0:
 		perPeer = -1
 	}
 	var tokens *server.Tokens
 	if path := c.String("token-file"); path != "" {
 		if tokens, err = server.LoadTokens(path); err != nil {
-			return usageError("%v", err)
+			return command.UsageError("%v", err)
 		}
 	}
 	ln, err := serveListener(c, tokens != nil, log)
@@ -152,7 +152,7 @@ func serveAction(c *cli.Context) error {
 	}
 	defer closeAudit()
 
-	m, err := newManager(c, log)
+	m, err := command.NewManager(c, log)
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func serveAction(c *cli.Context) error {
 	metrics := run.NewMetrics()
 	runner, err := run.Chain(runnerBase, run.ChainOptions{Max: max, Admission: adm, Audit: audit, Metrics: metrics})
 	if err != nil {
-		return usageError("%v", err)
+		return command.UsageError("%v", err)
 	}
 
 	var mcpHandler http.Handler
@@ -221,7 +221,7 @@ func serveAction(c *cli.Context) error {
 		MaxConnsPerPeer: perPeer,
 	})
 	if err != nil {
-		return usageError("%v", err)
+		return command.UsageError("%v", err)
 	}
 
 	// The first signal starts a graceful shutdown; a second one cuts the
@@ -255,11 +255,11 @@ func serveAction(c *cli.Context) error {
 	close(done)
 	<-watcher
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("serve: %v", err), exitInternal)
+		return cli.Exit(fmt.Sprintf("serve: %v", err), api.ExitInternal)
 	}
 	closePool()
 	if err := m.Close(); err != nil {
-		return cli.Exit(fmt.Sprintf("clean up sandboxes: %v", err), exitInternal)
+		return cli.Exit(fmt.Sprintf("clean up sandboxes: %v", err), api.ExitInternal)
 	}
 	log.Info("stopped")
 	return nil
@@ -271,14 +271,14 @@ func serveAction(c *cli.Context) error {
 func startPool(c *cli.Context, m *jail.Manager, l jail.Limits) (run.Runner, func(), error) {
 	n := c.Int("pool")
 	if n < 0 {
-		return nil, nil, usageError("--pool %d: must not be negative", n)
+		return nil, nil, command.UsageError("--pool %d: must not be negative", n)
 	}
 	if n == 0 {
 		return m, func() {}, nil
 	}
 	pool, err := m.NewPool(n, l)
 	if err != nil {
-		return nil, nil, usageError("--pool: %v", err)
+		return nil, nil, command.UsageError("--pool: %v", err)
 	}
 	return pool, func() { _ = pool.Close() }, nil
 }
@@ -294,7 +294,7 @@ func serveLogger(c *cli.Context) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	default:
-		return nil, usageError("--log-format %q: want text or json", f)
+		return nil, command.UsageError("--log-format %q: want text or json", f)
 	}
 }
 
@@ -302,15 +302,15 @@ func serveLogger(c *cli.Context) (*slog.Logger, error) {
 func serveMaxima(c *cli.Context) (run.Maxima, error) {
 	var m run.Maxima
 	var err error
-	if m.Limits, m.MaxOutput, err = limitFlags(c, "max-"); err != nil {
+	if m.Limits, m.MaxOutput, err = command.LimitFlags(c, "max-"); err != nil {
 		return m, err
 	}
 	m.Timeout = c.Duration("max-timeout")
 	if m.Timeout <= 0 {
-		return m, usageError("--max-timeout must be positive")
+		return m, command.UsageError("--max-timeout must be positive")
 	}
 	if m.Timeout > jail.MaxTimeout {
-		return m, usageError("--max-timeout %v: at most %v", m.Timeout, jail.MaxTimeout)
+		return m, command.UsageError("--max-timeout %v: at most %v", m.Timeout, jail.MaxTimeout)
 	}
 	return m, nil
 }
@@ -341,26 +341,26 @@ func serveListener(c *cli.Context, haveTokens bool, log *slog.Logger) (net.Liste
 	useTLS, plaintext := certFile != "" || keyFile != "", c.Bool("insecure-plaintext")
 	switch {
 	case (certFile == "") != (keyFile == ""):
-		return nil, usageError("--tls-cert and --tls-key go together: give both or neither")
+		return nil, command.UsageError("--tls-cert and --tls-key go together: give both or neither")
 	case useTLS && plaintext:
-		return nil, usageError("--insecure-plaintext contradicts --tls-cert and --tls-key: give one or the other")
+		return nil, command.UsageError("--insecure-plaintext contradicts --tls-cert and --tls-key: give one or the other")
 	}
 	if path := c.String("socket"); path != "" {
 		if c.IsSet("listen") {
-			return nil, usageError("give --listen or --socket, not both")
+			return nil, command.UsageError("give --listen or --socket, not both")
 		}
 		if useTLS {
-			return nil, usageError("--tls-cert and --tls-key are for --listen; a unix socket needs no TLS")
+			return nil, command.UsageError("--tls-cert and --tls-key are for --listen; a unix socket needs no TLS")
 		}
 		return listenUnix(path, c.String("socket-group"))
 	}
 	if c.IsSet("socket-group") {
-		return nil, usageError("--socket-group needs --socket")
+		return nil, command.UsageError("--socket-group needs --socket")
 	}
 	addr := c.String("listen")
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, usageError("--listen %q: %v", addr, err)
+		return nil, command.UsageError("--listen %q: %v", addr, err)
 	}
 	if !isLoopbackHost(host) {
 		if err := offLoopback(addr, haveTokens, useTLS, plaintext); err != nil {
@@ -370,12 +370,12 @@ func serveListener(c *cli.Context, haveTokens bool, log *slog.Logger) (net.Liste
 	var cfg *tls.Config
 	if useTLS {
 		if cfg, err = serverTLS(certFile, keyFile, log); err != nil {
-			return nil, usageError("%v", err)
+			return nil, command.UsageError("%v", err)
 		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, cli.Exit(fmt.Sprintf("listen on %s: %v", addr, err), exitInternal)
+		return nil, cli.Exit(fmt.Sprintf("listen on %s: %v", addr, err), api.ExitInternal)
 	}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		if err := offLoopback(fmt.Sprintf("%s (bound %s)", addr, tcp), haveTokens, useTLS, plaintext); err != nil {
@@ -394,9 +394,9 @@ func serveListener(c *cli.Context, haveTokens bool, log *slog.Logger) (net.Liste
 func offLoopback(addr string, haveTokens, useTLS, plaintext bool) error {
 	switch {
 	case !haveTokens:
-		return usageError("--listen %s is not a loopback address: refusing to serve without --token-file", addr)
+		return command.UsageError("--listen %s is not a loopback address: refusing to serve without --token-file", addr)
 	case !useTLS && !plaintext:
-		return usageError("--listen %s is not a loopback address: refusing to send bearer tokens in cleartext; give --tls-cert and --tls-key (or --insecure-plaintext behind a TLS proxy)", addr)
+		return command.UsageError("--listen %s is not a loopback address: refusing to send bearer tokens in cleartext; give --tls-cert and --tls-key (or --insecure-plaintext behind a TLS proxy)", addr)
 	}
 	return nil
 }
@@ -432,20 +432,20 @@ func listenUnix(path, group string) (net.Listener, error) {
 			g, err = user.LookupGroupId(group)
 		}
 		if err != nil {
-			return nil, usageError("--socket-group %q: no such group", group)
+			return nil, command.UsageError("--socket-group %q: no such group", group)
 		}
 		gid, _ = strconv.Atoi(g.Gid)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
-			return nil, usageError("--socket %s exists and is not a socket", path)
+			return nil, command.UsageError("--socket %s exists and is not a socket", path)
 		}
 		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			conn.Close()
-			return nil, cli.Exit(fmt.Sprintf("--socket %s: another daemon is serving on it", path), exitInternal)
+			return nil, cli.Exit(fmt.Sprintf("--socket %s: another daemon is serving on it", path), api.ExitInternal)
 		}
 		if err := os.Remove(path); err != nil {
-			return nil, cli.Exit(fmt.Sprintf("remove stale socket: %v", err), exitInternal)
+			return nil, cli.Exit(fmt.Sprintf("remove stale socket: %v", err), api.ExitInternal)
 		}
 	}
 	// The umask keeps the socket closed to others between its creation
@@ -454,15 +454,15 @@ func listenUnix(path, group string) (net.Listener, error) {
 	ln, err := net.Listen("unix", path)
 	unix.Umask(old)
 	if err != nil {
-		return nil, cli.Exit(fmt.Sprintf("listen on %s: %v", path, err), exitInternal)
+		return nil, cli.Exit(fmt.Sprintf("listen on %s: %v", path, err), api.ExitInternal)
 	}
 	if err := os.Chown(path, 0, gid); err != nil {
 		ln.Close()
-		return nil, cli.Exit(fmt.Sprintf("chown socket: %v", err), exitInternal)
+		return nil, cli.Exit(fmt.Sprintf("chown socket: %v", err), api.ExitInternal)
 	}
 	if err := os.Chmod(path, 0o660); err != nil {
 		ln.Close()
-		return nil, cli.Exit(fmt.Sprintf("chmod socket: %v", err), exitInternal)
+		return nil, cli.Exit(fmt.Sprintf("chmod socket: %v", err), api.ExitInternal)
 	}
 	return ln, nil
 }
@@ -476,7 +476,7 @@ func openAudit(c *cli.Context, log *slog.Logger) (*run.AuditLog, func(), error) 
 	}
 	w, err := run.OpenAuditLog(path, os.Stderr)
 	if err != nil {
-		return nil, nil, cli.Exit(err.Error(), exitInternal)
+		return nil, nil, cli.Exit(err.Error(), api.ExitInternal)
 	}
 	l := run.NewAuditLog(w, run.AuditOptions{LogCommand: c.Bool("audit-command"), Logger: log})
 	return l, func() { w.Close() }, nil
@@ -492,14 +492,14 @@ func admitOptions(c *cli.Context, maxOutput int64) (run.AdmitOptions, error) {
 		MaxWait:       c.Duration("queue-wait"),
 	}
 	var err error
-	if adm.MaxOutputMemory, err = sizeFlag(c, "max-output-memory"); err != nil {
+	if adm.MaxOutputMemory, err = command.SizeFlag(c, "max-output-memory"); err != nil {
 		return adm, err
 	}
 	if adm.MaxConcurrent <= 0 || adm.MaxQueue < 0 || adm.MaxWait <= 0 {
-		return adm, usageError("--max-concurrent and --queue-wait must be positive, --queue not negative")
+		return adm, command.UsageError("--max-concurrent and --queue-wait must be positive, --queue not negative")
 	}
 	if adm.MaxOutputMemory < 2*maxOutput {
-		return adm, usageError("--max-output-memory %d is less than twice the largest output a run may keep (%d per stream)", adm.MaxOutputMemory, maxOutput)
+		return adm, command.UsageError("--max-output-memory %d is less than twice the largest output a run may keep (%d per stream)", adm.MaxOutputMemory, maxOutput)
 	}
 	return adm, nil
 }

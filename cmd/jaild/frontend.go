@@ -1,5 +1,3 @@
-//go:build jaild_lean
-
 package main
 
 import (
@@ -12,6 +10,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -25,9 +25,9 @@ const serverBinary = "jaild-server"
 // MainPID, an MCP client's child) and its stdio. Their flags and help are
 // jaild-server's own: `jaild serve --help` prints them.
 var (
-	serveCommand  = frontEnd("serve", serveUsage)
-	mcpCommand    = frontEnd("mcp", mcpUsage)
-	remoteCommand = frontEnd("remote", remoteUsage)
+	serveCommand  = frontEnd("serve", command.ServeUsage)
+	mcpCommand    = frontEnd("mcp", command.MCPUsage)
+	remoteCommand = frontEnd("remote", command.RemoteUsage)
 )
 
 func frontEnd(name, usage string) *cli.Command {
@@ -131,7 +131,7 @@ func execServer(command string, args []string) error {
 		err = execveat(fd, argv, os.Environ())
 		unix.Close(fd)
 	}
-	return cli.Exit(fmt.Sprintf("%s is run by %s, which cannot be executed: %v (scripts/setup.sh builds it next to jaild)", command, bin, err), exitInternal)
+	return cli.Exit(fmt.Sprintf("%s is run by %s, which cannot be executed: %v (scripts/setup.sh builds it next to jaild)", command, bin, err), api.ExitInternal)
 }
 
 // execveat executes the file open as fd, as fexecve(3) does. Unlike

@@ -7,11 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/api"
 	"golang.org/x/sys/unix"
 )
 
-// TestLeanBuild checks what the lean build links: none of the front ends'
-// packages, whose inits would run again in every sandbox's init process.
+// TestLeanBuild checks what jaild links: none of the front ends' packages,
+// whose inits would run again in every sandbox's init process; those are
+// jaild-server's.
 func TestLeanBuild(t *testing.T) {
 	heavy := []string{
 		"github.com/jaild/jaild/server",
@@ -19,10 +21,10 @@ func TestLeanBuild(t *testing.T) {
 		"github.com/prometheus/client_golang/prometheus",
 		"net/http",
 	}
-	deps := func(tags string) map[string]bool {
-		out, err := exec.Command("go", "list", "-deps", "-tags", tags, ".").Output()
+	deps := func(pkg string) map[string]bool {
+		out, err := exec.Command("go", "list", "-deps", "-tags", "seccomp", pkg).Output()
 		if err != nil {
-			t.Fatalf("go list -tags %s: %v", tags, err)
+			t.Fatalf("go list %s: %v", pkg, err)
 		}
 		set := make(map[string]bool)
 		for _, p := range strings.Fields(string(out)) {
@@ -30,7 +32,7 @@ func TestLeanBuild(t *testing.T) {
 		}
 		return set
 	}
-	lean, full := deps("seccomp,jaild_lean"), deps("seccomp")
+	lean, full := deps("."), deps("../jaild-server")
 	for _, p := range heavy {
 		if !full[p] {
 			t.Errorf("the complete build does not link %s; update this test's list", p)
@@ -84,8 +86,8 @@ func TestFrontEndStandIns(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(lone, "serve").CombinedOutput()
-	if code := exitCode(err); code != exitInternal {
-		t.Errorf("lone jaild serve: exit %d, want %d\n%s", code, exitInternal, out)
+	if code := exitCode(err); code != api.ExitInternal {
+		t.Errorf("lone jaild serve: exit %d, want %d\n%s", code, api.ExitInternal, out)
 	}
 	if want := filepath.Join(dir, "jaild-server"); !strings.Contains(string(out), want) {
 		t.Errorf("lone jaild serve: error does not name %s: %s", want, out)
@@ -98,7 +100,7 @@ func TestFrontEndStandIns(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err = exec.Command(lone, "serve").CombinedOutput()
-	if code := exitCode(err); code != exitInternal || strings.Contains(string(out), "ran") || !strings.Contains(string(out), "writable by group or others") {
+	if code := exitCode(err); code != api.ExitInternal || strings.Contains(string(out), "ran") || !strings.Contains(string(out), "writable by group or others") {
 		t.Errorf("lone jaild serve next to a world-writable jaild-server: exit %d\n%s", code, out)
 	}
 	if err := os.Remove(filepath.Join(dir, "jaild-server")); err != nil {
@@ -216,8 +218,8 @@ func TestFrontEndTrust(t *testing.T) {
 				t.Fatalf("jaild serve ran it:\n%s", out)
 			}
 			want := strings.ReplaceAll(tt.want, "DIR", dir)
-			if code := exitCode(err); code != exitInternal || !strings.Contains(string(out), want) {
-				t.Errorf("jaild serve: exit %d, want %d and an error saying %q:\n%s", code, exitInternal, want, out)
+			if code := exitCode(err); code != api.ExitInternal || !strings.Contains(string(out), want) {
+				t.Errorf("jaild serve: exit %d, want %d and an error saying %q:\n%s", code, api.ExitInternal, want, out)
 			}
 		})
 	}
@@ -256,7 +258,7 @@ func TestFrontEndExecsCheckedFile(t *testing.T) {
 		switch code := exitCode(err); code {
 		case 0:
 			ran++
-		case exitInternal:
+		case api.ExitInternal:
 			refused++
 		default:
 			t.Errorf("run %d: exit %d: jaild serve executed a file other than the one it checked\n%s", i, code, out)

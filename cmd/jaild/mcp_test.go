@@ -1,5 +1,3 @@
-//go:build !jaild_lean
-
 package main
 
 import (

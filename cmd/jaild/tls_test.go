@@ -291,8 +291,8 @@ func TestServeTLS(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, _, stderr := remote(t, false, nil, append([]string{"--server", base, "--token-file", tokens, "--", "true"}, args...)...)
-			if code != exitInternal || !strings.Contains(stderr, "x509: certificate signed by unknown authority") || !strings.Contains(stderr, "--ca-file") {
-				t.Errorf("exit %d, stderr %q; want %d and an x509 error naming --ca-file", code, stderr, exitInternal)
+			if code != api.ExitInternal || !strings.Contains(stderr, "x509: certificate signed by unknown authority") || !strings.Contains(stderr, "--ca-file") {
+				t.Errorf("exit %d, stderr %q; want %d and an x509 error naming --ca-file", code, stderr, api.ExitInternal)
 			}
 		})
 	}
@@ -446,8 +446,8 @@ func TestServeTLSRefusals(t *testing.T) {
 			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 			out, err := cmd.CombinedOutput()
 			msg := strings.TrimSpace(string(out))
-			if code := exitCode(err); code != exitUsage || strings.Contains(msg, "\n") {
-				t.Errorf("exit %d, output %q; want %d and one line", code, msg, exitUsage)
+			if code := exitCode(err); code != api.ExitUsage || strings.Contains(msg, "\n") {
+				t.Errorf("exit %d, output %q; want %d and one line", code, msg, api.ExitUsage)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(msg, w) {
@@ -496,19 +496,19 @@ func TestRemoteCleartextToken(t *testing.T) {
 		want     string
 	}{
 		{name: "token over http off loopback", args: []string{"--server", "http://192.0.2.1:8080", "--token-file", tokens},
-			wantCode: exitUsage, want: "refusing to send the token in cleartext to a host that is not loopback; use https:// (with --ca-file for a private CA) or --insecure-plaintext"},
+			wantCode: api.ExitUsage, want: "refusing to send the token in cleartext to a host that is not loopback; use https:// (with --ca-file for a private CA) or --insecure-plaintext"},
 		{name: "allowed with --insecure-plaintext", args: []string{"--server", "http://192.0.2.1:8080", "--token-file", tokens, "--insecure-plaintext"},
-			wantCode: exitInternal, want: "unreachable"},
+			wantCode: api.ExitInternal, want: "unreachable"},
 		{name: "allowed over https", args: []string{"--server", "https://192.0.2.1:8443", "--token-file", tokens},
-			wantCode: exitInternal, want: "unreachable"},
+			wantCode: api.ExitInternal, want: "unreachable"},
 		{name: "allowed without a token", args: []string{"--server", "http://192.0.2.1:8080"},
-			wantCode: exitInternal, want: "unreachable"},
+			wantCode: api.ExitInternal, want: "unreachable"},
 		{name: "allowed to loopback", args: []string{"--server", "http://localhost:1", "--token-file", tokens},
-			wantCode: exitInternal, want: "POST /raw"},
+			wantCode: api.ExitInternal, want: "POST /raw"},
 		{name: "--ca-file with http", args: []string{"--server", "http://127.0.0.1:1", "--ca-file", ca.file},
-			wantCode: exitUsage, want: "--ca-file is for an https:// --server"},
+			wantCode: api.ExitUsage, want: "--ca-file is for an https:// --server"},
 		{name: "--ca-file without a certificate", args: []string{"--server", "https://127.0.0.1:1", "--ca-file", tokens},
-			wantCode: exitUsage, want: "no PEM certificate"},
+			wantCode: api.ExitUsage, want: "no PEM certificate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -516,7 +516,7 @@ func TestRemoteCleartextToken(t *testing.T) {
 			if code != tt.wantCode || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, tt.wantCode, tt.want)
 			}
-			if tt.wantCode != exitUsage && strings.Contains(stderr, "cleartext") {
+			if tt.wantCode != api.ExitUsage && strings.Contains(stderr, "cleartext") {
 				t.Errorf("refused: %q", stderr)
 			}
 		})

@@ -1,4 +1,4 @@
-package main
+package command
 
 import (
 	"fmt"
@@ -22,16 +22,16 @@ const (
 	exitNotFound      = api.ExitNotFound
 )
 
-// exitError maps an error to a cli exit with its documented code.
-func exitError(err error) error {
+// ExitError maps an error to a cli exit with its documented code.
+func ExitError(err error) error {
 	return cli.Exit(err.Error(), api.ErrorOutcome(err).Exit)
 }
 
-// resultCode is the exit code that reports res.
-func resultCode(res *jail.Result) int {
+// ResultCode is the exit code that reports res.
+func ResultCode(res *jail.Result) int {
 	return api.ResultOutcome(res).Exit
 }
 
-func usageError(format string, args ...any) error {
+func UsageError(format string, args ...any) error {
 	return cli.Exit(fmt.Sprintf(format, args...), exitUsage)
 }

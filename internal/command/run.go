@@ -1,4 +1,4 @@
-package main
+package command
 
 import (
 	"context"
@@ -17,7 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var runCommand = &cli.Command{
+// Run is the run command: one command in a fresh sandbox.
+var Run = &cli.Command{
 	Name:      "run",
 	Usage:     "run one command in a fresh sandbox and exit with its exit code",
 	ArgsUsage: "-- COMMAND [ARG...]",
@@ -42,20 +43,20 @@ Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 		&cli.StringFlag{Name: "max-output", Value: "1M", EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "print the result as JSON instead of the output"},
 		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
-	}, managerFlags...),
+	}, ManagerFlags...),
 	Action:       runAction,
-	OnUsageError: onUsageError,
+	OnUsageError: OnUsageError,
 }
 
-// onUsageError makes a flag error one line and exit code exitUsage, instead
+// OnUsageError makes a flag error one line and exit code exitUsage, instead
 // of urfave/cli's full help text.
-func onUsageError(_ *cli.Context, err error, _ bool) error {
-	return usageError("%v (see --help)", err)
+func OnUsageError(_ *cli.Context, err error, _ bool) error {
+	return UsageError("%v (see --help)", err)
 }
 
-// managerFlags configure the jail.Manager; every command that builds
+// ManagerFlags configure the jail.Manager; every command that builds
 // sandboxes shares them.
-var managerFlags = []cli.Flag{
+var ManagerFlags = []cli.Flag{
 	&cli.StringFlag{Name: "rootfs", Value: "host", EnvVars: []string{"JAILD_ROOTFS"}, Usage: `root file system: "host" (read-only template over the host's /usr) or a prepared DIR`},
 	&cli.StringFlag{Name: "state-dir", Value: jail.DefaultStateDir, EnvVars: []string{"JAILD_STATE_DIR"}, Usage: "where container state and the rootfs template live"},
 	&cli.StringFlag{Name: "cgroup-parent", EnvVars: []string{"JAILD_CGROUP_PARENT"}, Usage: "parent cgroup of all sandboxes (default: automatic, see jaild doctor)"},
@@ -65,11 +66,11 @@ var managerFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "debug", EnvVars: []string{"JAILD_DEBUG"}, Usage: "log debug messages to stderr"},
 }
 
-// newManager builds the jail.Manager from managerFlags.
-// newManager builds the Manager of the manager flags. Its log goes to log,
+// NewManager builds the jail.Manager from ManagerFlags.
+// NewManager builds the Manager of the manager flags. Its log goes to log,
 // or, if nil, to stderr as text, warnings only unless --debug.
-func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
-	total, err := sizeFlag(c, "total-memory")
+func NewManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
+	total, err := SizeFlag(c, "total-memory")
 	if err != nil {
 		return nil, err
 	}
@@ -91,37 +92,37 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		Logger:     log,
 	})
 	if err != nil {
-		return nil, exitError(err)
+		return nil, ExitError(err)
 	}
 	return m, nil
 }
 
-// sizeFlag parses a size flag such as "256M"; an empty flag is 0.
-func sizeFlag(c *cli.Context, name string) (int64, error) {
+// SizeFlag parses a size flag such as "256M"; an empty flag is 0.
+func SizeFlag(c *cli.Context, name string) (int64, error) {
 	s := c.String(name)
 	if s == "" {
 		return 0, nil
 	}
 	n, err := units.RAMInBytes(s)
 	if err != nil || n < 0 {
-		return 0, usageError("--%s %q: not a size (e.g. 512K, 256M, 1G)", name, s)
+		return 0, UsageError("--%s %q: not a size (e.g. 512K, 256M, 1G)", name, s)
 	}
 	return n, nil
 }
 
-// limitFlags reads a sandbox's limits from the flags prefix+"memory",
+// LimitFlags reads a sandbox's limits from the flags prefix+"memory",
 // prefix+"tmpfs-size", prefix+"pids" and prefix+"cpus", and its output cap
 // from "max-output": run and mcp read the limits their sandboxes get (prefix
 // ""), serve the ceilings of what a request may ask for ("max-"). Each must
 // be positive and within jail's bounds.
-func limitFlags(c *cli.Context, prefix string) (l jail.Limits, maxOutput int64, err error) {
-	if l.Memory, err = sizeFlag(c, prefix+"memory"); err != nil {
+func LimitFlags(c *cli.Context, prefix string) (l jail.Limits, maxOutput int64, err error) {
+	if l.Memory, err = SizeFlag(c, prefix+"memory"); err != nil {
 		return l, 0, err
 	}
-	if l.TmpfsSize, err = sizeFlag(c, prefix+"tmpfs-size"); err != nil {
+	if l.TmpfsSize, err = SizeFlag(c, prefix+"tmpfs-size"); err != nil {
 		return l, 0, err
 	}
-	if maxOutput, err = sizeFlag(c, "max-output"); err != nil {
+	if maxOutput, err = SizeFlag(c, "max-output"); err != nil {
 		return l, 0, err
 	}
 	l.Pids = c.Int64(prefix + "pids")
@@ -137,14 +138,14 @@ func limitFlags(c *cli.Context, prefix string) (l jail.Limits, maxOutput int64, 
 		{"max-output", maxOutput > 0},
 	} {
 		if !f.positive {
-			return l, 0, usageError("--%s must be positive", f.name)
+			return l, 0, UsageError("--%s must be positive", f.name)
 		}
 	}
 	if err := l.Validate(); err != nil {
 		if prefix != "" {
-			return l, 0, usageError("--%s*: %v", prefix, err)
+			return l, 0, UsageError("--%s*: %v", prefix, err)
 		}
-		return l, 0, usageError("%v", err)
+		return l, 0, UsageError("%v", err)
 	}
 	return l, maxOutput, nil
 }
@@ -156,7 +157,7 @@ func runAction(c *cli.Context) error {
 	}
 	defer closeStdin()
 	if err := spec.Validate(); err != nil {
-		return exitError(err)
+		return ExitError(err)
 	}
 	// SIGINT, SIGTERM and SIGHUP cancel the run: the sandbox is killed and
 	// torn down before jaild exits, with 128+N like a shell. They are
@@ -177,7 +178,7 @@ func runAction(c *cli.Context) error {
 		}
 	}()
 
-	m, err := newManager(c, nil)
+	m, err := NewManager(c, nil)
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,7 @@ func runAction(c *cli.Context) error {
 		err = signalError{sig}
 	}
 	if err != nil && res == nil {
-		return exitError(err)
+		return ExitError(err)
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(os.Stdout)
@@ -205,9 +206,9 @@ func runAction(c *cli.Context) error {
 		return cli.Exit("", 128+int(se.sig))
 	}
 	if err != nil {
-		return exitError(err)
+		return ExitError(err)
 	}
-	if code := resultCode(res); code != 0 {
+	if code := ResultCode(res); code != 0 {
 		return cli.Exit("", code)
 	}
 	return nil
@@ -218,26 +219,26 @@ func specFromFlags(c *cli.Context) (*jail.Spec, func(), error) {
 	noop := func() {}
 	spec := &jail.Spec{}
 	var err error
-	if spec.Limits, spec.MaxOutput, err = limitFlags(c, ""); err != nil {
+	if spec.Limits, spec.MaxOutput, err = LimitFlags(c, ""); err != nil {
 		return nil, noop, err
 	}
 	spec.Timeout = c.Duration("timeout")
 	if spec.Timeout <= 0 {
-		return nil, noop, usageError("--timeout must be positive")
+		return nil, noop, UsageError("--timeout must be positive")
 	}
 	spec.Env = c.StringSlice("env")
 	spec.Dir = c.String("cwd")
 
 	switch sh, args := c.String("shell"), c.Args().Slice(); {
 	case sh != "" && len(args) > 0:
-		return nil, noop, usageError("give either --shell STRING or -- COMMAND, not both")
+		return nil, noop, UsageError("give either --shell STRING or -- COMMAND, not both")
 	case c.IsSet("shell"):
 		if sh == "" {
-			return nil, noop, usageError("--shell: empty command")
+			return nil, noop, UsageError("--shell: empty command")
 		}
 		spec.Args = []string{"/bin/sh", "-c", sh}
 	case len(args) == 0:
-		return nil, noop, usageError("missing command: jaild run [flags] -- COMMAND [ARG...]")
+		return nil, noop, UsageError("missing command: jaild run [flags] -- COMMAND [ARG...]")
 	default:
 		spec.Args = args
 	}
@@ -249,7 +250,7 @@ func specFromFlags(c *cli.Context) (*jail.Spec, func(), error) {
 	default:
 		f, err := os.Open(in)
 		if err != nil {
-			return nil, noop, usageError("--stdin: %v", err)
+			return nil, noop, UsageError("--stdin: %v", err)
 		}
 		spec.Stdin = f
 		return spec, func() { f.Close() }, nil

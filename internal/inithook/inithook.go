@@ -1,4 +1,8 @@
-package main
+// Package inithook is the libcontainer init hook of jaild's binaries: both
+// import it for its init function, which turns the process into a
+// container's init or a jail.Manager's watchdog when the binary was
+// re-executed as one, and pins main to the main thread otherwise.
+package inithook
 
 import (
 	"os"
@@ -9,8 +13,9 @@ import (
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 )
 
-// init runs before anything else in every process of this binary. libcontainer
-// re-executes the binary as "jaild init" to become each container's init;
+// init runs in every process of a binary that imports this package, before
+// the binary's own package init. libcontainer re-executes the binary as
+// "jaild init" to become each container's init;
 // that process must go straight into libcontainer.Init, which never returns.
 // Each jail.Manager re-executes it as "jaild watchdog", which tears the
 // Manager's sandboxes down if jaild dies; jail.Watchdog never returns either.

@@ -165,25 +165,22 @@ func Slots(stateDir string) []string {
 	return out
 }
 
-// BuildJaild builds cmd/jaild from this module into dir as it is
-// installed: the lean jaild and, next to it, the complete jaild-server that
-// jaild's serve, mcp and remote execute. It returns jaild's path and makes
-// dir searchable by everyone (a test may run the binary as nobody).
+// BuildJaild builds cmd/jaild and cmd/jaild-server from this module into
+// dir as they are installed: the lean jaild and, next to it, the complete
+// jaild-server that jaild's serve, mcp and remote execute. It returns
+// jaild's path and makes dir searchable by everyone (a test may run the
+// binary as nobody).
 func BuildJaild(dir string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", err
 	}
-	builds := []struct{ name, tags string }{
-		{"jaild", "seccomp,urfave_cli_no_docs,jaild_lean"},
-		{"jaild-server", "seccomp,urfave_cli_no_docs"},
-	}
-	for _, b := range builds {
-		build := exec.Command("go", "build", "-tags", b.tags, "-o", filepath.Join(dir, b.name), "./cmd/jaild")
+	for _, name := range []string{"jaild", "jaild-server"} {
+		build := exec.Command("go", "build", "-tags", "seccomp,urfave_cli_no_docs", "-o", filepath.Join(dir, name), "./cmd/"+name)
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build %s: %w\n%s", b.name, err, out)
+			return "", fmt.Errorf("build %s: %w\n%s", name, err, out)
 		}
 	}
 	return filepath.Join(dir, "jaild"), nil

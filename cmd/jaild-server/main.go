@@ -1,0 +1,27 @@
+// Command jaild-server is the complete jaild: every command in one binary,
+// the front ends included (serve, mcp, remote) with the packages they link.
+// The lean jaild executes it for those commands; it is also every daemon
+// sandbox's init, since libcontainer re-executes the binary that calls it.
+package main
+
+import (
+	"github.com/jaild/jaild/internal/command"
+	_ "github.com/jaild/jaild/internal/inithook"
+	"github.com/jaild/jaild/jail"
+)
+
+func main() {
+	command.Main(
+		command.Run,
+		command.Doctor(frontEnds),
+		mcpCommand,
+		serveCommand,
+		remoteCommand,
+	)
+}
+
+// frontEnds is jaild doctor's finding on the front ends, which this binary
+// carries itself.
+func frontEnds() jail.Finding {
+	return jail.Finding{Name: "front ends", OK: true, Detail: "serve, mcp and remote built in"}
+}
