@@ -38,7 +38,7 @@ type Request struct {
 	// default), /tmp or below them.
 	Cwd string `json:"cwd,omitempty"`
 
-	// TimeoutSeconds (the first seed's name) or TimeoutMS bound the run's
+	// TimeoutSeconds (the name agent tools' /run APIs use) or TimeoutMS bound the run's
 	// wall-clock time; at most one may be set. Unset means the jail's
 	// default timeout, capped at the operator's maximum.
 	TimeoutSeconds *int64 `json:"timeout_seconds,omitempty"`
@@ -72,8 +72,8 @@ type Verdict struct {
 	MemoryPeakBytes int64  `json:"memory_peak_bytes"`
 }
 
-// Response is the body of a successful POST /run: the first seed's
-// {stdout, stderr, exit_code, duration_ms} extended with the jail's verdict.
+// Response is the body of a successful POST /run: the common
+// {stdout, stderr, exit_code, duration_ms} of sandboxed /run APIs, extended with the jail's verdict.
 // A command that fails, times out or is killed is still a successful run.
 //
 // Stdout and Stderr are the output as text when it is valid UTF-8. Output
@@ -101,8 +101,8 @@ type ErrorResponse struct {
 	Field string `json:"field,omitempty"`
 }
 
-// Event is one line of the NDJSON stream of POST /raw, in the fourth seed's
-// shapes:
+// Event is one line of the NDJSON stream of POST /raw, in the shapes of
+// the policy-runner convention's /raw:
 //
 //	{"event":"start","request_id":"..."}
 //	{"event":"stdout","data_b64":"..."}
@@ -117,7 +117,7 @@ type Event struct {
 	RequestID string `json:"request_id,omitempty"`
 	// Data is a chunk of output as the command wrote it.
 	Data []byte `json:"data_b64,omitempty"`
-	// ExitCode (the seed's camelCase name) is set on the exit event only.
+	// ExitCode (that convention's camelCase name) is set on the exit event only.
 	ExitCode *int `json:"exitCode,omitempty"`
 	*Verdict
 	Message string `json:"message,omitempty"`

@@ -20,8 +20,8 @@
 //     root of the hierarchy. An explicit parent path overrides both.
 //
 // [Parent.Warm] hides most of the kernel's wait on the first move of a
-// process into a cgroup after a quiet spell (an RCU grace period, 10-15 ms
-// here), which every cold container start otherwise pays on its critical
+// process into a cgroup after a quiet spell (an RCU grace period), which
+// every cold container start otherwise pays on its critical
 // path: it starts that wait in the background by moving a thread of jaild
 // into the parent, in a hierarchy that accounts for nothing (v1), or jaild
 // within its own daemon leaf (v2).

@@ -14,7 +14,7 @@ import (
 
 // Moving a process into a cgroup takes the kernel's cgroup_threadgroup_rwsem
 // for writing. It is a per-CPU rwsem: the first writer after a quiet spell
-// waits a whole RCU grace period (10-15 ms on a 2-core VM) so that readers,
+// waits a whole RCU grace period (milliseconds) so that readers,
 // every fork and exit on the host, switch to the slow path; writers that
 // follow within about one more grace period pass at once. libcontainer moves
 // each sandbox's init into its cgroup while the sandbox waits, so a one-shot

@@ -34,7 +34,7 @@ type Client struct {
 // required.
 type Options struct {
 	// Server is the daemon's base URL, "http://127.0.0.1:8080". A trailing
-	// /run or /raw (the fourth seed's RUN_REMOTE_SERVER form) is ignored.
+	// /run or /raw (the RUN_REMOTE_SERVER form of the policy-runner convention) is ignored.
 	Server string
 	// Socket is the path of the daemon's unix socket.
 	Socket string

@@ -43,9 +43,7 @@ func randHex(n int) string {
 // requireHost skips where the host truly cannot run sandboxes, saying why.
 func requireHost(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: sandboxes need namespaces and cgroups")
-	}
+	testenv.NeedRoot(t, "sandboxes need namespaces and cgroups")
 	for _, f := range jail.Check() {
 		if f.Required && !f.OK {
 			t.Skipf("host lacks %s: %s", f.Name, f.Detail)

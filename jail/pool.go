@@ -34,17 +34,18 @@ import (
 // other than /work, a prepared rootfs (it may have no /bin/sh or env), or a
 // command name that env would misread (starting with "-" or holding "=").
 type Pool struct {
-	m      *Manager
-	limits Limits
-	ready  chan *warm
-	room   chan struct{} // a token per place in the pool not yet filled
-	stop   chan struct{}
-	wg     sync.WaitGroup // the refill loop and background teardowns
-	mu     sync.Mutex     // guards closed against wg.Add after Close
-	closed bool
-	hits   atomic.Int64
-	misses atomic.Int64
-	once   sync.Once
+	m        *Manager
+	limits   Limits
+	ready    chan *warm
+	room     chan struct{} // a token per place in the pool not yet filled
+	stop     chan struct{}
+	wg       sync.WaitGroup // the refill loop and background teardowns
+	mu       sync.Mutex     // guards closed against wg.Add after Close
+	closed   bool
+	hits     atomic.Int64
+	building atomic.Int32 // sandboxes being started for the pool
+	misses   atomic.Int64
+	once     sync.Once
 }
 
 // warm is a started sandbox waiting for its command.
@@ -98,7 +99,9 @@ func (p *Pool) refill() {
 		case <-p.stop:
 			return
 		}
+		p.building.Add(1)
 		w, err := p.prestart()
+		p.building.Add(-1)
 		if err != nil {
 			p.room <- struct{}{}
 			p.m.log.Warn("starting a pooled sandbox", "err", err, "retry_in", backoff)
@@ -305,6 +308,10 @@ func shellQuote(s string) string {
 
 // Ready is how many sandboxes wait for a command now.
 func (p *Pool) Ready() int { return len(p.ready) }
+
+// Building is how many sandboxes are being started for the pool. Ready plus
+// Building never exceeds the pool's size.
+func (p *Pool) Building() int { return int(p.building.Load()) }
 
 // Stats reports how many runs a pooled sandbox served (hits) and how many
 // eligible runs found the pool empty (misses).

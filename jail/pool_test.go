@@ -212,12 +212,13 @@ func TestPoolSize(t *testing.T) {
 	}
 	for range 2 {
 		deadline := time.Now().Add(20 * time.Second)
-		for p.Ready() < 2 && time.Now().Before(deadline) {
+		// The pool settles full and idle, the used sandbox of the last
+		// round torn down: every container left is a ready one.
+		for (p.Ready() < 2 || p.Building() > 0 || containers() != 2) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(200 * time.Millisecond) // time for a wrong extra one
-		if n := containers(); p.Ready() != 2 || n != 2 {
-			t.Fatalf("ready %d, containers %d; want 2 and 2", p.Ready(), n)
+		if n := containers(); p.Ready() != 2 || p.Building() != 0 || n != 2 {
+			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), p.Building(), n)
 		}
 		if _, err := runPooled(t, p, sh("true")); err != nil {
 			t.Fatal(err)

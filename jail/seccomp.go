@@ -149,9 +149,8 @@ var archSyscalls = map[string][]string{
 //     dropping the family check (abi_rule_add in its syscalls.c): allowing
 //     it would reopen every address family;
 //   - libseccomp compiles the filter in every sandbox's init, and a second
-//     ABI more than triples that time (with x32, building this filter took
-//     about 8 ms instead of 2 in a micro-benchmark on a 2-core VM, where a
-//     whole sandbox takes 9 ms).
+//     ABI more than triples that time, a sizeable share of a whole sandbox
+//     start (docs/performance.md has the figures).
 //
 // So the list holds no 32-bit-only names (chown32, fcntl64, *_time64, ...).
 var nativeArches = map[string][]string{

@@ -31,9 +31,7 @@ func TestE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test; skipped with -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to build sandboxes (run the tests as root)")
-	}
+	testenv.NeedRoot(t, "sandboxes need namespaces and cgroups (run the tests as root)")
 	bin := buildJaild(t)
 	t.Run("tcp", func(t *testing.T) { testE2ETCP(t, bin) })
 	t.Run("unix socket", func(t *testing.T) { testE2EUnix(t, bin) })

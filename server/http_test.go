@@ -172,7 +172,7 @@ func TestRun(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("answer\n got %+v\nwant %+v", got, want)
 	}
-	// The seed's field names are there verbatim.
+	// The common /run field names are there verbatim.
 	for _, k := range []string{`"stdout":`, `"stderr":`, `"exit_code":`, `"duration_ms":`} {
 		if !bytes.Contains(body, []byte(k)) {
 			t.Errorf("answer lacks %s: %s", k, body)

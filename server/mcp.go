@@ -29,6 +29,8 @@ const (
 	// request for this long, so clients that vanish without a DELETE do
 	// not leak sessions.
 	DefaultMCPSessionTimeout = 30 * time.Minute
+	// DefaultMCPHeartbeat is MCPOptions.Heartbeat's default.
+	DefaultMCPHeartbeat = 5 * time.Second
 )
 
 // MCPOptions configures the MCP front end. The zero value is usable: each
@@ -58,6 +60,11 @@ type MCPOptions struct {
 	// SessionTimeout closes idle Streamable HTTP sessions; zero means
 	// DefaultMCPSessionTimeout, negative means never.
 	SessionTimeout time.Duration
+	// Heartbeat is how long a command may stay silent before a progress
+	// notification without a message says it still runs (for clients that
+	// reset their request timeout on progress); zero means
+	// DefaultMCPHeartbeat.
+	Heartbeat time.Duration
 	// Version is reported to clients in serverInfo; empty means the
 	// module version from the build info.
 	Version string
@@ -79,6 +86,9 @@ func (o MCPOptions) withDefaults() MCPOptions {
 	}
 	if o.Shell == "" {
 		o.Shell = "/bin/bash"
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultMCPHeartbeat
 	}
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = DefaultMCPSessionTimeout

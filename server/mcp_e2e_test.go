@@ -29,9 +29,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test; skipped with -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to build sandboxes (run the tests as root)")
-	}
+	testenv.NeedRoot(t, "sandboxes need namespaces and cgroups (run the tests as root)")
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed; the MCP end-to-end test needs node and npm")

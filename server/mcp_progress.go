@@ -26,15 +26,10 @@ const (
 	ProgressStreamMetaKey = "jaild/stream"
 )
 
-// heartbeatInterval is how long a command may stay silent before a
-// progress notification without a message says it still runs; a variable
-// so that tests need not wait for it.
-var heartbeatInterval = 5 * time.Second
-
 // progressStream sends a command's output as progress notifications while
 // it runs. Writers only append to a bounded buffer; one goroutine, joined
 // by close, sends what accumulated every progressInterval, and a heartbeat
-// when there was nothing to send for heartbeatInterval so that clients
+// when there was nothing to send for MCPOptions.Heartbeat so that clients
 // that reset their request timeout on progress keep waiting.
 type progressStream struct {
 	ctx     context.Context
@@ -59,9 +54,9 @@ type chunk struct {
 	data   []byte
 }
 
-func newProgressStream(ctx context.Context, ss *mcp.ServerSession, token any) *progressStream {
+func newProgressStream(ctx context.Context, ss *mcp.ServerSession, token any, beat time.Duration) *progressStream {
 	p := &progressStream{
-		ctx: ctx, session: ss, token: token, start: time.Now(), beat: heartbeatInterval,
+		ctx: ctx, session: ss, token: token, start: time.Now(), beat: beat,
 		dropped: map[string]int64{}, carry: map[string][]byte{},
 		done: make(chan struct{}),
 	}

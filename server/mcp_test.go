@@ -582,8 +582,6 @@ func TestMCPProgressStreamsOutput(t *testing.T) {
 }
 
 func TestMCPProgressHeartbeat(t *testing.T) {
-	defer func(d time.Duration) { heartbeatInterval = d }(heartbeatInterval)
-	heartbeatInterval = 50 * time.Millisecond
 	beats := make(chan *mcp.ProgressNotificationParams, 100)
 	copts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 		beats <- req.Params
@@ -603,7 +601,7 @@ func TestMCPProgressHeartbeat(t *testing.T) {
 		}
 		return &jail.Result{}, nil
 	}}
-	cs := connect(t, f, MCPOptions{}, copts)
+	cs := connect(t, f, MCPOptions{Heartbeat: 50 * time.Millisecond}, copts)
 	params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "sleep 10"}}
 	params.SetProgressToken(7)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)

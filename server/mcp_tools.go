@@ -180,7 +180,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 
 	if tok := req.Params.GetProgressToken(); tok != nil {
-		ps := newProgressStream(ctx, req.Session, tok)
+		ps := newProgressStream(ctx, req.Session, tok, t.opts.Heartbeat)
 		// The SDK sends the result after this handler returns, so all
 		// notifications precede it.
 		defer ps.close()

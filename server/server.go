@@ -56,8 +56,7 @@ type Options struct {
 	HealthTTL time.Duration
 
 	// MCP, if non-nil, is mounted at /mcp behind the same authentication
-	// as /run. HOOK: cmd/jaild builds it with NewMCPHandler over the same
-	// runner chain (server/mcp*.go).
+	// as /run; build it with NewMCPHandler over the same runner chain.
 	MCP http.Handler
 
 	// AllowedHosts are the names, besides loopback names and IP

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,9 +125,7 @@ func TestFrontEndStandIns(t *testing.T) {
 // and writable by root alone, and returns the directory and the copy.
 func leanNextTo(t *testing.T) (string, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the cases give files to another user")
-	}
+	testenv.NeedRoot(t, "the cases give files to another user")
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)

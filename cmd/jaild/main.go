@@ -6,7 +6,7 @@
 // (libcontainer re-executes the binary that calls it as every container's
 // init, and every package init of that binary runs at each start). It
 // leaves out the front ends and the packages they link (Prometheus, the MCP
-// SDK, net/http), about 3 ms of package inits per start. Its serve, mcp and
+// SDK, net/http) and their package inits, which would run at every start. Its serve, mcp and
 // remote execute cmd/jaild-server, installed next to it (see frontend.go).
 // scripts/setup.sh builds the pair into bin/.
 package main

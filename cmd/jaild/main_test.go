@@ -41,9 +41,7 @@ type install struct{ *testenv.Install }
 
 func newInstall(t *testing.T) install {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.NeedRoot(t, "sandboxes need namespaces and cgroups")
 	return install{testenv.New(t, "jaild-cli-test")}
 }
 

@@ -23,6 +23,16 @@ import (
 	"github.com/jaild/jaild/jail"
 )
 
+// NeedRoot skips t unless the test runs as root; why says what needs it.
+// Tests that start sandboxes need root, and the test command runs as root,
+// so nothing skips there.
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: " + why)
+	}
+}
+
 // Install is a private jaild installation.
 type Install struct {
 	StateDir string // under /run, traversable by sandboxes

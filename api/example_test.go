@@ -1,0 +1,42 @@
+package api_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/jail"
+)
+
+// A request body decodes strictly, then becomes a jail.Spec.
+func ExampleDecodeRequest() {
+	req, err := api.DecodeRequest(strings.NewReader(`{"command":"echo hi","timeout_ms":2000}`))
+	if err != nil {
+		panic(err)
+	}
+	spec, err := req.Spec()
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(spec.Args, spec.Timeout)
+
+	_, err = api.DecodeRequest(strings.NewReader(`{"command":"id","command":"true"}`))
+	fmt.Println(err)
+	// Output:
+	// [/bin/sh -c echo hi] 2s
+	// decode request: duplicate key "command"
+}
+
+// Every front end reports a failed run through the same table.
+func ExampleErrorOutcome() {
+	err := fmt.Errorf("start: %w", jail.ErrNotFound)
+	o := api.ErrorOutcome(err)
+	fmt.Println(o.Code, o.Verdict, o.Status, o.Exit)
+
+	o = api.ErrorOutcome(&api.BusyError{})
+	fmt.Println(o.Code, o.Status, errors.Is(&api.BusyError{}, api.ErrBusy))
+	// Output:
+	// not_found not_found 422 127
+	// busy 429 true
+}

@@ -1,0 +1,26 @@
+package jail_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// One command in a fresh sandbox, torn down when Run returns. (Needs root;
+// the tests run it for real in jail_test.go.)
+func ExampleManager_Run() {
+	m, err := jail.New(jail.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	res, err := m.Run(context.Background(), &jail.Spec{
+		Limits:  jail.Limits{Memory: 64 << 20, Pids: 32},
+		Command: jail.Command{Args: []string{"sh", "-c", "echo hi; exit 3"}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%q %d oom=%v\n", res.Stdout, res.ExitCode, res.OOMKilled)
+}
