@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jaild/jaild/jail"
 )
@@ -55,21 +56,29 @@ type Request struct {
 
 // Verdict is how a run ended and what it used: everything of a
 // [jail.Result] but the output itself and the exit code (whose name differs
-// between /run and the /raw exit event).
+// between /run and the /raw exit event). It is the one definition of these
+// fields for /run, the /raw exit event and the MCP tools' structured output
+// (whose schema its jsonschema tags describe); the audit record shares
+// [Usage].
 type Verdict struct {
-	ID              string `json:"id"`
-	Signal          string `json:"signal,omitempty"`
-	StdoutBytes     int64  `json:"stdout_bytes"`
-	StderrBytes     int64  `json:"stderr_bytes"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	StderrTruncated bool   `json:"stderr_truncated"`
-	TimedOut        bool   `json:"timed_out"`
-	Canceled        bool   `json:"canceled,omitempty"`
-	OOMKilled       bool   `json:"oom_killed"`
-	PidsLimitHit    bool   `json:"pids_limit_hit"`
-	DurationMS      int64  `json:"duration_ms"`
-	CPUMS           int64  `json:"cpu_ms"`
-	MemoryPeakBytes int64  `json:"memory_peak_bytes"`
+	ID              string `json:"id" jsonschema:"The sandbox's id, as in jaild's logs."`
+	Signal          string `json:"signal,omitempty" jsonschema:"The signal that killed the command (e.g. SIGKILL), if one did."`
+	StdoutTruncated bool   `json:"stdout_truncated" jsonschema:"Whether part of stdout was elided."`
+	StderrTruncated bool   `json:"stderr_truncated" jsonschema:"Whether part of stderr was elided."`
+	TimedOut        bool   `json:"timed_out" jsonschema:"Whether the timeout expired and the sandbox was killed; the output is partial."`
+	Canceled        bool   `json:"canceled,omitempty" jsonschema:"Whether the caller went away and the sandbox was killed."`
+	OOMKilled       bool   `json:"oom_killed" jsonschema:"Whether a process was killed for exceeding the sandbox's memory limit."`
+	PidsLimitHit    bool   `json:"pids_limit_hit" jsonschema:"Whether a fork or thread creation was refused by the sandbox's process limit."`
+	Usage
+}
+
+// Usage is what a run used.
+type Usage struct {
+	DurationMS      int64 `json:"duration_ms" jsonschema:"Wall-clock run time in milliseconds."`
+	CPUMS           int64 `json:"cpu_ms" jsonschema:"CPU time used by all processes of the sandbox, in milliseconds."`
+	MemoryPeakBytes int64 `json:"memory_peak_bytes" jsonschema:"Peak memory use of the sandbox in bytes."`
+	StdoutBytes     int64 `json:"stdout_bytes" jsonschema:"How many bytes the command wrote to stdout, kept or not."`
+	StderrBytes     int64 `json:"stderr_bytes" jsonschema:"How many bytes the command wrote to stderr, kept or not."`
 }
 
 // Response is the body of a successful POST /run: the common
@@ -213,15 +222,11 @@ type AuditRecord struct {
 	Status int    `json:"status,omitempty"`
 	Error  string `json:"error,omitempty"`
 	// SandboxID is the jail's id of the sandbox, empty if none was built.
-	SandboxID       string `json:"sandbox_id,omitempty"`
-	ExitCode        *int   `json:"exit_code,omitempty"`
-	Signal          string `json:"signal,omitempty"`
-	WaitMS          int64  `json:"wait_ms"` // time spent queued for admission
-	DurationMS      int64  `json:"duration_ms"`
-	CPUMS           int64  `json:"cpu_ms"`
-	MemoryPeakBytes int64  `json:"memory_peak_bytes"`
-	StdoutBytes     int64  `json:"stdout_bytes"`
-	StderrBytes     int64  `json:"stderr_bytes"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+	ExitCode  *int   `json:"exit_code,omitempty"`
+	Signal    string `json:"signal,omitempty"`
+	WaitMS    int64  `json:"wait_ms"` // time spent queued for admission
+	Usage
 }
 
 // AuditLimits are the effective limits of an audited run.
@@ -239,17 +244,38 @@ func VerdictOf(res *jail.Result) Verdict {
 	return Verdict{
 		ID:              res.ID,
 		Signal:          res.Signal,
-		StdoutBytes:     res.StdoutBytes,
-		StderrBytes:     res.StderrBytes,
 		StdoutTruncated: res.StdoutTruncated,
 		StderrTruncated: res.StderrTruncated,
 		TimedOut:        res.TimedOut,
 		Canceled:        res.Canceled,
 		OOMKilled:       res.OOMKilled,
 		PidsLimitHit:    res.PidsLimitHit,
-		DurationMS:      res.DurationMS,
-		CPUMS:           res.CPUMS,
+		Usage:           UsageOf(res),
+	}
+}
+
+// ResponseOf is the /run answer for res: the output as text when it is
+// valid UTF-8, else exactly in StdoutB64 and StderrB64. (The daemon writes
+// the same answer as it encodes it, without building it in memory.)
+func ResponseOf(res *jail.Result) *Response {
+	r := &Response{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode, Verdict: VerdictOf(res)}
+	if !utf8.ValidString(r.Stdout) {
+		r.Stdout, r.StdoutB64 = "", []byte(res.Stdout)
+	}
+	if !utf8.ValidString(r.Stderr) {
+		r.Stderr, r.StderrB64 = "", []byte(res.Stderr)
+	}
+	return r
+}
+
+// UsageOf is what res used.
+func UsageOf(res *jail.Result) Usage {
+	return Usage{
+		DurationMS:      res.Duration.Milliseconds(),
+		CPUMS:           res.CPUTime.Milliseconds(),
 		MemoryPeakBytes: res.MemoryPeak,
+		StdoutBytes:     res.StdoutBytes,
+		StderrBytes:     res.StderrBytes,
 	}
 }
 

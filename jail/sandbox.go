@@ -254,8 +254,6 @@ func (s *Sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 		res.OOMKilled = u.OOMKills > 0
 		res.PidsLimitHit = u.PidsMax > 0
 	}
-	res.DurationMS = res.Duration.Milliseconds()
-	res.CPUMS = res.CPUTime.Milliseconds()
 
 	var exitErr *exec.ExitError
 	if wr.err != nil && wr.ps == nil && !errors.As(wr.err, &exitErr) {

@@ -166,11 +166,7 @@ func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err e
 		rec.ExitCode = &code
 		rec.SandboxID = res.ID
 		rec.Signal = res.Signal
-		rec.DurationMS = res.DurationMS
-		rec.CPUMS = res.CPUMS
-		rec.MemoryPeakBytes = res.MemoryPeak
-		rec.StdoutBytes = res.StdoutBytes
-		rec.StderrBytes = res.StderrBytes
+		rec.Usage = api.UsageOf(res)
 		if res.Limits != (jail.Limits{}) {
 			// What the jail really applied, should it differ.
 			rec.Limits.MemoryBytes = res.Limits.Memory

@@ -206,7 +206,7 @@ func TestAudit(t *testing.T) {
 	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		if calls.Add(1) == 1 {
 			s.Stdout.Write([]byte("SECRET-OUTPUT"))
-			return &jail.Result{ID: "sb-9", ExitCode: 2, Stdout: "SECRET-OUTPUT", StdoutBytes: 13, DurationMS: 4, CPUMS: 1, MemoryPeak: 99,
+			return &jail.Result{ID: "sb-9", ExitCode: 2, Stdout: "SECRET-OUTPUT", StdoutBytes: 13, Duration: 4 * time.Millisecond, CPUTime: 1 * time.Millisecond, MemoryPeak: 99,
 				Limits: s.Limits}, nil
 		}
 		return g.run(ctx, s)

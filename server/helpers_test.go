@@ -52,7 +52,7 @@ func (f *fake) calls() []jail.Spec {
 }
 
 func okResult(stdout string) *jail.Result {
-	return &jail.Result{ID: "sb-1", Stdout: stdout, StdoutBytes: int64(len(stdout)), Duration: 3 * time.Millisecond, DurationMS: 3}
+	return &jail.Result{ID: "sb-1", Stdout: stdout, StdoutBytes: int64(len(stdout)), Duration: 3 * time.Millisecond}
 }
 
 // gate is a fake run that blocks until released or its ctx ends.

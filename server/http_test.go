@@ -151,7 +151,7 @@ func TestRun(t *testing.T) {
 		in, _ := io.ReadAll(s.Stdin)
 		return &jail.Result{ID: "sb-7", ExitCode: 3, Stdout: "out:" + string(in), Stderr: "err\xff", StdoutBytes: 7,
 			StderrBytes: 4, TimedOut: true, OOMKilled: true, PidsLimitHit: true, StdoutTruncated: true,
-			DurationMS: 12, CPUMS: 5, MemoryPeak: 1 << 20}, nil
+			Duration: 12 * time.Millisecond, CPUTime: 5 * time.Millisecond, MemoryPeak: 1 << 20}, nil
 	}}
 	ts := start(t, server.Options{Runner: chain(t, f, nil, nil, run.AdmitOptions{})})
 	resp, body := post(t, ts.URL+"/run", `{"command":"cat; exit 3","timeout_seconds":5,"stdin":"hi","env":{"Z":"1","A":"2"},"cwd":"/tmp","pids":50}`)
@@ -167,8 +167,8 @@ func TestRun(t *testing.T) {
 	}
 	// Output that is not UTF-8 comes exactly, in base64, instead of text.
 	want := api.Response{Stdout: "out:hi", Stderr: "", StderrB64: []byte("err\xff"), ExitCode: 3, Verdict: api.Verdict{
-		ID: "sb-7", StdoutBytes: 7, StderrBytes: 4, StdoutTruncated: true, TimedOut: true, OOMKilled: true,
-		PidsLimitHit: true, DurationMS: 12, CPUMS: 5, MemoryPeakBytes: 1 << 20}}
+		ID: "sb-7", StdoutTruncated: true, TimedOut: true, OOMKilled: true, PidsLimitHit: true,
+		Usage: api.Usage{StdoutBytes: 7, StderrBytes: 4, DurationMS: 12, CPUMS: 5, MemoryPeakBytes: 1 << 20}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("answer\n got %+v\nwant %+v", got, want)
 	}
@@ -257,7 +257,7 @@ func TestRawStreams(t *testing.T) {
 			return nil, ctx.Err()
 		}
 		s.Stdout.Write([]byte("bye\n"))
-		return &jail.Result{ID: "sb-2", ExitCode: -1, Signal: "SIGKILL", TimedOut: true, StdoutBytes: 10, DurationMS: 9}, nil
+		return &jail.Result{ID: "sb-2", ExitCode: -1, Signal: "SIGKILL", TimedOut: true, StdoutBytes: 10, Duration: 9 * time.Millisecond}, nil
 	}}
 	ts := start(t, server.Options{Runner: chain(t, f, nil, nil, run.AdmitOptions{})})
 	// Bounded: a server that does not flush never even sends the headers.

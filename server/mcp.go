@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 )
@@ -127,22 +128,11 @@ type ExecuteInput struct {
 // RunOutput is the structured result of both tools: the output and the
 // jail's verdict.
 type RunOutput struct {
-	ExitCode        int    `json:"exit_code" jsonschema:"The command's exit status; -1 if a signal killed it (see signal)."`
-	Signal          string `json:"signal,omitempty" jsonschema:"The signal that killed the command (e.g. SIGKILL), if one did."`
-	Stdout          string `json:"stdout" jsonschema:"Standard output. Beyond the output limit its middle is replaced by a line '[... jaild: N bytes of output elided ...]'."`
-	Stderr          string `json:"stderr" jsonschema:"Standard error, elided like stdout."`
-	StdoutBytes     int64  `json:"stdout_bytes" jsonschema:"How many bytes the command wrote to stdout, kept or not."`
-	StderrBytes     int64  `json:"stderr_bytes" jsonschema:"How many bytes the command wrote to stderr, kept or not."`
-	StdoutTruncated bool   `json:"stdout_truncated" jsonschema:"Whether part of stdout was elided."`
-	StderrTruncated bool   `json:"stderr_truncated" jsonschema:"Whether part of stderr was elided."`
-	TimedOut        bool   `json:"timed_out" jsonschema:"Whether the timeout expired and the sandbox was killed; the output is partial."`
-	OOMKilled       bool   `json:"oom_killed" jsonschema:"Whether a process was killed for exceeding the sandbox's memory limit."`
-	PidsLimitHit    bool   `json:"pids_limit_hit" jsonschema:"Whether a fork or thread creation was refused by the sandbox's process limit."`
-	TimeoutMS       int64  `json:"timeout_ms" jsonschema:"The timeout that applied, in milliseconds, after the default and the operator's maximum."`
-	DurationMS      int64  `json:"duration_ms" jsonschema:"Wall-clock run time in milliseconds."`
-	CPUMS           int64  `json:"cpu_ms" jsonschema:"CPU time used by all processes of the sandbox, in milliseconds."`
-	MemoryPeakBytes int64  `json:"memory_peak_bytes" jsonschema:"Peak memory use of the sandbox in bytes."`
-	ID              string `json:"id" jsonschema:"The sandbox's id, as in jaild's logs."`
+	ExitCode  int    `json:"exit_code" jsonschema:"The command's exit status; -1 if a signal killed it (see signal)."`
+	Stdout    string `json:"stdout" jsonschema:"Standard output. Beyond the output limit its middle is replaced by a line '[... jaild: N bytes of output elided ...]'."`
+	Stderr    string `json:"stderr" jsonschema:"Standard error, elided like stdout."`
+	TimeoutMS int64  `json:"timeout_ms" jsonschema:"The timeout that applied, in milliseconds, after the default and the operator's maximum."`
+	api.Verdict
 }
 
 // NewMCPServer returns an MCP server with the bash and execute tools, each

@@ -174,7 +174,7 @@ func schemaOf(t *testing.T, v any) *jsonschema.Schema {
 
 func TestMCPBashSuccess(t *testing.T) {
 	f := &fakeRunner{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-		return &jail.Result{ID: "sb1", Stdout: "hi\n", StdoutBytes: 3, DurationMS: 12, CPUMS: 3, MemoryPeak: 3 << 20}, nil
+		return &jail.Result{ID: "sb1", Stdout: "hi\n", StdoutBytes: 3, Duration: 12 * time.Millisecond, CPUTime: 3 * time.Millisecond, MemoryPeak: 3 << 20}, nil
 	}}
 	limits := jail.Limits{Memory: 128 << 20, Pids: 64}
 	cs := connect(t, f, MCPOptions{Limits: limits}, nil)

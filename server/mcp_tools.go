@@ -207,25 +207,14 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		return nil, nil, errors.New("internal error in jaild: no result")
 	}
 	out = &RunOutput{
-		ExitCode:        r.ExitCode,
-		Signal:          r.Signal,
-		Stdout:          r.Stdout,
-		Stderr:          r.Stderr,
-		StdoutBytes:     r.StdoutBytes,
-		StderrBytes:     r.StderrBytes,
-		StdoutTruncated: r.StdoutTruncated,
-		StderrTruncated: r.StderrTruncated,
-		TimedOut:        r.TimedOut,
-		OOMKilled:       r.OOMKilled,
-		PidsLimitHit:    r.PidsLimitHit,
-		TimeoutMS:       timeout.Milliseconds(),
-		DurationMS:      r.DurationMS,
-		CPUMS:           r.CPUMS,
-		MemoryPeakBytes: r.MemoryPeak,
-		ID:              r.ID,
+		ExitCode:  r.ExitCode,
+		Stdout:    r.Stdout,
+		Stderr:    r.Stderr,
+		TimeoutMS: timeout.Milliseconds(),
+		Verdict:   api.VerdictOf(r),
 	}
 	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
-		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.DurationMS)...)
+		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
 	res = &mcp.CallToolResult{
 		Content: []mcp.Content{&mcp.TextContent{Text: renderText(out, t.opts.Limits.WithDefaults(), timeoutMS > timeout.Milliseconds())}},
 		// The output stays in the result either way; isError tells the

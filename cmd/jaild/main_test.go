@@ -15,7 +15,6 @@ import (
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/testenv"
-	"github.com/jaild/jaild/jail"
 )
 
 // jaildBin is the binary under test, built once by TestMain.
@@ -128,11 +127,12 @@ func TestRunJSON(t *testing.T) {
 	if exitCode(err) != 0 {
 		t.Fatalf("jaild run --json: %v", err)
 	}
-	var res jail.Result
+	// The /run answer's shape: output that is not UTF-8 in base64.
+	var res api.Response
 	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("output is not a Result: %v\n%s", err, out)
+		t.Fatalf("output is not a /run answer: %v\n%s", err, out)
 	}
-	if !res.StdoutTruncated || res.StdoutBytes != 293 || res.ID == "" || !strings.HasPrefix(res.Stdout, "\ufffd1\n") {
+	if !res.StdoutTruncated || res.StdoutBytes != 293 || res.ID == "" || res.Stdout != "" || !strings.HasPrefix(string(res.StdoutB64), "\xff1\n") {
 		t.Errorf("result %+v", res)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/docker/go-units"
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/jail"
 	"github.com/urfave/cli/v2"
@@ -196,7 +197,7 @@ func runAction(c *cli.Context) error {
 	if c.Bool("json") {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(res)
+		_ = enc.Encode(api.ResponseOf(res))
 	} else {
 		_, _ = io.WriteString(os.Stdout, res.Stdout)
 		_, _ = io.WriteString(os.Stderr, res.Stderr)
