@@ -279,7 +279,7 @@ func (req *Request) Spec() (*jail.Spec, error) {
 
 	switch {
 	case req.TimeoutSeconds != nil && req.TimeoutMS != nil:
-		return nil, invalid("timeout", "timeout_seconds and timeout_ms are mutually exclusive")
+		return nil, invalid("timeout_ms", "timeout_seconds and timeout_ms are mutually exclusive")
 	case req.TimeoutSeconds != nil:
 		n := *req.TimeoutSeconds
 		if n <= 0 || n > maxTimeoutMS/1000 {
@@ -331,6 +331,26 @@ func positive(field string, p *int64, max int64) (int64, error) {
 		return 0, invalid(field, "%d: must be between 1 and %d", *p, max)
 	}
 	return *p, nil
+}
+
+// jailFields are the request properties behind the jail's own names for
+// what an *jail.InvalidError is about, where they differ.
+var jailFields = map[string]string{
+	"memory":     "memory_bytes",
+	"tmpfs size": "tmpfs_size_bytes",
+	"max output": "max_output_bytes",
+	// A timeout may come as timeout_seconds too; timeout_ms names both.
+	"timeout": "timeout_ms",
+}
+
+// FieldOf is the request property that err, an *jail.InvalidError, is
+// about: ErrorResponse.Field names request properties, whichever layer
+// refused the value.
+func FieldOf(ie *jail.InvalidError) string {
+	if f, ok := jailFields[ie.Field]; ok {
+		return f
+	}
+	return ie.Field
 }
 
 func invalid(field, format string, args ...any) *jail.InvalidError {

@@ -116,7 +116,7 @@ func TestRequestSpec(t *testing.T) {
 		{name: "cwd outside sandbox dirs", req: api.Request{Command: "ls", Cwd: "/etc"}, wantField: "cwd"},
 		{name: "relative cwd", req: api.Request{Command: "ls", Cwd: "work"}, wantField: "cwd"},
 		{name: "both stdins", req: api.Request{Command: "cat", Stdin: ptr("a"), StdinB64: []byte("a")}, wantField: "stdin"},
-		{name: "both timeouts", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1), TimeoutMS: ptr[int64](1)}, wantField: "timeout"},
+		{name: "both timeouts", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1), TimeoutMS: ptr[int64](1)}, wantField: "timeout_ms"},
 		{name: "negative timeout", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](-1)}, wantField: "timeout_seconds"},
 		{name: "zero timeout", req: api.Request{Command: "ls", TimeoutMS: ptr[int64](0)}, wantField: "timeout_ms"},
 		{name: "timeout beyond the jail's maximum", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1 << 40)}, wantField: "timeout_seconds"},
@@ -127,7 +127,7 @@ func TestRequestSpec(t *testing.T) {
 		{name: "absurd cpus", req: api.Request{Command: "ls", CPUs: ptr(1e300)}, wantField: "cpus"},
 		{name: "negative tmpfs", req: api.Request{Command: "ls", TmpfsSizeBytes: ptr[int64](-4096)}, wantField: "tmpfs_size_bytes"},
 		{name: "zero max output", req: api.Request{Command: "ls", MaxOutputBytes: ptr[int64](0)}, wantField: "max_output_bytes"},
-		{name: "memory below the jail's minimum", req: api.Request{Command: "ls", MemoryBytes: ptr[int64](1000)}, wantField: "memory"},
+		{name: "memory below the jail's minimum", req: api.Request{Command: "ls", MemoryBytes: ptr[int64](1000)}, wantField: "memory_bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,7 +140,7 @@ func TestRequestSpec(t *testing.T) {
 				return
 			}
 			var ie *jail.InvalidError
-			if !errors.As(err, &ie) || ie.Field != tt.wantField {
+			if !errors.As(err, &ie) || api.FieldOf(ie) != tt.wantField {
 				t.Fatalf("Spec error = %v, want *jail.InvalidError for field %q", err, tt.wantField)
 			}
 		})
@@ -178,11 +178,11 @@ func TestMaximaApply(t *testing.T) {
 				}
 			},
 		},
-		{name: "memory above", spec: jail.Spec{Limits: jail.Limits{Memory: 129 << 20}, Command: jail.Command{Args: []string{"true"}}}, wantField: "memory"},
+		{name: "memory above", spec: jail.Spec{Limits: jail.Limits{Memory: 129 << 20}, Command: jail.Command{Args: []string{"true"}}}, wantField: "memory_bytes"},
 		{name: "pids above", spec: jail.Spec{Limits: jail.Limits{Pids: 513}, Command: jail.Command{Args: []string{"true"}}}, wantField: "pids"},
 		{name: "cpus above", spec: jail.Spec{Limits: jail.Limits{CPUs: 0.6}, Command: jail.Command{Args: []string{"true"}}}, wantField: "cpus"},
-		{name: "tmpfs above", spec: jail.Spec{Limits: jail.Limits{TmpfsSize: 1<<30 + 1}, Command: jail.Command{Args: []string{"true"}}}, wantField: "tmpfs size"},
-		{name: "timeout above", spec: jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: 6 * time.Second}}, wantField: "timeout"},
+		{name: "tmpfs above", spec: jail.Spec{Limits: jail.Limits{TmpfsSize: 1<<30 + 1}, Command: jail.Command{Args: []string{"true"}}}, wantField: "tmpfs_size_bytes"},
+		{name: "timeout above", spec: jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: 6 * time.Second}}, wantField: "timeout_ms"},
 		{name: "output above", spec: jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 1<<30 + 1}}, wantField: "max_output_bytes"},
 		{name: "invalid command still caught", spec: jail.Spec{}, wantField: "command"},
 	}
@@ -198,7 +198,7 @@ func TestMaximaApply(t *testing.T) {
 				return
 			}
 			var ie *jail.InvalidError
-			if !errors.As(err, &ie) || ie.Field != tt.wantField {
+			if !errors.As(err, &ie) || api.FieldOf(ie) != tt.wantField {
 				t.Fatalf("Apply error = %v, want *jail.InvalidError for %q", err, tt.wantField)
 			}
 		})

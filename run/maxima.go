@@ -60,7 +60,7 @@ func (m Maxima) Apply(s *jail.Spec) error {
 	}
 	s.Timeout = time.Duration(orCapped(int64(s.Timeout), int64(jail.DefaultTimeout), int64(maxTimeout)))
 	if s.Timeout > maxTimeout {
-		return invalid("timeout", "%v exceeds the maximum of %v", s.Timeout, maxTimeout)
+		return invalid("timeout_ms", "%v exceeds the maximum of %v", s.Timeout, maxTimeout)
 	}
 	s.MaxOutput = orCapped(s.MaxOutput, jail.DefaultMaxOutput, m.MaxOutput)
 	if m.MaxOutput > 0 && s.MaxOutput > m.MaxOutput {

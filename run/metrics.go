@@ -109,9 +109,6 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// Registry is where the metrics live, for callers that add their own.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

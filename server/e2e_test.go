@@ -338,7 +338,7 @@ func testE2ETCP(t *testing.T, bin string) {
 		t.Errorf("/run with binary stdin: %d %q %q", resp.StatusCode, got.Stdout, got.StdoutB64)
 	}
 	resp, body = post(t, d.url+"/run", `{"command":"true","memory_bytes":1073741824}`, auth...)
-	if e := decodeError(t, body); resp.StatusCode != 400 || e.Field != "memory" {
+	if e := decodeError(t, body); resp.StatusCode != 400 || e.Field != "memory_bytes" {
 		t.Errorf("memory above the daemon's maximum: %d %+v", resp.StatusCode, e)
 	}
 

@@ -310,7 +310,7 @@ func (s *Server) classify(err error, requestID string) (int, *api.ErrorResponse)
 	e := &api.ErrorResponse{Error: err.Error(), Code: o.Code}
 	var ie *jail.InvalidError
 	if errors.As(err, &ie) {
-		e.Field = ie.Field
+		e.Field = api.FieldOf(ie)
 	}
 	if o.Code == api.CodeCanceled && s.draining.Load() {
 		e.Code, e.Error = api.CodeShuttingDown, "the server is shutting down: run killed"

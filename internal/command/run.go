@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/docker/go-units"
@@ -34,14 +35,14 @@ the output.
 Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 	Flags: append([]cli.Flag{
 		&cli.DurationFlag{Name: "timeout", Value: jail.DefaultTimeout, EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit; the sandbox is killed when it expires"},
-		&cli.StringFlag{Name: "memory", Value: "256M", EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit, no swap (tmpfs pages count too)"},
+		&cli.StringFlag{Name: "memory", Value: Size(jail.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit, no swap (tmpfs pages count too)"},
 		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads"},
 		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota in cores"},
-		&cli.StringFlag{Name: "tmpfs-size", Value: "64M", EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
+		&cli.StringFlag{Name: "tmpfs-size", Value: Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
 		&cli.StringSliceFlag{Name: "env", EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
 		&cli.StringFlag{Name: "cwd", Value: jail.DefaultDir, EnvVars: []string{"JAILD_CWD"}, Usage: "working directory, under /work or /tmp"},
 		&cli.StringFlag{Name: "stdin", EnvVars: []string{"JAILD_STDIN"}, Usage: "file to feed as stdin, - for jaild's own stdin; default /dev/null"},
-		&cli.StringFlag{Name: "max-output", Value: "1M", EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
+		&cli.StringFlag{Name: "max-output", Value: Size(jail.DefaultMaxOutput), EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "print the result as JSON instead of the output"},
 		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
 	}, ManagerFlags...),
@@ -96,6 +97,20 @@ func NewManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		return nil, ExitError(err)
 	}
 	return m, nil
+}
+
+// Size writes n as a size flag takes it, in the largest unit that divides
+// it: Size(256<<20) is "256M".
+func Size(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"G", 30}, {"M", 20}, {"K", 10}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // SizeFlag parses a size flag such as "256M"; an empty flag is 0.
