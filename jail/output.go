@@ -4,19 +4,20 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"unsafe"
 )
 
 // capture keeps the first and last bytes of a stream, up to max in all, and
-// counts the rest. Its memory is bounded by max whatever the stream's size:
-// buffers grow with the output, never past max, and [capture.String] hands
-// them over rather than copying them.
+// counts the rest. It holds one buffer that grows with the output up to
+// max, never beyond, whatever the stream's size: the head in its first half
+// and, once the stream overflows, a ring of the latest bytes in its second
+// half. [capture.String] turns that buffer into the result in place.
 type capture struct {
 	max    int64
-	head   []byte
-	tail   []byte // ring buffer of cap max-len(head), valid once total > max
-	start  int    // index of the oldest byte in tail
+	buf    []byte
+	ring   bool // the stream overflowed: buf[half:max] is a ring
+	filled int  // bytes in the ring
+	next   int  // index in the ring of the next byte, and of the oldest once full
 	total  int64
 	tee    io.Writer
 	teeErr error
@@ -25,6 +26,8 @@ type capture struct {
 func newCapture(max int64, tee io.Writer) *capture {
 	return &capture{max: max, tee: tee}
 }
+
+func (c *capture) half() int { return int(c.max / 2) }
 
 // Write implements io.Writer. It never fails, so a draining io.Copy never
 // stops early; a failing tee is remembered and no longer written to.
@@ -36,35 +39,28 @@ func (c *capture) Write(p []byte) (int, error) {
 	}
 	n := len(p)
 	c.total += int64(n)
-	headMax := int(c.max / 2)
 	if c.total <= c.max {
-		// Everything still fits: keep it all in head, which is split into
-		// head and tail only once the stream overflows.
-		c.head = appendBounded(c.head, p, int(c.max))
+		c.buf = appendBounded(c.buf, p, int(c.max))
 		return n, nil
 	}
-	if c.tail == nil {
-		// First overflow: head keeps its first headMax bytes, topped up
-		// from p; everything after them goes through the tail ring.
-		c.tail = make([]byte, 0, int(c.max)-headMax)
-		if len(c.head) > headMax {
-			c.pushTail(c.head[headMax:])
-			// Let go of the part of head's array that tail now holds.
-			c.head = append(make([]byte, 0, headMax), c.head[:headMax]...)
-		} else {
-			k := min(headMax-len(c.head), len(p))
-			c.head = appendBounded(c.head, p[:k], headMax)
-			p = p[k:]
-		}
+	if !c.ring {
+		// First overflow: the head is full and what came after it, in
+		// order, starts the ring.
+		full := make([]byte, c.max)
+		copy(full, c.buf)
+		k := min(c.half()-min(len(c.buf), c.half()), len(p))
+		copy(full[len(c.buf):], p[:k])
+		p = p[k:]
+		c.filled = len(c.buf) + k - c.half()
+		c.next = c.filled
+		c.buf, c.ring = full, true
 	}
-	c.pushTail(p)
+	c.push(p)
 	return n, nil
 }
 
 // appendBounded appends p to b, growing b's capacity as append would but
-// never beyond limit, which len(b)+len(p) must not exceed: append's doubling
-// would otherwise hold up to twice the cap for a stream just above half of
-// it.
+// never beyond limit, which len(b)+len(p) must not exceed.
 func appendBounded(b, p []byte, limit int) []byte {
 	if need := len(b) + len(p); need > cap(b) {
 		grown := make([]byte, len(b), min(max(2*cap(b), need, 512), limit))
@@ -74,26 +70,23 @@ func appendBounded(b, p []byte, limit int) []byte {
 	return append(b, p...)
 }
 
-func (c *capture) pushTail(p []byte) {
-	size := cap(c.tail)
+// push writes p into the ring, keeping its latest bytes.
+func (c *capture) push(p []byte) {
+	r := c.buf[c.half():]
+	size := len(r)
 	if size == 0 {
 		return
 	}
 	if len(p) >= size {
-		c.tail = append(c.tail[:0], p[len(p)-size:]...)
-		c.start = 0
+		copy(r, p[len(p)-size:])
+		c.filled, c.next = size, 0
 		return
 	}
 	for len(p) > 0 {
-		if len(c.tail) < size {
-			k := min(size-len(c.tail), len(p))
-			c.tail = append(c.tail, p[:k]...)
-			p = p[k:]
-			continue
-		}
-		k := copy(c.tail[c.start:], p)
+		k := copy(r[c.next:], p)
 		p = p[k:]
-		c.start = (c.start + k) % size
+		c.next = (c.next + k) % size
+		c.filled = min(size, c.filled+k)
 	}
 }
 
@@ -102,13 +95,12 @@ func (c *capture) truncated() bool { return c.total > c.max }
 
 // String returns the kept bytes, at most max of them: all of them, or head,
 // marker and tail, the marker counting against max. A max too small to hold
-// the marker keeps the head alone. The capture hands its buffers
-// over and must not be written to afterwards.
+// the marker keeps the head alone. The string shares the capture's buffer,
+// which must not be written to afterwards.
 func (c *capture) String() string {
-	defer func() { c.head, c.tail = nil, nil }()
+	defer func() { c.buf = nil }()
 	if !c.truncated() {
-		// head is never written again: the string may share it.
-		return unsafe.String(unsafe.SliceData(c.head), len(c.head))
+		return unsafe.String(unsafe.SliceData(c.buf), len(c.buf))
 	}
 	// The marker's length depends on how much is elided, which depends on
 	// the marker's length. Start from the marker for the whole stream
@@ -117,7 +109,7 @@ func (c *capture) String() string {
 	// and the result fills max exactly.
 	mlen := int64(len(Elide(c.total)))
 	if mlen > c.max {
-		return string(c.head) // no room for the marker: the head alone
+		return unsafe.String(unsafe.SliceData(c.buf), c.half()) // no room for the marker
 	}
 	for {
 		shorter := int64(len(Elide(c.total - (c.max - mlen))))
@@ -127,23 +119,27 @@ func (c *capture) String() string {
 		mlen = shorter
 	}
 	keep := c.max - mlen
-	headN := min(int64(len(c.head)), keep/2)
-	tailN := min(int64(len(c.tail)), keep-headN)
-	var b strings.Builder
-	b.Grow(int(c.max))
-	b.Write(c.head[:headN])
-	b.WriteString(Elide(c.total - headN - tailN))
-	// The ring's newest tailN bytes, oldest first: the ring in order is
-	// tail[start:] then tail[:start].
-	older, newer := c.tail[c.start:], c.tail[:c.start]
-	skip := len(c.tail) - int(tailN)
-	if skip < len(older) {
-		b.Write(older[skip:])
-		b.Write(newer)
-	} else {
-		b.Write(newer[skip-len(older):])
+	headN := keep / 2
+	tailN := keep - headN
+	// The ring, oldest byte first, ends the buffer; its last tailN bytes
+	// are then where the result's tail goes, and the marker overwrites
+	// what lies between the kept head and them.
+	rotate(c.buf[c.half():], c.next)
+	copy(c.buf[headN:], Elide(c.total-headN-tailN))
+	return unsafe.String(unsafe.SliceData(c.buf), int(c.max))
+}
+
+// rotate moves b[k:] before b[:k], in place.
+func rotate(b []byte, k int) {
+	reverse(b[:k])
+	reverse(b[k:])
+	reverse(b)
+}
+
+func reverse(b []byte) {
+	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
+		b[i], b[j] = b[j], b[i]
 	}
-	return b.String()
 }
 
 // Elide is the marker that stands in output for n bytes that were cut from

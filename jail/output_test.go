@@ -68,7 +68,7 @@ func TestCaptureUnderCap(t *testing.T) {
 	if c.truncated() || c.String() != "hello world" {
 		t.Fatalf("got %q truncated=%v", c.String(), c.truncated())
 	}
-	if c.head != nil {
+	if c.buf != nil {
 		t.Error("String kept its buffer")
 	}
 }
@@ -81,7 +81,7 @@ func TestCaptureMemory(t *testing.T) {
 	chunk := bytes.Repeat([]byte{'x'}, 3<<10)
 	for range 1000 {
 		c.Write(chunk)
-		if held := cap(c.head) + cap(c.tail); held > max {
+		if held := cap(c.buf); held > max {
 			t.Fatalf("buffers hold %d bytes, cap %d", held, max)
 		}
 	}
