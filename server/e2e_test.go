@@ -302,19 +302,9 @@ func (in *e2eInstall) remote(t *testing.T, stdin string, args ...string) (code i
 	return code, out.String(), errb.String()
 }
 
-func writeTokens(t *testing.T) (file, token string) {
-	t.Helper()
-	token = strings.ToLower(rand.Text())
-	file = filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(file, []byte("# e2e\ne2e-agent:"+token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file, token
-}
-
 func testE2ETCP(t *testing.T, bin string) {
 	in := newE2EInstall(t, bin)
-	tokens, token := writeTokens(t)
+	tokens, token := testenv.TokenFile(t, "e2e-agent")
 	auditPath := filepath.Join(t.TempDir(), "audit.log")
 	d := in.serve(t, "--token-file", tokens, "--audit-log", auditPath, "--max-memory", "512M")
 	auth := []string{"Authorization", "Bearer " + token}
@@ -578,10 +568,10 @@ func testE2ESigtermKill(t *testing.T, bin string) {
 	}
 }
 
-// testE2ESigkillWatchdog: a daemon killed outright has its sandboxes, pooled
-// ones included, torn down at once by its watchdog.
-func testE2ESigkillWatchdog(t *testing.T, bin string) {
-	in := newE2EInstall(t, bin)
+// serveThreeSleeps starts a daemon with three long sandboxes running, their
+// commands marked with the installation's marker.
+func (in *e2eInstall) serveThreeSleeps(t *testing.T) *daemon {
+	t.Helper()
 	d := in.serve(t, "--audit-log", "off")
 	for range 3 {
 		postAsync(t, d.url+"/raw", `{"command":"sleep `+in.marker+`","timeout_seconds":600}`)
@@ -590,6 +580,14 @@ func testE2ESigkillWatchdog(t *testing.T, bin string) {
 		_, m := get(t, d.url+"/metrics")
 		return bytes.Contains(m, []byte("jaild_sandboxes_running 3\n"))
 	})
+	return d
+}
+
+// testE2ESigkillWatchdog: a daemon killed outright has its sandboxes, pooled
+// ones included, torn down at once by its watchdog.
+func testE2ESigkillWatchdog(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	d := in.serveThreeSleeps(t)
 	containers := filepath.Join(in.StateDir, "containers")
 	if n := len(dirNames(containers)); n < 4 {
 		t.Fatalf("%d containers, want 3 running and the pool's", n)
@@ -610,14 +608,7 @@ func testE2ESigkillWatchdog(t *testing.T, bin string) {
 // before serving.
 func testE2ESigkill(t *testing.T, bin string) {
 	in := newE2EInstall(t, bin)
-	d := in.serve(t, "--audit-log", "off")
-	for range 3 {
-		postAsync(t, d.url+"/raw", `{"command":"sleep `+in.marker+`","timeout_seconds":600}`)
-	}
-	eventually(t, "3 sandboxes running", func() bool {
-		_, m := get(t, d.url+"/metrics")
-		return bytes.Contains(m, []byte("jaild_sandboxes_running 3\n"))
-	})
+	d := in.serveThreeSleeps(t)
 	dogs := testenv.Watchdogs(in.StateDir)
 	if len(dogs) != 1 {
 		t.Fatalf("watchdogs %v, want the daemon's one", dogs)
@@ -704,7 +695,7 @@ func testE2ERefuse(t *testing.T, bin string) {
 
 	// The config file applies where neither a flag nor the environment
 	// says otherwise.
-	tokens, token := writeTokens(t)
+	tokens, token := testenv.TokenFile(t, "e2e-agent")
 	d := in.serve(t, "--config", cfg, "--listen", "127.0.0.1:0", "--token-file", tokens, "--audit-log", "off")
 	resp, body := post(t, d.url+"/run", `{"command":"true","memory_bytes":134217728}`, "Authorization", "Bearer "+token)
 	if e := decodeError(t, body); resp.StatusCode != 400 || !strings.Contains(e.Error, "67108864") {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/internal/testenv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -113,16 +114,6 @@ func writePEM(t *testing.T, path, typ string, der []byte, mode os.FileMode) {
 	if err := os.Chmod(path, mode); err != nil { // past the umask
 		t.Fatal(err)
 	}
-}
-
-func writeTokenFile(t *testing.T) (file, token string) {
-	t.Helper()
-	token = strings.ToLower(rand.Text())
-	file = filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(file, []byte("tls-test:"+token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file, token
 }
 
 // serveLog collects a daemon's JSON log and reports the address of its
@@ -263,7 +254,7 @@ func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, "jaild test CA")
 	certFile, keyFile := ca.issue(t, dir, "server", 0o600)
-	tokens, token := writeTokenFile(t)
+	tokens, token := testenv.TokenFile(t, "tls-test")
 	cfg := filepath.Join(dir, "jaild.conf")
 	if err := os.WriteFile(cfg, []byte("tls-cert = "+certFile+"\ntls-key = \""+keyFile+"\"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -411,7 +402,7 @@ func TestServeTLSRefusals(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tokens, _ := writeTokenFile(t)
+	tokens, _ := testenv.TokenFile(t, "tls-test")
 	tlsArgs := []string{"--tls-cert", cert, "--tls-key", key}
 	tests := []struct {
 		name string
@@ -463,7 +454,7 @@ func TestServeTLSRefusals(t *testing.T) {
 // binds all interfaces of a network namespace of its own.
 func TestServeInsecurePlaintext(t *testing.T) {
 	in := newInstall(t)
-	tokens, _ := writeTokenFile(t)
+	tokens, _ := testenv.TokenFile(t, "tls-test")
 	cfg := filepath.Join(t.TempDir(), "jaild.conf")
 	if err := os.WriteFile(cfg, []byte("insecure-plaintext = true\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -487,7 +478,7 @@ func TestServeInsecurePlaintext(t *testing.T) {
 // where 192.0.2.1 (TEST-NET-1) is unreachable: nothing leaves the host
 // whatever it does.
 func TestRemoteCleartextToken(t *testing.T) {
-	tokens, _ := writeTokenFile(t)
+	tokens, _ := testenv.TokenFile(t, "tls-test")
 	ca := newTestCA(t, "jaild test CA")
 	tests := []struct {
 		name     string

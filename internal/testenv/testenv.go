@@ -33,6 +33,18 @@ func NeedRoot(t testing.TB, why string) {
 	}
 }
 
+// TokenFile writes a token file holding one fresh token for name, mode
+// 0600 as jaild requires, and returns its path and the token.
+func TokenFile(t testing.TB, name string) (file, token string) {
+	t.Helper()
+	token = strings.ToLower(rand.Text())
+	file = filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte(name+":"+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, token
+}
+
 // Install is a private jaild installation.
 type Install struct {
 	StateDir string // under /run, traversable by sandboxes
