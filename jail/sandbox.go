@@ -81,6 +81,12 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 	}
 	st, err := s.startProcess(p, cmd.Stdin)
 	if err != nil {
+		// startProcess closes them only once the sandbox holds them; a
+		// duplicate left open would keep a reader of the caller's pipe
+		// from ever seeing EOF.
+		for _, d := range p.ExtraFiles {
+			d.Close()
+		}
 		return nil, startError(cmd.Args[0], err)
 	}
 	return s.collect(ctx, cmd, st)

@@ -3,7 +3,9 @@ package jail_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,4 +233,39 @@ func helperWorkspace() {
 	_, err = m.Run(context.Background(), spec)
 	fmt.Println("ERR", err)
 	os.Exit(1)
+}
+
+// TestExtraFiles: a command gets the caller's files as fds 3 on, and a
+// reader of a passed pipe sees EOF once the caller closed its end, also
+// when the command could not start.
+func TestExtraFiles(t *testing.T) {
+	m := newManager(t)
+	tests := []struct {
+		name    string
+		args    []string
+		want    string
+		wantErr error
+	}{
+		{name: "written", args: []string{"/bin/sh", "-c", "echo hi >&3"}, want: "hi\n"},
+		{name: "start fails", args: []string{"/nonexistent"}, wantErr: jail.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			_, err = m.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: tt.args, ExtraFiles: []*os.File{w}}})
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Run: %v, want %v", err, tt.wantErr)
+			}
+			w.Close()
+			_ = r.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got, err := io.ReadAll(r)
+			if err != nil || string(got) != tt.want {
+				t.Errorf("read %q, %v; want %q and EOF", got, err, tt.want)
+			}
+		})
+	}
 }

@@ -48,6 +48,18 @@ func requireHost(t testing.TB) {
 // nothing is left: processes, cgroups, slots, workspace mounts, netns pins.
 func newManager(t testing.TB, cfg session.Config) (*session.Manager, *testenv.Install) {
 	t.Helper()
+	m, _, env := setup(t, cfg)
+	return m, env
+}
+
+func newManagers(t testing.TB) (*session.Manager, *jail.Manager) {
+	t.Helper()
+	m, jm, _ := setup(t, session.Config{})
+	return m, jm
+}
+
+func setup(t testing.TB, cfg session.Config) (*session.Manager, *jail.Manager, *testenv.Install) {
+	t.Helper()
 	requireHost(t)
 	env := testenv.New(t, "jaild-stest")
 	jm, err := jail.New(jail.Config{StateDir: env.StateDir, CgroupParent: env.Parent})
@@ -68,7 +80,7 @@ func newManager(t testing.TB, cfg session.Config) (*session.Manager, *testenv.In
 			t.Errorf("session Close: %v", err)
 		}
 	})
-	return m, env
+	return m, jm, env
 }
 
 // helperSession is a jaild with a session, a file in its workspace and a
