@@ -47,6 +47,17 @@
 // shell waiting for its command on a pipe), so that a run does not wait for
 // a sandbox to be built; see its doc for what it can and cannot serve.
 //
+// # Workspaces
+//
+// A [Workspace] is what the sandboxes of one session share: a /work that
+// outlives them (a size-capped tmpfs jaild mounts on the host and binds
+// into each), a network namespace with only loopback that they all join,
+// and the uid range they all map, so that files one writes are the next
+// one's. Every other namespace, limit and filter stays each sandbox's own.
+// The workspace's slot record lists its live sandboxes, so a sweep after a
+// crash removes them, the tmpfs and the network namespace. Package session
+// builds sessions on it; docs/sessions.md explains the choices.
+//
 // # Binaries
 //
 // libcontainer re-executes the calling binary as "<binary> init" for every

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "helper-run" {
 		helperRun() // never returns
 	}
+	if len(os.Args) > 1 && os.Args[1] == "helper-workspace" {
+		helperWorkspace() // never returns
+	}
 	os.Exit(m.Run())
 }
 

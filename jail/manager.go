@@ -206,7 +206,7 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	sb, err := m.Create(ctx, spec.Limits)
+	sb, err := m.create(ctx, spec.Limits, spec.Workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +224,12 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 // uid range, cgroup parent and configuration are fixed here, so a pool can
 // create sandboxes ahead of time. The caller must Destroy it.
 func (m *Manager) Create(ctx context.Context, l Limits) (*Sandbox, error) {
+	return m.create(ctx, l, nil)
+}
+
+// create builds a sandbox on its own uid slot or, if ws is not nil, on the
+// workspace's (see [Workspace]).
+func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*Sandbox, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -244,24 +250,43 @@ func (m *Manager) Create(ctx context.Context, l Limits) (*Sandbox, error) {
 	l = l.WithDefaults()
 	id := uuid.NewString()
 	rec := &record{ID: id, StateRoot: m.containers, Cgroup: m.parent.Child(id), Owner: os.Getpid()}
-	sl, err := acquireSlot(m.slotDir, rec, m.sweepRecord)
+	var (
+		sl     *slot
+		hostID int
+		err    error
+	)
+	if ws == nil {
+		sl, err = acquireSlot(m.slotDir, rec, m.sweepRecord)
+		if sl != nil {
+			hostID = sl.hostID()
+		}
+	} else {
+		hostID, err = ws.add(id, rec.Cgroup)
+	}
 	if err != nil {
 		m.live.Done()
 		return nil, err
 	}
-	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, sl.hostID(), l))
+	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, hostID, l, ws))
 	if err != nil {
 		// Create writes only the state dir; nothing runs yet.
 		_ = os.RemoveAll(filepath.Join(m.containers, id))
-		sl.release()
+		if ws != nil {
+			ws.remove(id)
+		} else {
+			sl.release()
+		}
 		m.live.Done()
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	return &Sandbox{m: m, id: id, c: c, slot: sl, limits: l, group: rec.Cgroup}, nil
+	return &Sandbox{m: m, id: id, c: c, slot: sl, ws: ws, hostID: hostID, limits: l, group: rec.Cgroup}, nil
 }
 
-// containerConfig is the whole isolation policy of one sandbox.
-func (m *Manager) containerConfig(id string, hostID int, l Limits) *configs.Config {
+// containerConfig is the whole isolation policy of one sandbox. On a
+// workspace (ws not nil) it differs in two places only: /work is the
+// workspace's tmpfs, and the network namespace is the workspace's, joined
+// rather than created (its loopback is already up).
+func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace) *configs.Config {
 	var devs []*devices.Device
 	var rules []*devices.Rule
 	for _, d := range specconv.AllowedDevices {
@@ -273,24 +298,28 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits) *configs.Conf
 	pids := l.Pids
 	quota, period := cgroup.CPUQuota(l.CPUs)
 	oomScore := 1000 // the kernel's OOM killer picks sandboxes before jaild
+	// A lone loopback interface: the network namespace has no route out.
+	netns, networks, work := "", []*configs.Network{{Type: "loopback"}}, ""
+	if ws != nil {
+		netns, networks, work = ws.netns, nil, ws.dir
+	}
 	cfg := &configs.Config{
 		Rootfs:     m.root.Dir,
 		Readonlyfs: true,
 		Hostname:   Hostname,
 		Namespaces: configs.Namespaces{
 			{Type: configs.NEWNS}, {Type: configs.NEWUTS}, {Type: configs.NEWIPC},
-			{Type: configs.NEWPID}, {Type: configs.NEWNET}, {Type: configs.NEWUSER},
+			{Type: configs.NEWPID}, {Type: configs.NEWNET, Path: netns}, {Type: configs.NEWUSER},
 			{Type: configs.NEWCGROUP},
 		},
-		UIDMappings: []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: slotSize}},
-		GIDMappings: []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: slotSize}},
-		// A lone loopback interface: the network namespace has no route out.
-		Networks:        []*configs.Network{{Type: "loopback"}},
+		UIDMappings:     []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: slotSize}},
+		GIDMappings:     []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: slotSize}},
+		Networks:        networks,
 		Capabilities:    &configs.Capabilities{}, // nil would keep them all
 		NoNewPrivileges: true,
 		Seccomp:         seccompProfile(),
 		OomScoreAdj:     &oomScore,
-		Mounts:          m.root.Mounts(l.TmpfsSize, sandboxUser),
+		Mounts:          m.root.Mounts(l.TmpfsSize, sandboxUser, work),
 		Devices:         devs,
 		MaskPaths: []string{
 			"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -328,6 +357,9 @@ func (m *Manager) Sweep() (int, error) {
 // kills and destroys it if its state survived, and the cgroup removal
 // catches a sandbox that died before its state was written.
 func (m *Manager) sweepRecord(rec *record) error {
+	if rec.Workspace {
+		return m.sweepWorkspace(rec)
+	}
 	m.log.Info("sweeping orphaned sandbox", "id", rec.ID, "owner_pid", rec.Owner)
 	var errs []error
 	if c, err := libcontainer.Load(rec.StateRoot, rec.ID); err == nil {

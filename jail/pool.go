@@ -233,6 +233,7 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 func (p *Pool) serves(spec *Spec) bool {
 	arg0 := spec.Args[0]
 	return spec.Limits.WithDefaults() == p.limits &&
+		spec.Workspace == nil && len(spec.ExtraFiles) == 0 &&
 		(spec.Dir == "" || spec.Dir == DefaultDir) &&
 		p.m.root.Host() &&
 		!strings.HasPrefix(arg0, "-") && !strings.Contains(arg0, "=")

@@ -29,7 +29,9 @@ type Sandbox struct {
 	m      *Manager
 	id     string
 	c      *libcontainer.Container
-	slot   *slot
+	slot   *slot      // nil on a workspace, whose slot it uses
+	ws     *Workspace // nil for a sandbox on a slot of its own
+	hostID int        // where the uid range of its user namespace starts
 	group  *cgroup.Group
 	limits Limits
 	used   bool
@@ -65,8 +67,26 @@ func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 		GID:  SandboxGID,
 		Init: true,
 	}
+	// Duplicates, which startProcess closes once the sandbox holds them:
+	// the caller's files stay the caller's, as with os/exec.
+	for _, f := range cmd.ExtraFiles {
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, d := range p.ExtraFiles {
+				d.Close()
+			}
+			return nil, fmt.Errorf("pass extra file: %w", err)
+		}
+		p.ExtraFiles = append(p.ExtraFiles, os.NewFile(uintptr(fd), f.Name()))
+	}
 	st, err := s.startProcess(p, cmd.Stdin)
 	if err != nil {
+		// startProcess closes them only once the sandbox holds them; a
+		// duplicate left open would keep a reader of the caller's pipe
+		// from ever seeing EOF.
+		for _, d := range p.ExtraFiles {
+			d.Close()
+		}
 		return nil, startError(cmd.Args[0], err)
 	}
 	return s.collect(ctx, cmd, st)
@@ -272,7 +292,7 @@ func (s *Sandbox) pipe() (r, w *os.File, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("create output pipe: %w", err)
 	}
-	if err := w.Chown(s.slot.hostID(), s.slot.hostID()); err != nil {
+	if err := w.Chown(s.hostID, s.hostID); err != nil {
 		r.Close()
 		w.Close()
 		return nil, nil, fmt.Errorf("chown output pipe: %w", err)
@@ -334,12 +354,20 @@ func (s *Sandbox) Destroy() error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if err != nil {
-		// Keep the slot record: the next sweep finishes the job.
-		s.slot.f.Close()
+		// Keep the slot record (a workspace's keeps listing the
+		// sandbox): the next sweep or the workspace's Close finishes
+		// the job.
+		if s.slot != nil {
+			s.slot.f.Close()
+		}
 		s.c = nil
 		return fmt.Errorf("destroy sandbox %s: %w", s.id, err)
 	}
-	s.slot.release()
+	if s.ws != nil {
+		s.ws.remove(s.id)
+	} else {
+		s.slot.release()
+	}
 	s.c = nil
 	return nil
 }

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,18 @@ type record struct {
 	StateRoot string        `json:"state_root"`
 	Cgroup    *cgroup.Group `json:"cgroup"`
 	Owner     int           `json:"owner_pid"`
+	// Workspace marks the slot of a [Workspace] rather than of one
+	// sandbox: its tmpfs and network namespace are at paths derived from
+	// StateRoot and ID (see workspacePaths), and Sandboxes lists the
+	// sandboxes that run on its uid range.
+	Workspace bool     `json:"workspace,omitempty"`
+	Sandboxes []member `json:"sandboxes,omitempty"`
+}
+
+// member is a sandbox of a workspace, as its slot record lists it.
+type member struct {
+	ID     string        `json:"id"`
+	Cgroup *cgroup.Group `json:"cgroup"`
 }
 
 // slot is a held uid range. The flock on f is the proof of ownership: the
@@ -120,6 +133,29 @@ func lockSlot(dir string, n int) (*slot, *record, error) {
 		}
 		return s, &old, nil
 	}
+}
+
+// rewrite replaces the record of a held slot. It is one pwrite at offset 0,
+// padded with spaces (JSON whitespace) over whatever the old record held
+// beyond the new one, never a truncate then a write: a jaild killed between
+// the two would leave an empty record, and the sweep would then know
+// nothing of the sandboxes it must tear down.
+func (s *slot) rewrite(rec *record) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	fi, err := s.f.Stat()
+	if err != nil {
+		return fmt.Errorf("rewrite slot %d: %w", s.n, err)
+	}
+	if old := int(fi.Size()); old > len(data) {
+		data = append(data, bytes.Repeat([]byte{' '}, old-len(data))...)
+	}
+	if _, err := s.f.WriteAt(data, 0); err != nil {
+		return fmt.Errorf("rewrite slot %d: %w", s.n, err)
+	}
+	return nil
 }
 
 // release unlinks the slot file, then drops the lock.

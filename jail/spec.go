@@ -3,6 +3,7 @@ package jail
 import (
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -144,6 +145,15 @@ type Command struct {
 	// still carries the output produced so far.
 	Timeout time.Duration
 
+	// ExtraFiles are open files the command inherits as fds 3, 4, ...,
+	// like os/exec's. The sandbox gets duplicates: the caller keeps and
+	// closes its own, and a reader of a pipe whose write end is passed
+	// sees EOF once the caller has closed its end and the sandbox is
+	// gone. The files are handed over as they are, so a file the
+	// command must reopen through /proc/self/fd must be owned by the
+	// sandbox's user.
+	ExtraFiles []*os.File
+
 	// MaxOutput is how many bytes of each stream Result keeps; zero means
 	// DefaultMaxOutput. Beyond it the head and the tail are kept with a
 	// marker between them (see [Elide]); the rest is read and dropped, so
@@ -196,6 +206,12 @@ func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/
 // [Manager.Run] takes it.
 type Spec struct {
 	Limits Limits
+	// Workspace, if not nil, gives the sandbox the workspace's /work,
+	// network namespace and uid range instead of a fresh tmpfs /work and
+	// a network namespace of its own with only loopback (see
+	// [Workspace]); every other namespace, limit and filter is the
+	// sandbox's own as always.
+	Workspace *Workspace
 	Command
 }
 

@@ -335,7 +335,9 @@ func writeLayout(dir string, es []entry) error {
 
 // Mounts returns the sandbox's mounts, in order: /proc, a minimal /dev,
 // size-capped tmpfs /work (owned by u) and /tmp, and the read-only binds.
-func (r *Root) Mounts(tmpfsSize int64, u User) []*configs.Mount {
+// If work is not empty, /work is instead a read-write bind of that host
+// directory (nosuid, nodev), which the caller sized and owns.
+func (r *Root) Mounts(tmpfsSize int64, u User, work string) []*configs.Mount {
 	size := strconv.FormatInt(tmpfsSize, 10)
 	const nosuid = unix.MS_NOSUID | unix.MS_NODEV
 	ms := []*configs.Mount{
@@ -346,6 +348,9 @@ func (r *Root) Mounts(tmpfsSize int64, u User) []*configs.Mount {
 		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: nosuid, Data: "mode=1777,size=" + size},
 		{Source: "tmpfs", Destination: "/work", Device: "tmpfs", Flags: nosuid,
 			Data: fmt.Sprintf("mode=755,size=%s,uid=%d,gid=%d", size, u.UID, u.GID)},
+	}
+	if work != "" {
+		ms[len(ms)-1] = &configs.Mount{Source: work, Destination: "/work", Device: "bind", Flags: unix.MS_BIND | nosuid}
 	}
 	for _, b := range r.binds {
 		ms = append(ms, &configs.Mount{

@@ -101,6 +101,14 @@ func (in *Install) Check(t testing.TB) {
 	if dogs := Watchdogs(in.StateDir); len(dogs) > 0 {
 		t.Errorf("watchdog processes left behind: %v", dogs)
 	}
+	if mounts := MountsUnder(in.StateDir); len(mounts) > 0 {
+		t.Errorf("mounts left under the state dir (workspace tmpfs, netns binds): %v", mounts)
+	}
+	for _, d := range []string{"workspaces", "netns"} {
+		if ents, _ := os.ReadDir(filepath.Join(in.StateDir, d)); len(ents) > 0 {
+			t.Errorf("%d entries left in %s/%s", len(ents), in.StateDir, d)
+		}
+	}
 }
 
 // Watchdogs lists the pids of the live (not zombie) watchdog processes of
@@ -125,6 +133,53 @@ func Watchdogs(stateDir string) []int {
 		out = append(out, pid)
 	}
 	return out
+}
+
+// MountsUnder lists the mounts of the host's mount namespace (this
+// process's) at or below dir, as "type path", nsfs pins included.
+func MountsUnder(dir string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return []string{"reading mountinfo: " + err.Error()}
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		// id parent major:minor root mountpoint options [optional...] - type source super
+		if len(f) < 7 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp != dir && !strings.HasPrefix(mp, dir+"/") {
+			continue
+		}
+		typ := "?"
+		for i, x := range f {
+			if x == "-" && i+1 < len(f) {
+				typ = f[i+1]
+				break
+			}
+		}
+		out = append(out, typ+" "+mp)
+	}
+	return out
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of
+// mountinfo's path fields.
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // ProcsInCgroup describes the host processes whose cgroup path has a

@@ -1,0 +1,104 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// newNetNS creates a network namespace whose only interface is loopback, up,
+// and pins it by bind-mounting its nsfs file on path, which must not exist.
+// The namespace belongs to the host's user namespace: sandboxes join it
+// (runc's nsexec joins namespace paths before it unshares the sandbox's
+// user namespace) but their root, whose capabilities are those of the
+// sandbox's own user namespace, cannot reconfigure it: no interface, route
+// or firewall rule can be added from inside, so it stays loopback only.
+func newNetNS(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("create netns mount point: %w", err)
+	}
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is never unlocked, so it ends with this goroutine
+		// instead of going back to the scheduler inside the new
+		// namespace: no other goroutine can ever run in it.
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("unshare netns: %w", err)
+			}
+			if err := loopbackUp(); err != nil {
+				return err
+			}
+			self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+			if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("pin netns: %w", err)
+			}
+			return nil
+		}()
+	}()
+	if err := <-errc; err != nil {
+		_ = os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// loopbackUp sets lo up in the calling thread's network namespace, as
+// libcontainer's "loopback" network does for a sandbox of its own: the
+// kernel then gives it 127.0.0.1/8 and ::1.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: get flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: set flags: %w", err)
+	}
+	return nil
+}
+
+// removeNetNS unpins the namespace at path and removes the file. The
+// namespace itself ends once no process is left in it. A path that is
+// missing or not mounted is not an error: a sweep may repeat the removal.
+func removeNetNS(path string) error {
+	return unmountAndRemove(path, os.Remove)
+}
+
+// unmountAndRemove detaches whatever is mounted on path, without following
+// a symlink, then removes the mount point with rm (os.Remove for a file,
+// unix.Rmdir for a directory: neither follows symlinks nor walks a tree).
+func unmountAndRemove(path string, rm func(string) error) error {
+	// MNT_DETACH: a process still holding the mount (a sandbox's
+	// lingering bind) must not make the removal fail; the kernel frees
+	// it when the last user goes.
+	// Repeated until nothing is left: a mount stacked on another (which
+	// jaild never makes) would otherwise keep the path busy.
+	for range 8 {
+		err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			break // not (or no longer) a mount point
+		}
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", path, err)
+		}
+	}
+	if err := rm(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,259 @@
+package jail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/jaild/jaild/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultWorkspaceSize is the size of a workspace whose size is left zero.
+const DefaultWorkspaceSize = 1 << 30
+
+// minWorkspaceSize is one page: tmpfs rounds sizes up to whole pages.
+const minWorkspaceSize = 4096
+
+// A Workspace is what the sandboxes of one session share, while each of
+// them is still a fresh sandbox: a /work that outlives them, a network
+// namespace (loopback only) that a server started by one is reachable in
+// from the next, and the host uid range their files are owned by.
+//
+// Every sandbox created on a workspace ([Workspace.Create], or a [Spec]
+// whose Workspace is set) has its own pid, mount, IPC, UTS, user and cgroup
+// namespaces, cgroup limits, seccomp filter, read-only root and fresh /tmp,
+// exactly like any other; only /work, the network namespace and the uid
+// range are shared. The uid range is shared because files a sandbox writes
+// in /work are owned by its host uids: a next sandbox with another range
+// would see them owned by nobody and could not change them. The sandboxes
+// of a workspace are one trust domain (they share the files and the
+// network anyway), and their separate pid and user namespaces keep one from
+// signalling or tracing another even though their uids are equal.
+//
+// /work is a tmpfs of its own, mounted by jaild on the host under the state
+// dir (workspaces/<id>, nosuid and nodev, but not noexec: agents build and
+// run programs there) and bind-mounted into each sandbox. Its size cap is
+// enforced by the kernel (a write beyond it fails with ENOSPC); it is
+// memory, counted against the memory cgroup of the sandbox that wrote the
+// pages and, once that sandbox is gone, against the parent cgroup's budget.
+//
+// A workspace holds a uid slot for its life, whose record lists its live
+// sandboxes: a jaild that dies leaves a record that any later sweep turns
+// into the teardown of those sandboxes, the tmpfs and the network
+// namespace. A workspace does not survive its jaild.
+type Workspace struct {
+	m     *Manager
+	id    string
+	dir   string // host mount point of the tmpfs
+	netns string // host path the network namespace is pinned at
+	size  int64
+	slot  *slot
+
+	mu     sync.Mutex
+	rec    record
+	closed bool
+}
+
+// workspacePaths derives a workspace's paths from its record, so that a
+// sweep never acts on a path a record could name: only on these.
+func workspacePaths(stateRoot, id string) (dir, netns string) {
+	state := filepath.Dir(stateRoot)
+	return filepath.Join(state, "workspaces", id), filepath.Join(state, "netns", id)
+}
+
+// NewWorkspace makes a workspace whose /work holds at most size bytes (zero
+// means DefaultWorkspaceSize). The caller must Close it, after destroying
+// its sandboxes, and before closing m.
+func (m *Manager) NewWorkspace(size int64) (_ *Workspace, retErr error) {
+	if size == 0 {
+		size = DefaultWorkspaceSize
+	}
+	if size < minWorkspaceSize {
+		return nil, invalid("workspace size", "%d bytes: must be at least %d", size, minWorkspaceSize)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	m.live.Add(1)
+	m.mu.Unlock()
+
+	// The directories first, so that nothing is recorded that a failure
+	// here would leave. Both are 0700: runc opens a bind mount's source
+	// and nsexec joins a namespace path as host root, before the
+	// sandbox's user namespace exists (TestWorkspacePersists fails if a
+	// runc ever stops doing so), so no sandbox needs to traverse them.
+	wsRoot, err := makeTrustedDir("workspace root", filepath.Join(m.stateDir, "workspaces"), 0o700)
+	if err == nil {
+		_, err = makeTrustedDir("netns dir", filepath.Join(m.stateDir, "netns"), 0o700)
+	}
+	if err != nil {
+		m.live.Done()
+		return nil, err
+	}
+	if filepath.Dir(wsRoot) != m.stateDir {
+		m.live.Done()
+		return nil, fmt.Errorf("jail: workspace root %s is not in the state dir %s", wsRoot, m.stateDir)
+	}
+
+	id := uuid.NewString()
+	w := &Workspace{m: m, id: id, size: size}
+	w.rec = record{ID: id, StateRoot: m.containers, Owner: os.Getpid(), Workspace: true}
+	w.dir, w.netns = workspacePaths(m.containers, id)
+	// From here on a crash leaves a record, and the sweep removes what
+	// the record's paths hold.
+	w.slot, err = acquireSlot(m.slotDir, &w.rec, m.sweepRecord)
+	if err != nil {
+		m.live.Done()
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			w.closed = true
+			w.release(m.sweepWorkspace(&w.rec))
+		}
+	}()
+	if err := os.Mkdir(w.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create workspace: %w", err)
+	}
+	host := w.slot.hostID()
+	// nr_inodes bounds the kernel memory that tiny files could take
+	// outside the size cap: one inode per 4 KiB of quota, at least 16384.
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d",
+		size, max(16384, size/4096), host+SandboxUID, host+SandboxGID)
+	if err := unix.Mount("jaild-workspace", w.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return nil, fmt.Errorf("mount workspace: %w", err)
+	}
+	if err := newNetNS(w.netns); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// ID names the workspace; its tmpfs is mounted at workspaces/<ID> in the
+// state dir.
+func (w *Workspace) ID() string { return w.id }
+
+// Size is the workspace's capacity in bytes.
+func (w *Workspace) Size() int64 { return w.size }
+
+// Dir is the host path of the workspace's tmpfs. Everything below it was
+// written by sandboxed code: never resolve a path below it with ordinary
+// path walks as root (a symlink would lead out of it); use openat2 with
+// RESOLVE_IN_ROOT on a descriptor of Dir, or do the I/O in a sandbox.
+func (w *Workspace) Dir() string { return w.dir }
+
+// Used reports how many bytes of the workspace are in use.
+func (w *Workspace) Used() (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(w.dir, &st); err != nil {
+		return 0, fmt.Errorf("workspace %s: %w", w.id, err)
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize, nil
+}
+
+// Create builds a sandbox with limits l on the workspace, ready to run one
+// command, as [Manager.Create] does. The caller must Destroy it.
+func (w *Workspace) Create(ctx context.Context, l Limits) (*Sandbox, error) {
+	return w.m.create(ctx, l, w)
+}
+
+// add records a sandbox that is about to be created on the workspace and
+// returns the host uid its range starts at.
+func (w *Workspace) add(id string, g *cgroup.Group) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0, ErrClosed
+	}
+	w.rec.Sandboxes = append(w.rec.Sandboxes, member{ID: id, Cgroup: g})
+	if err := w.slot.rewrite(&w.rec); err != nil {
+		w.rec.Sandboxes = w.rec.Sandboxes[:len(w.rec.Sandboxes)-1]
+		return 0, err
+	}
+	return w.slot.hostID(), nil
+}
+
+// remove forgets a sandbox that was destroyed.
+func (w *Workspace) remove(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.rec.Sandboxes = slices.DeleteFunc(w.rec.Sandboxes, func(s member) bool { return s.ID == id })
+	if err := w.slot.rewrite(&w.rec); err != nil {
+		// The record names a sandbox that is gone: a sweep would find
+		// nothing to destroy for it, which is harmless.
+		w.m.log.Warn("rewriting workspace record", "id", w.id, "err", err)
+	}
+}
+
+// Close destroys what is left of the workspace's sandboxes, unmounts and
+// removes its tmpfs (without reading it: nothing in it is followed) and
+// its network namespace, and frees its uid range. It is safe to call more
+// than once. If a step fails, the record is kept for the next sweep.
+func (w *Workspace) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.mu.Unlock()
+	err := w.m.sweepWorkspace(&w.rec)
+	w.release(err)
+	if err != nil {
+		return fmt.Errorf("close workspace %s: %w", w.id, err)
+	}
+	return nil
+}
+
+// release gives the slot back, or, after a failed teardown, keeps its
+// record for the next sweep; either way the Manager no longer waits for w.
+func (w *Workspace) release(teardown error) {
+	if teardown != nil {
+		w.m.log.Warn("tearing down workspace", "id", w.id, "err", teardown)
+		w.slot.f.Close()
+	} else {
+		w.slot.release()
+	}
+	w.m.live.Done()
+}
+
+// sweepWorkspace tears down what a workspace record describes: its
+// sandboxes first (they may still run with its uid range and hold its
+// mounts), then its tmpfs and network namespace.
+func (m *Manager) sweepWorkspace(rec *record) error {
+	if rec.ID == "" || filepath.Base(rec.ID) != rec.ID || rec.ID == "." || rec.ID == ".." {
+		return fmt.Errorf("workspace record with a bad id %q", rec.ID)
+	}
+	var errs []error
+	for _, s := range rec.Sandboxes {
+		if err := m.sweepRecord(&record{ID: s.ID, StateRoot: rec.StateRoot, Cgroup: s.Cgroup, Owner: rec.Owner}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		// A sandbox that may still run keeps the mounts: the next
+		// sweep tries again.
+		return errors.Join(errs...)
+	}
+	dir, netns := workspacePaths(rec.StateRoot, rec.ID)
+	// The tmpfs is unmounted before its mount point is removed, with
+	// rmdir: its contents, which sandboxes wrote, are never walked.
+	if err := unmountAndRemove(dir, unix.Rmdir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeNetNS(netns); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,271 @@
+package jail_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/testenv"
+	"github.com/jaild/jaild/jail"
+)
+
+func newWorkspace(t *testing.T, m *jail.Manager, size int64) *jail.Workspace {
+	t.Helper()
+	ws, err := m.NewWorkspace(size)
+	if err != nil {
+		t.Fatalf("NewWorkspace: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := ws.Close(); err != nil {
+			t.Errorf("Workspace.Close: %v", err)
+		}
+	})
+	return ws
+}
+
+func inWS(ws *jail.Workspace, script string) *jail.Spec {
+	s := sh(script)
+	s.Workspace = ws
+	return s
+}
+
+// TestWorkspacePersists: files outlive the sandbox that wrote them, stay
+// the sandbox user's in the next one (same uid range), while /tmp is fresh.
+func TestWorkspacePersists(t *testing.T) {
+	m := newManager(t)
+	ws := newWorkspace(t, m, 0)
+	res := run(t, m, inWS(ws, "echo one > /work/f && mkdir -m 700 /work/d && echo x > /work/d/g && echo t > /tmp/t && echo ok"))
+	if res.ExitCode != 0 || res.Stdout != "ok\n" {
+		t.Fatalf("call 1: %+v", res)
+	}
+	res = run(t, m, inWS(ws, "echo two >> /work/f && cat /work/f /work/d/g && stat -c '%U %a' /work/d && ls /tmp"))
+	if want := "one\ntwo\nx\nsandbox 700\n"; res.ExitCode != 0 || res.Stdout != want {
+		t.Fatalf("call 2: got %q (stderr %q), want %q", res.Stdout, res.Stderr, want)
+	}
+	// On the host the files belong to the workspace's range, never to a
+	// host user.
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(ws.Dir(), "f"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid < 1<<30 {
+		t.Errorf("workspace file owned by host uid %d, want one of a sandbox range", st.Uid)
+	}
+	if used, err := ws.Used(); err != nil || used <= 0 {
+		t.Errorf("Used = %d, %v", used, err)
+	}
+}
+
+// TestWorkspaceIsolation: a workspace's files and network are its own, and a
+// one-shot sandbox still gets a fresh /work.
+func TestWorkspaceIsolation(t *testing.T) {
+	m := newManager(t)
+	a := newWorkspace(t, m, 0)
+	b := newWorkspace(t, m, 0)
+	run(t, m, inWS(a, "echo secret > /work/a"))
+	for name, spec := range map[string]*jail.Spec{"other workspace": inWS(b, "ls -A /work"), "one-shot": sh("ls -A /work")} {
+		if res := run(t, m, spec); res.Stdout != "" || res.ExitCode != 0 {
+			t.Errorf("%s sees %q (exit %d)", name, res.Stdout, res.ExitCode)
+		}
+	}
+}
+
+// TestWorkspaceNetwork: a server started in one sandbox of a workspace is
+// reachable from the next sandbox of the same workspace, and from no other.
+func TestWorkspaceNetwork(t *testing.T) {
+	m := newManager(t)
+	a := newWorkspace(t, m, 0)
+	b := newWorkspace(t, m, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		spec := inWS(a, "echo served > /work/index.html && cd /work && exec python3 -m http.server --bind 127.0.0.1 8000")
+		spec.Timeout = time.Minute
+		_, err := m.Run(ctx, spec)
+		done <- err
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	fetch := "python3 -c 'import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8000/index.html\", timeout=2).read().decode())'"
+	var res *jail.Result
+	for i := 0; i < 100; i++ {
+		res = run(t, m, inWS(a, fetch))
+		if res.ExitCode == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if res.Stdout != "served\n" {
+		t.Fatalf("server in the same workspace not reachable: %+v", res)
+	}
+	for name, spec := range map[string]*jail.Spec{"other workspace": inWS(b, fetch), "one-shot": sh(fetch)} {
+		if res := run(t, m, spec); res.ExitCode == 0 || !strings.Contains(res.Stderr, "Connection refused") {
+			t.Errorf("%s reached the server: exit %d, %q %q", name, res.ExitCode, res.Stdout, res.Stderr)
+		}
+	}
+	// The shared namespace is loopback only, and its root cannot change
+	// that.
+	res = run(t, m, inWS(a, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; ip link add dummy0 type dummy 2>&1 || echo refused"))
+	if !strings.HasPrefix(res.Stdout, "lo\n") || !strings.Contains(res.Stdout, "refused") || strings.Count(res.Stdout, "\n") != 3 {
+		t.Errorf("interfaces: %q", res.Stdout)
+	}
+}
+
+// TestWorkspaceQuota: the kernel stops a write at the workspace's size.
+func TestWorkspaceQuota(t *testing.T) {
+	m := newManager(t)
+	ws := newWorkspace(t, m, 1<<20)
+	res := run(t, m, inWS(ws, "dd if=/dev/zero of=/work/big bs=64k count=64"))
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left on device") {
+		t.Fatalf("dd beyond the quota: exit %d, stderr %q", res.ExitCode, res.Stderr)
+	}
+	res = run(t, m, inWS(ws, "rm /work/big && echo ok > /work/small && cat /work/small"))
+	if res.Stdout != "ok\n" {
+		t.Errorf("workspace unusable after a full disk: %+v", res)
+	}
+	if _, err := m.NewWorkspace(100); !jail.IsInvalid(err) {
+		t.Errorf("NewWorkspace(100) = %v, want an invalid size", err)
+	}
+}
+
+// TestWorkspaceCloseKills: closing a workspace with a sandbox still running
+// kills it and leaves nothing (testenv checks the mounts).
+func TestWorkspaceCloseKills(t *testing.T) {
+	m := newManager(t)
+	ws, err := m.NewWorkspace(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := ws.Create(context.Background(), jail.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *jail.Result, 1)
+	go func() {
+		res, _ := sb.Run(context.Background(), &jail.Command{Args: []string{"sleep", "1000"}, Timeout: time.Hour})
+		done <- res
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := ws.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	select {
+	case res := <-done:
+		if res == nil || res.Signal != "SIGKILL" {
+			t.Errorf("sandbox ended with %+v, want SIGKILL", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sandbox still running after Close")
+	}
+	_ = sb.Destroy()
+	if _, err := ws.Create(context.Background(), jail.Limits{}); err == nil {
+		t.Error("Create on a closed workspace succeeded")
+	}
+}
+
+// TestWorkspaceCrashSweep: a jaild SIGKILLed with a workspace and a sandbox
+// running on it leaves a record; the next start removes the sandbox, the
+// tmpfs and the network namespace.
+func TestWorkspaceCrashSweep(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	cmd := exec.Command("/proc/self/exe", "helper-workspace")
+	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+env.StateDir, "JAILD_TEST_PARENT="+env.Parent)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if !strings.Contains(line, "started") {
+		t.Fatalf("helper did not start: %q", line)
+	}
+	if len(testenv.MountsUnder(env.StateDir)) != 2 {
+		t.Fatalf("want the workspace's tmpfs and netns mounted, got %v", testenv.MountsUnder(env.StateDir))
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {
+		t.Fatal("the orphan is already gone; the test would prove nothing")
+	}
+	m, err := jail.New(config(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Error(err)
+	}
+	// testenv's check at cleanup asserts that no process, cgroup, slot,
+	// mount or workspace is left.
+}
+
+// helperWorkspace is a jaild that makes a workspace, starts a long command
+// on it and says so, to be SIGKILLed.
+func helperWorkspace() {
+	m, err := jail.New(jail.Config{StateDir: os.Getenv("JAILD_TEST_STATE"), CgroupParent: os.Getenv("JAILD_TEST_PARENT")})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	ws, err := m.NewWorkspace(0)
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	spec := &jail.Spec{Workspace: ws, Command: jail.Command{
+		Args:    []string{"/bin/sh", "-c", "echo data > /work/f; sleep 1000 & echo started; sleep 1000"},
+		Timeout: jail.MaxTimeout,
+		Stdout:  lineWriter{bufio.NewWriter(os.Stdout)},
+	}}
+	_, err = m.Run(context.Background(), spec)
+	fmt.Println("ERR", err)
+	os.Exit(1)
+}
+
+// TestExtraFiles: a command gets the caller's files as fds 3 on, and a
+// reader of a passed pipe sees EOF once the caller closed its end, also
+// when the command could not start.
+func TestExtraFiles(t *testing.T) {
+	m := newManager(t)
+	tests := []struct {
+		name    string
+		args    []string
+		want    string
+		wantErr error
+	}{
+		{name: "written", args: []string{"/bin/sh", "-c", "echo hi >&3"}, want: "hi\n"},
+		{name: "start fails", args: []string{"/nonexistent"}, wantErr: jail.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			_, err = m.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: tt.args, ExtraFiles: []*os.File{w}}})
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Run: %v, want %v", err, tt.wantErr)
+			}
+			w.Close()
+			_ = r.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got, err := io.ReadAll(r)
+			if err != nil || string(got) != tt.want {
+				t.Errorf("read %q, %v; want %q and EOF", got, err, tt.want)
+			}
+		})
+	}
+}

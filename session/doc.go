@@ -1,0 +1,68 @@
+// Package session keeps an agent's workspace across calls while every call
+// still runs in a fresh sandbox.
+//
+// A [Session] owns a [jail.Workspace]: a size-capped tmpfs mounted at /work
+// in each of its sandboxes, a network namespace (loopback only) they all
+// join, and the uid range they all map. Each call ([Session.Run]) and each
+// background job ([Session.Start]) gets a sandbox of its own (fresh pid,
+// mount, IPC, UTS, user and cgroup namespaces, its own cgroup limits,
+// seccomp, read-only root and fresh /tmp), so a fork bomb or an OOM in one
+// call leaves the session usable for the next, while files, a server
+// listening on loopback, the working directory and exported variables carry
+// over.
+//
+// # Working directory and environment
+//
+// A session has a working directory (under /work; /work at first or
+// [Options.Cwd]) and an environment ([Options.Env], [Session.SetEnv]). A call
+// starts in the session's directory, unless the call names its own
+// (Call.Dir, for that call only); a directory that no longer exists falls
+// back to /work. A call's environment is the sandbox's fixed one, then the
+// session's, then the call's own Env (for that call only).
+//
+// A shell call (Call.Shell) runs its script with /bin/bash -c, after a
+// first line that installs an EXIT trap. When the script ends, the trap
+// writes the shell's physical working directory and its exported variables
+// to a pipe on fd 3 that jaild reads, bounded ([MaxState]) and parsed
+// strictly (NUL-separated records, valid names, no duplicates; anything
+// else discards the whole report). The session then takes:
+//
+//   - the directory, if it is /work or below it; any other (/tmp is fresh
+//     in every call) resets the session's directory to /work;
+//   - the exported variables as its new environment, so `export X=1` and
+//     `unset X` both carry over, except the shell's own bookkeeping, which
+//     never does: PWD, OLDPWD, SHLVL, _, SHELLOPTS, BASHOPTS, BASH_ENV,
+//     ENV, BASH_* and exported functions (BASH_FUNC_*). A variable the
+//     call's own Env set and the script left unchanged keeps its previous
+//     session value (or stays unset): a call's Env is for that call.
+//
+// The report comes from the same trust domain as everything else in the
+// session: the script can write to fd 3 or replace the trap, which gives it
+// nothing that `cd` and `export` do not. A shell that is killed (timeout,
+// OOM, cancellation) or that execs another program runs no trap, and the
+// session keeps its previous directory and environment. Argv calls
+// (Call.Args) and background jobs never change them.
+//
+// # Background jobs
+//
+// [Session.Start] runs a call in its own sandbox without waiting for it,
+// with a timeout up to [Config.MaxJobTimeout]. Its output is kept as it
+// arrives, bounded like a call's (head and tail with [jail.Elide]'s marker
+// between), and can be read from an offset while it runs ([Session.Job]);
+// [Session.Wait] blocks until it ends, [Session.Kill] kills it. A running
+// job keeps its session from expiring for idleness.
+//
+// # Lifetime
+//
+// A session expires when it has been idle (no call or job running) for its
+// TTL, or when it reaches [Config.MaxLifetime] whatever it runs; a
+// goroutine of the [Manager] removes expired sessions. Removing a session
+// ([Manager.Delete], expiry, [Manager.Close]) kills its calls and jobs,
+// waits for their sandboxes to be destroyed, then unmounts and removes the
+// workspace and the network namespace without reading them.
+//
+// Sessions do not survive their jaild. A jaild that is SIGKILLed leaves its
+// workspaces' slot records behind, and the next jaild's start (or any
+// sweep) removes their sandboxes, tmpfs mounts and network namespaces:
+// "removed on start". See docs/sessions.md for why.
+package session

@@ -1,0 +1,205 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/jaild/jaild/jail"
+	"golang.org/x/sys/unix"
+)
+
+// Call is one command of a session. Exactly one of Shell and Args is set.
+type Call struct {
+	// Shell is a bash script, run with /bin/bash -c; its directory and
+	// exported variables carry over to the next call (see the package
+	// doc).
+	Shell string
+	// Command: Args (an argv, run as it is; nothing carries over from it),
+	// Env and Dir for this call only (Dir overrides the session's
+	// directory), Stdin, Stdout, Stderr, Timeout and MaxOutput as for
+	// any sandbox. ExtraFiles must be empty: fd 3 is the session's.
+	jail.Command
+	// Limits are this call's sandbox's resources; zero means the
+	// session's.
+	Limits jail.Limits
+}
+
+func (c *Call) validate() error {
+	switch {
+	case c.Shell == "" && len(c.Args) == 0:
+		return invalid("command", "missing")
+	case c.Shell != "" && len(c.Args) > 0:
+		return invalid("command", "both a shell script and an argv")
+	case strings.IndexByte(c.Shell, 0) >= 0:
+		return invalid("command", "contains a NUL byte")
+	case len(c.ExtraFiles) > 0:
+		return invalid("command", "extra files are not available in a session")
+	}
+	return nil
+}
+
+// Run runs call in a fresh sandbox on the session's workspace and waits for
+// it. A shell call's directory and exported variables become the session's
+// (see the package doc). Removing the session kills the call; its result is
+// then Canceled and the error is ErrClosed.
+func (s *Session) Run(ctx context.Context, call *Call) (*jail.Result, error) {
+	if err := call.validate(); err != nil {
+		return nil, err
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.end()
+	spec, callEnv := s.spec(call, call.Shell != "")
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+
+	var (
+		stateR, stateW *os.File
+		report         chan []byte
+	)
+	if call.Shell != "" {
+		var err error
+		if stateR, stateW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("create state pipe: %w", err)
+		}
+		defer stateR.Close()
+		spec.ExtraFiles = []*os.File{stateW}
+		report = make(chan []byte, 1)
+		go func() {
+			data, err := readState(stateR)
+			if err != nil {
+				s.m.log.Warn("session state report", "id", s.id, "err", err)
+				data = nil
+			}
+			report <- data
+		}()
+	}
+
+	ctx, cancel := s.bind(ctx)
+	defer cancel()
+	res, err := s.m.jail.Run(ctx, spec)
+	if stateW != nil {
+		// The sandbox is gone: closing our end gives the reader EOF.
+		stateW.Close()
+		data := <-report
+		if err == nil && res != nil && !res.TimedOut && !res.Canceled {
+			s.apply(data, callEnv)
+		}
+	}
+	if err != nil && s.ctx.Err() != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w: session %s was removed during the call", ErrClosed, s.id)
+	}
+	return res, err
+}
+
+// bind returns a context that ends with ctx or with the session.
+func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// spec turns a call into a sandbox spec on the workspace, with the
+// session's directory and environment. It returns the call's own
+// environment, which a shell report must not make permanent.
+func (s *Session) spec(call *Call, shell bool) (*jail.Spec, map[string]string) {
+	s.mu.Lock()
+	env := make([]string, 0, len(s.env)+len(call.Env))
+	for _, kv := range envList(s.env) {
+		env = append(env, kv)
+	}
+	cwd := s.cwd
+	limits := s.limits
+	s.mu.Unlock()
+
+	callEnv := make(map[string]string, len(call.Env))
+	for _, kv := range call.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		callEnv[k] = v
+	}
+	spec := &jail.Spec{Limits: limits, Workspace: s.ws, Command: call.Command}
+	if call.Limits != (jail.Limits{}) {
+		spec.Limits = call.Limits
+	}
+	spec.Env = append(env, call.Env...)
+	if spec.Dir == "" {
+		spec.Dir = s.existingDir(cwd)
+	}
+	if shell {
+		spec.Args = []string{"/bin/bash", "-c", shellPrelude + call.Shell}
+	}
+	return spec, callEnv
+}
+
+// existingDir returns dir if it is a directory of the workspace now, else
+// /work: a session's directory may have been removed since, and a sandbox
+// whose directory is missing would not start. It is resolved beneath the
+// workspace's tmpfs without following any symlink (the physical directory
+// a shell reported has none), as an O_PATH lookup that opens nothing.
+func (s *Session) existingDir(dir string) string {
+	if dir == workDir || !inWork(dir) {
+		return workDir
+	}
+	root, err := unix.Open(s.ws.Dir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return workDir
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, strings.TrimPrefix(dir, workDir+"/"), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return workDir
+	}
+	unix.Close(fd)
+	return dir
+}
+
+// fixedEnv is what every sandbox's environment starts with (see jail's
+// Command.Env).
+var fixedEnv = map[string]string{"PATH": jail.Path, "HOME": workDir, "USER": "sandbox", "LANG": "C.UTF-8"}
+
+// apply takes a shell call's report as the session's new directory and
+// environment; an invalid report changes nothing.
+func (s *Session) apply(data []byte, callEnv map[string]string) {
+	if data == nil {
+		return
+	}
+	st, err := parseState(data)
+	if err != nil {
+		s.m.log.Warn("session state report rejected", "id", s.id, "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A variable the call's Env set, which the script left as it was, is
+	// the call's, not the session's.
+	for k, v := range callEnv {
+		if got, ok := st.env[k]; ok && got == v {
+			if old, had := s.env[k]; had {
+				st.env[k] = old
+			} else {
+				delete(st.env, k)
+			}
+		}
+	}
+	// The sandbox's fixed variables come back in every report; they are
+	// the session's only if it set them.
+	for k, v := range fixedEnv {
+		if _, had := s.env[k]; !had && st.env[k] == v {
+			delete(st.env, k)
+		}
+	}
+	s.env = st.env
+	if cwd := path.Clean(st.cwd); inWork(cwd) {
+		s.cwd = cwd
+	} else {
+		s.cwd = workDir
+	}
+}

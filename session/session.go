@@ -1,0 +1,540 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jaild/jaild/jail"
+)
+
+// Defaults for a [Config] whose fields are left zero.
+const (
+	DefaultMaxSessions    = 64
+	DefaultMaxPerOwner    = 8
+	DefaultMaxJobs        = 16
+	DefaultTTL            = 30 * time.Minute
+	DefaultMaxLifetime    = 24 * time.Hour
+	DefaultWorkspaceBytes = jail.DefaultWorkspaceSize // 1 GiB
+	DefaultMaxJobTimeout  = time.Hour
+	DefaultReapInterval   = 5 * time.Second
+)
+
+// Jail is what sessions need of a [jail.Manager].
+type Jail interface {
+	NewWorkspace(size int64) (*jail.Workspace, error)
+	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+}
+
+// Config configures a [Manager]; each zero field means its Default*.
+type Config struct {
+	// MaxSessions caps the sessions of the whole daemon.
+	MaxSessions int
+	// MaxPerOwner caps the sessions of one owner.
+	MaxPerOwner int
+	// MaxJobs caps the jobs a session keeps, running or finished; the
+	// oldest finished job is forgotten to make room for a new one.
+	MaxJobs int
+	// TTL is the idle time after which a session expires, unless its
+	// Options set another (up to MaxLifetime).
+	TTL time.Duration
+	// MaxLifetime is when a session expires whatever it runs.
+	MaxLifetime time.Duration
+	// WorkspaceBytes is a workspace's size unless Options set another;
+	// MaxWorkspaceBytes (zero: WorkspaceBytes) caps what Options may ask.
+	WorkspaceBytes    int64
+	MaxWorkspaceBytes int64
+	// MaxJobTimeout caps a background job's timeout, and is the timeout
+	// of a job that sets none.
+	MaxJobTimeout time.Duration
+	// ReapInterval is how often expiry is checked.
+	ReapInterval time.Duration
+	// Logger receives warnings; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxSessions, DefaultMaxSessions)
+	def(&c.MaxPerOwner, DefaultMaxPerOwner)
+	def(&c.MaxJobs, DefaultMaxJobs)
+	defD(&c.TTL, DefaultTTL)
+	defD(&c.MaxLifetime, DefaultMaxLifetime)
+	defD(&c.MaxJobTimeout, DefaultMaxJobTimeout)
+	defD(&c.ReapInterval, DefaultReapInterval)
+	if c.WorkspaceBytes == 0 {
+		c.WorkspaceBytes = DefaultWorkspaceBytes
+	}
+	if c.MaxWorkspaceBytes == 0 {
+		c.MaxWorkspaceBytes = c.WorkspaceBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports the first field that is negative or inconsistent.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxSessions < 0 || c.MaxPerOwner < 0 || c.MaxJobs < 0:
+		return invalid("session maxima", "must not be negative")
+	case c.TTL < 0 || c.MaxLifetime < 0 || c.MaxJobTimeout < 0 || c.ReapInterval < 0:
+		return invalid("session durations", "must not be negative")
+	case c.MaxJobTimeout > jail.MaxTimeout:
+		return invalid("max job timeout", "%v exceeds %v", c.MaxJobTimeout, jail.MaxTimeout)
+	case c.WorkspaceBytes < 0 || c.MaxWorkspaceBytes < 0:
+		return invalid("workspace bytes", "must not be negative")
+	}
+	c = c.withDefaults()
+	switch {
+	case c.TTL > c.MaxLifetime:
+		return invalid("session ttl", "%v exceeds the maximum lifetime %v", c.TTL, c.MaxLifetime)
+	case c.WorkspaceBytes > c.MaxWorkspaceBytes:
+		return invalid("workspace bytes", "%d exceeds the maximum of %d", c.WorkspaceBytes, c.MaxWorkspaceBytes)
+	}
+	return nil
+}
+
+// Manager keeps the sessions of a daemon. It is safe for concurrent use.
+type Manager struct {
+	jail Jail
+	cfg  Config
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	pending  map[string]int // places reserved by Creates under way, per owner
+	closed   bool
+
+	stop   chan struct{}
+	reaper sync.WaitGroup
+}
+
+// New starts a Manager over j, with its expiry goroutine; Close stops it.
+func New(j Jail, cfg Config) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	m := &Manager{
+		jail:     j,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		sessions: make(map[string]*Session),
+		pending:  make(map[string]int),
+		stop:     make(chan struct{}),
+	}
+	m.reaper.Add(1)
+	go m.reap()
+	return m, nil
+}
+
+// Options configure one session. The zero value is usable.
+type Options struct {
+	// Owner is who may use the session (a token's name, a unix peer);
+	// every other caller is told it does not exist.
+	Owner string
+	// TTL is the idle time after which the session expires; zero means
+	// Config.TTL. It may not exceed Config.MaxLifetime.
+	TTL time.Duration
+	// Env holds KEY=VALUE pairs every call of the session gets.
+	Env []string
+	// Cwd is where calls start until a shell call changes directory;
+	// empty means /work. It must be /work or below.
+	Cwd string
+	// Limits are the resources of each of the session's sandboxes (a
+	// call may set its own); zero fields mean jail's defaults.
+	Limits jail.Limits
+	// WorkspaceBytes is the size of /work; zero means
+	// Config.WorkspaceBytes.
+	WorkspaceBytes int64
+}
+
+// Session is one workspace and what carries over between its calls.
+type Session struct {
+	m        *Manager
+	id       string
+	owner    string
+	ws       *jail.Workspace
+	limits   jail.Limits
+	ttl      time.Duration
+	created  time.Time
+	deadline time.Time // created + MaxLifetime
+
+	ctx    context.Context // ends when the session is removed
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // calls and jobs in flight
+	done   chan struct{}  // closed once removed
+
+	mu       sync.Mutex
+	env      map[string]string
+	cwd      string
+	lastUsed time.Time
+	active   int
+	closing  bool
+	jobs     map[string]*Job
+	jobOrder []string
+}
+
+// Info describes a session.
+type Info struct {
+	ID      string
+	Owner   string
+	Created time.Time
+	// ExpiresAt is when the session expires if nothing runs in it from
+	// now on (while a call or job runs, the end of its maximum lifetime).
+	ExpiresAt      time.Time
+	Cwd            string
+	Env            []string // sorted KEY=VALUE
+	Limits         jail.Limits
+	WorkspaceBytes int64 // the quota
+	WorkspaceUsed  int64
+	Jobs           int
+	RunningJobs    int
+}
+
+// Create makes a session: its workspace, network namespace and uid range.
+func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opts.TTL == 0 {
+		opts.TTL = m.cfg.TTL
+	}
+	if opts.WorkspaceBytes == 0 {
+		opts.WorkspaceBytes = m.cfg.WorkspaceBytes
+	}
+	cwd, err := checkOptions(&opts, m.cfg)
+	if err != nil {
+		return nil, err
+	}
+	env, err := parseEnv(opts.Env)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.reserve(opts.Owner); err != nil {
+		return nil, err
+	}
+	ws, err := m.jail.NewWorkspace(opts.WorkspaceBytes)
+	if err != nil {
+		m.unreserve(opts.Owner, nil)
+		return nil, fmt.Errorf("create session: %w", err)
+	}
+	now := time.Now()
+	s := &Session{
+		m: m, id: uuid.NewString(), owner: opts.Owner, ws: ws,
+		limits: opts.Limits, ttl: opts.TTL, created: now, deadline: now.Add(m.cfg.MaxLifetime),
+		done: make(chan struct{}), env: env, cwd: cwd, lastUsed: now, jobs: make(map[string]*Job),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if !m.unreserve(opts.Owner, s) {
+		// Closed meanwhile.
+		s.cancel()
+		_ = ws.Close()
+		return nil, ErrClosed
+	}
+	return s, nil
+}
+
+func checkOptions(o *Options, cfg Config) (string, error) {
+	switch {
+	case o.TTL < 0 || o.TTL > cfg.MaxLifetime:
+		return "", invalid("ttl", "%v: must be between 0 and the maximum lifetime %v", o.TTL, cfg.MaxLifetime)
+	case o.WorkspaceBytes < 0 || o.WorkspaceBytes > cfg.MaxWorkspaceBytes:
+		return "", invalid("workspace bytes", "%d: must be between 0 and %d", o.WorkspaceBytes, cfg.MaxWorkspaceBytes)
+	}
+	if err := o.Limits.Validate(); err != nil {
+		return "", err
+	}
+	cwd := workDir
+	if o.Cwd != "" {
+		if !path.IsAbs(o.Cwd) || !inWork(path.Clean(o.Cwd)) || strings.IndexByte(o.Cwd, 0) >= 0 {
+			return "", invalid("cwd", "%q: must be /work or below it", o.Cwd)
+		}
+		cwd = path.Clean(o.Cwd)
+	}
+	return cwd, nil
+}
+
+// reserve takes a place for a session of owner, or says which limit is
+// reached.
+func (m *Manager) reserve(owner string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	total, mine := len(m.sessions), m.pending[owner]
+	for _, n := range m.pending {
+		total += n
+	}
+	for _, s := range m.sessions {
+		if s.owner == owner {
+			mine++
+		}
+	}
+	if total >= m.cfg.MaxSessions {
+		return &LimitError{What: "sessions", Max: m.cfg.MaxSessions}
+	}
+	if mine >= m.cfg.MaxPerOwner {
+		return &LimitError{What: "sessions per owner", Max: m.cfg.MaxPerOwner}
+	}
+	m.pending[owner]++
+	return nil
+}
+
+// unreserve gives a reserved place back and, if s is not nil, gives it to
+// s. It reports false if the Manager was closed meanwhile.
+func (m *Manager) unreserve(owner string, s *Session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pending[owner]--; m.pending[owner] == 0 {
+		delete(m.pending, owner)
+	}
+	if s == nil || m.closed {
+		return false
+	}
+	m.sessions[s.id] = s
+	return true
+}
+
+// Get returns owner's session id; another owner's is ErrNotFound.
+func (m *Manager) Get(owner, id string) (*Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sessions[id]; ok && s.owner == owner {
+		return s, nil
+	}
+	return nil, fmt.Errorf("%w: session %q", ErrNotFound, id)
+}
+
+// List describes owner's sessions, oldest first.
+func (m *Manager) List(owner string) []Info {
+	m.mu.Lock()
+	var mine []*Session
+	for _, s := range m.sessions {
+		if s.owner == owner {
+			mine = append(mine, s)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(mine, func(i, j int) bool { return mine[i].created.Before(mine[j].created) })
+	out := make([]Info, 0, len(mine))
+	for _, s := range mine {
+		out = append(out, s.Info())
+	}
+	return out
+}
+
+// Delete removes owner's session id: it kills its calls and jobs, waits for
+// their sandboxes to go, then removes its workspace and network namespace.
+func (m *Manager) Delete(owner, id string) error {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	if !ok || s.owner != owner {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: session %q", ErrNotFound, id)
+	}
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	return s.remove()
+}
+
+// remove tears s down; the caller has taken it out of the Manager's map,
+// so this runs once.
+func (s *Session) remove() error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	err := s.ws.Close()
+	close(s.done)
+	if err != nil {
+		return fmt.Errorf("remove session %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// Close removes every session and stops the expiry goroutine.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	all := make([]*Session, 0, len(m.sessions))
+	for id, s := range m.sessions {
+		all = append(all, s)
+		delete(m.sessions, id)
+	}
+	m.mu.Unlock()
+	close(m.stop)
+	m.reaper.Wait()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, s := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.remove() }()
+	}
+	wg.Wait()
+	return joinErrs(errs)
+}
+
+// reap removes expired sessions until Close.
+func (m *Manager) reap() {
+	defer m.reaper.Done()
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case now := <-t.C:
+			m.expire(now)
+		}
+	}
+}
+
+// expire removes the sessions that are expired at now.
+func (m *Manager) expire(now time.Time) {
+	m.mu.Lock()
+	var dead []*Session
+	for id, s := range m.sessions {
+		if s.expired(now) {
+			dead = append(dead, s)
+			delete(m.sessions, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range dead {
+		m.log.Info("session expired", "id", s.id, "owner", s.owner)
+		if err := s.remove(); err != nil {
+			m.log.Warn("removing expired session", "id", s.id, "err", err)
+		}
+	}
+}
+
+func (s *Session) expired(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !now.Before(s.deadline) || (s.active == 0 && !now.Before(s.lastUsed.Add(s.ttl)))
+}
+
+// ID is the session's id.
+func (s *Session) ID() string { return s.id }
+
+// Done is closed once the session has been removed (deleted or expired).
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Info describes the session now.
+func (s *Session) Info() Info {
+	used, _ := s.ws.Used()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := Info{
+		ID: s.id, Owner: s.owner, Created: s.created, Cwd: s.cwd, Env: envList(s.env),
+		Limits: s.limits, WorkspaceBytes: s.ws.Size(), WorkspaceUsed: used, Jobs: len(s.jobs),
+	}
+	for _, j := range s.jobs {
+		if !j.isEnded() {
+			in.RunningJobs++
+		}
+	}
+	in.ExpiresAt = s.deadline
+	if s.active == 0 {
+		if idle := s.lastUsed.Add(s.ttl); idle.Before(in.ExpiresAt) {
+			in.ExpiresAt = idle
+		}
+	}
+	return in
+}
+
+// SetEnv sets the KEY=VALUE pairs in the session's environment, and
+// removes the variables named in unset, for every later call.
+func (s *Session) SetEnv(set []string, unset []string) error {
+	add, err := parseEnv(set)
+	if err != nil {
+		return err
+	}
+	for _, k := range unset {
+		if !validName(k) {
+			return invalid("env", "%q is not a variable name", k)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range unset {
+		delete(s.env, k)
+	}
+	for k, v := range add {
+		s.env[k] = v
+	}
+	s.lastUsed = time.Now()
+	return nil
+}
+
+// begin registers a call or job; end undoes it. A session being removed
+// takes none.
+func (s *Session) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return fmt.Errorf("%w: session %s is being removed", ErrClosed, s.id)
+	}
+	s.active++
+	s.wg.Add(1)
+	return nil
+}
+
+func (s *Session) end() {
+	s.mu.Lock()
+	s.active--
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func invalid(field, format string, args ...any) error {
+	return &jail.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+func joinErrs(errs []error) error {
+	var out []error
+	for _, e := range errs {
+		if e != nil {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w", out[0]) // the first; the rest were logged by remove's callers
+}

@@ -1,0 +1,348 @@
+package session_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/testenv"
+	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/session"
+)
+
+var bg = context.Background()
+
+func create(t *testing.T, m *session.Manager, opts session.Options) *session.Session {
+	t.Helper()
+	s, err := m.Create(bg, opts)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return s
+}
+
+func shell(t *testing.T, s *session.Session, script string) *jail.Result {
+	t.Helper()
+	res, err := s.Run(bg, &session.Call{Shell: script})
+	if err != nil {
+		t.Fatalf("Run(%q): %v", script, err)
+	}
+	return res
+}
+
+// TestCarryOver: files, the working directory and exported variables carry
+// over from one call (one fresh sandbox) to the next, by the documented
+// rules.
+func TestCarryOver(t *testing.T) {
+	m, _ := newManager(t, session.Config{})
+	s := create(t, m, session.Options{Owner: "a", Env: []string{"FROM_SESSION=s"}})
+	steps := []struct {
+		name, script, want string
+		env                []string
+		dir                string
+	}{
+		{name: "write, cd and export", script: "echo hi > /work/f && mkdir -p /work/src/deep && cd /work/src && export X=1 Y='a b' && Z=local && echo ok", want: "ok\n"},
+		{name: "all carried over", script: `pwd; cat /work/f; echo "$X|$Y|$Z|$FROM_SESSION"; echo $$`, want: "/work/src\nhi\n1|a b||s\n1\n"},
+		{name: "fresh tmp", script: "ls -A /tmp; echo t > /tmp/t", want: ""},
+		{name: "tmp was fresh", script: "ls -A /tmp", want: ""},
+		{name: "unset and cd outside work", script: "unset X; cd /tmp; export W=2", want: ""},
+		{name: "back at work", script: `pwd; echo "${X-unset}|$W"`, want: "/work\nunset|2\n"},
+		{name: "call's own env and dir", script: `pwd; echo "$W|$C"; cd /work/src`, env: []string{"W=call", "C=c"}, dir: "/work/src/deep", want: "/work/src/deep\ncall|c\n"},
+		{name: "call env not kept", script: `pwd; echo "$W|${C-unset}"`, want: "/work/src\n2|unset\n"},
+		{name: "exit status kept and state carried", script: "cd deep; export E=3; exit 3", want: ""},
+		{name: "after exit", script: `pwd; echo $E`, want: "/work/src/deep\n3\n"},
+		{name: "forged report rejected", script: `cd /work; export F=1; printf 'junk' >&3`, want: ""},
+		{name: "state unchanged after forgery", script: `pwd; echo "${F-unset}"`, want: "/work/src/deep\nunset\n"},
+		{name: "removed dir falls back to work", script: `rmdir /work/src/deep`, want: ""},
+		{name: "fallback", script: `pwd`, want: "/work\n"},
+	}
+	for _, st := range steps {
+		res, err := s.Run(bg, &session.Call{Shell: st.script, Command: jail.Command{Env: st.env, Dir: st.dir}})
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if res.Stdout != st.want {
+			t.Fatalf("%s: stdout %q, want %q (stderr %q, exit %d)", st.name, res.Stdout, st.want, res.Stderr, res.ExitCode)
+		}
+		if st.name == "exit status kept and state carried" && res.ExitCode != 3 {
+			t.Errorf("exit code %d, want 3", res.ExitCode)
+		}
+	}
+	// An argv call starts in the session's directory and changes nothing.
+	shell(t, s, "cd /work/src")
+	res, err := s.Run(bg, &session.Call{Command: jail.Command{Args: []string{"pwd"}}})
+	if err != nil || res.Stdout != "/work/src\n" {
+		t.Fatalf("argv call: %v %+v", err, res)
+	}
+	info := s.Info()
+	if info.Cwd != "/work/src" || strings.Contains(strings.Join(info.Env, ","), "PATH=") {
+		t.Errorf("Info: cwd %q env %q", info.Cwd, info.Env)
+	}
+}
+
+// TestSurvivesBadCalls: a fork bomb or an OOM kills one call's sandbox, not
+// the session.
+func TestSurvivesBadCalls(t *testing.T) {
+	m, _ := newManager(t, session.Config{})
+	s := create(t, m, session.Options{Owner: "a", Limits: jail.Limits{Pids: 64, Memory: 64 << 20}})
+	shell(t, s, "echo keep > /work/k; cd /work; export K=1")
+	bomb, err := s.Run(bg, &session.Call{Shell: "b(){ b|b& }; b; sleep 2", Command: jail.Command{Timeout: 5 * time.Second}})
+	if err != nil || !bomb.PidsLimitHit {
+		t.Fatalf("fork bomb: %v %+v", err, bomb)
+	}
+	oom, err := s.Run(bg, &session.Call{Shell: "tail /dev/zero"})
+	if err != nil || !oom.OOMKilled {
+		t.Fatalf("oom: %v %+v", err, oom)
+	}
+	if res := shell(t, s, "cat /work/k; echo $K"); res.Stdout != "keep\n1\n" {
+		t.Errorf("after a fork bomb and an OOM: %+v", res)
+	}
+}
+
+// TestQuota: the kernel stops a write at the workspace size.
+func TestQuota(t *testing.T) {
+	m, _ := newManager(t, session.Config{WorkspaceBytes: 4 << 20})
+	s := create(t, m, session.Options{Owner: "a", WorkspaceBytes: 1 << 20})
+	res := shell(t, s, "dd if=/dev/zero of=/work/big bs=64k count=64")
+	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left on device") {
+		t.Fatalf("dd past the quota: exit %d, %q", res.ExitCode, res.Stderr)
+	}
+	if in := s.Info(); in.WorkspaceBytes != 1<<20 || in.WorkspaceUsed < 900<<10 {
+		t.Errorf("Info: quota %d used %d", in.WorkspaceBytes, in.WorkspaceUsed)
+	}
+	if _, err := m.Create(bg, session.Options{Owner: "a", WorkspaceBytes: 8 << 20}); !jail.IsInvalid(err) {
+		t.Errorf("Create above the maximum workspace: %v", err)
+	}
+}
+
+// TestSessionsIsolated: one session sees nothing of another's files,
+// processes or ports, nor can its owner be told the other exists.
+func TestSessionsIsolated(t *testing.T) {
+	m, _ := newManager(t, session.Config{})
+	a := create(t, m, session.Options{Owner: "alice"})
+	b := create(t, m, session.Options{Owner: "bob"})
+	shell(t, a, "echo secret > /work/s")
+	job, err := a.Start(bg, &session.Call{Shell: "cd /work && exec python3 -m http.server --bind 127.0.0.1 8000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := "curl -sS --max-time 2 http://127.0.0.1:8000/s"
+	waitServed(t, a, fetch, "secret\n")
+	res := shell(t, b, "ls -A /work; "+fetch+"; ps -e -o comm= | sort | tr '\\n' ' '")
+	if strings.Contains(res.Stdout, "secret") || strings.Contains(res.Stdout, "python") || !strings.Contains(res.Stderr, "Failed to connect") {
+		t.Errorf("b sees a's state: stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+	if _, err := m.Get("bob", a.ID()); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("bob gets alice's session: %v", err)
+	}
+	if err := m.Delete("bob", a.ID()); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("bob deletes alice's session: %v", err)
+	}
+	if l := m.List("bob"); len(l) != 1 || l[0].ID != b.ID() {
+		t.Errorf("List(bob) = %+v", l)
+	}
+	_ = a.Kill(job)
+}
+
+func waitServed(t *testing.T, s *session.Session, fetch, want string) {
+	t.Helper()
+	var res *jail.Result
+	for i := 0; i < 100; i++ {
+		res = shell(t, s, fetch)
+		if res.Stdout == want {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("server never answered: %+v", res)
+}
+
+// TestJobs: a background server is reachable from later calls; its output
+// can be read from offsets while it runs; Kill ends it with a verdict.
+func TestJobs(t *testing.T) {
+	m, _ := newManager(t, session.Config{MaxJobs: 2})
+	s := create(t, m, session.Options{Owner: "a"})
+	shell(t, s, "echo page > /work/index.html")
+	id, err := s.Start(bg, &session.Call{Shell: "echo starting; cd /work && exec python3 -m http.server --bind 127.0.0.1 8000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitServed(t, s, "curl -sS --max-time 2 http://127.0.0.1:8000/index.html", "page\n")
+	st, err := s.Job(id, session.Offsets{})
+	if err != nil || !st.Running || st.Stdout != "starting\n" || !strings.Contains(st.Stderr, "GET /index.html") {
+		t.Fatalf("Job: %v %+v", err, st)
+	}
+	st2, _ := s.Job(id, st.Next)
+	if st2.Stdout != "" {
+		t.Errorf("output past the offset: %q", st2.Stdout)
+	}
+	// A short job; then the cap: two kept, a third is refused while both
+	// run... the short one ended, so it makes room.
+	short, err := s.Start(bg, &session.Call{Shell: "echo done; exit 7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	if err := s.Wait(ctx, short); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Job(short, session.Offsets{}); st.Running || st.Result.ExitCode != 7 || st.Stdout != "done\n" {
+		t.Errorf("short job: %+v %+v", st, st.Result)
+	}
+	third, err := s.Start(bg, &session.Call{Command: jail.Command{Args: []string{"sleep", "100"}}})
+	if err != nil {
+		t.Fatalf("third job after one ended: %v", err)
+	}
+	if _, err := s.Start(bg, &session.Call{Command: jail.Command{Args: []string{"true"}}}); !errors.Is(err, session.ErrLimit) {
+		t.Errorf("fourth job with two running: %v", err)
+	}
+	if _, err := s.Job(short, session.Offsets{}); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("the ended job should have been forgotten: %v", err)
+	}
+	for _, j := range []string{id, third} {
+		if err := s.Kill(j); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Wait(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := s.Job(j, session.Offsets{}); st.Running || !st.Result.Canceled {
+			t.Errorf("killed job: %+v", st.Result)
+		}
+	}
+	if _, err := s.Start(bg, &session.Call{Shell: "true", Command: jail.Command{Timeout: 2 * time.Hour}}); !jail.IsInvalid(err) {
+		t.Errorf("job beyond the max job timeout: %v", err)
+	}
+}
+
+// TestDeleteWithRunningJob: Delete kills what runs and leaves nothing
+// mounted.
+func TestDeleteWithRunningJob(t *testing.T) {
+	m, env := newManager(t, session.Config{})
+	s := create(t, m, session.Options{Owner: "a"})
+	if _, err := s.Start(bg, &session.Call{Shell: "sleep 1000 & exec sleep 1000"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Run(bg, &session.Call{Shell: "sleep 1000", Command: jail.Command{Timeout: time.Hour}})
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if n := len(testenv.MountsUnder(env.StateDir)); n != 2 {
+		t.Fatalf("want the workspace and netns mounted, got %v", testenv.MountsUnder(env.StateDir))
+	}
+	if err := m.Delete("a", s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, session.ErrClosed) {
+		t.Errorf("a call cut by Delete returned %v", err)
+	}
+	if mounts := testenv.MountsUnder(env.StateDir); len(mounts) > 0 {
+		t.Errorf("mounts after Delete: %v", mounts)
+	}
+	if procs := testenv.ProcsInCgroup(filepath.Base(env.Parent)); len(procs) > 0 {
+		t.Errorf("processes after Delete: %v", procs)
+	}
+	if _, err := s.Run(bg, &session.Call{Shell: "true"}); !errors.Is(err, session.ErrClosed) {
+		t.Errorf("Run on a deleted session: %v", err)
+	}
+}
+
+// TestExpiry: an idle session expires after its TTL, a running job keeps it
+// alive, and the maximum lifetime ends it whatever runs.
+func TestExpiry(t *testing.T) {
+	m, env := newManager(t, session.Config{TTL: 300 * time.Millisecond, MaxLifetime: 4 * time.Second, ReapInterval: 50 * time.Millisecond})
+	idle := create(t, m, session.Options{Owner: "a"})
+	busy := create(t, m, session.Options{Owner: "a"})
+	shell(t, idle, "echo x > /work/x")
+	if _, err := busy.Start(bg, &session.Call{Command: jail.Command{Args: []string{"sleep", "1000"}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-idle.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("idle session did not expire")
+	}
+	if _, err := m.Get("a", idle.ID()); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("Get after expiry: %v", err)
+	}
+	if _, err := m.Get("a", busy.ID()); err != nil {
+		t.Errorf("a session with a running job expired: %v", err)
+	}
+	select {
+	case <-busy.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("session outlived its maximum lifetime")
+	}
+	if mounts := testenv.MountsUnder(env.StateDir); len(mounts) > 0 {
+		t.Errorf("mounts after expiry: %v", mounts)
+	}
+}
+
+// TestLimits: sessions per owner and per daemon, and bad options.
+func TestLimits(t *testing.T) {
+	m, _ := newManager(t, session.Config{MaxSessions: 2, MaxPerOwner: 1})
+	create(t, m, session.Options{Owner: "a"})
+	if _, err := m.Create(bg, session.Options{Owner: "a"}); !errors.Is(err, session.ErrLimit) {
+		t.Errorf("second session of a: %v", err)
+	}
+	create(t, m, session.Options{Owner: "b"})
+	if _, err := m.Create(bg, session.Options{Owner: "c"}); !errors.Is(err, session.ErrLimit) {
+		t.Errorf("third session of the daemon: %v", err)
+	}
+	for _, o := range []session.Options{
+		{Owner: "d", Cwd: "/tmp"},
+		{Owner: "d", Env: []string{"1X=1"}},
+		{Owner: "d", TTL: 48 * time.Hour},
+		{Owner: "d", Limits: jail.Limits{Pids: 1}},
+	} {
+		if _, err := m.Create(bg, o); !jail.IsInvalid(err) {
+			t.Errorf("Create(%+v) = %v, want invalid", o, err)
+		}
+	}
+}
+
+// TestRemovedOnRestart: a jaild SIGKILLed with a session and a running job
+// leaves nothing once the next jaild starts.
+func TestRemovedOnRestart(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-stest")
+	cmd := exec.Command("/proc/self/exe", "helper-session")
+	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+env.StateDir, "JAILD_TEST_PARENT="+env.Parent)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "started\n" {
+		t.Fatalf("helper: %q", line)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if len(testenv.MountsUnder(env.StateDir)) != 2 || len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {
+		t.Fatal("the dead jaild's session is already gone; the test would prove nothing")
+	}
+	jm, err := jail.New(jail.Config{StateDir: env.StateDir, CgroupParent: env.Parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jm.Close(); err != nil {
+		t.Error(err)
+	}
+	// testenv's check at cleanup: no process, cgroup, slot, mount or
+	// workspace left.
+}
