@@ -15,16 +15,14 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 )
 
-// The test binary is re-executed as each container's init and as each
-// Manager's watchdog, like jaild itself (see internal/inithook).
+// The test binary is re-executed as each container's init, like jaild
+// itself (see internal/inithook); package jail handles its re-execution as
+// a Manager's watchdog.
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		libcontainer.Init()
 	}
 	runtime.LockOSThread()
-	if len(os.Args) > 1 && os.Args[1] == jail.WatchdogArg {
-		jail.Watchdog()
-	}
 }
 
 func TestMain(m *testing.M) {

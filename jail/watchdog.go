@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,10 +42,23 @@ import (
 // owner logs it and starts another; no sandbox's init starts before a
 // watchdog runs.
 
-// WatchdogArg is os.Args[1] of a Manager's watchdog process. A program using
-// this package must call [Watchdog] from an init function when os.Args[1] is
-// WatchdogArg, as it calls libcontainer.Init for "init".
+// WatchdogArg is os.Args[1] of a Manager's watchdog process.
 const WatchdogArg = "watchdog"
+
+// init turns a process started as a Manager's watchdog into one, in every
+// binary that links this package, before any package that depends on it is
+// initialized. Left to each program, a binary that forgot would run its own
+// main instead: a test binary its tests, whose Managers would start
+// watchdogs that run the tests again, without end.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == WatchdogArg {
+		// Pin main to the main thread first, as a container init's
+		// binary does: the sweep's libcontainer calls lock goroutines to
+		// threads and let those threads die.
+		runtime.LockOSThread()
+		Watchdog()
+	}
+}
 
 // watchdogConfig is what the watchdog needs to clean up after its owner,
 // passed as JSON in os.Args[2].

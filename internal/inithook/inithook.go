@@ -1,14 +1,13 @@
 // Package inithook is the libcontainer init hook of jaild's binaries: both
 // import it for its init function, which turns the process into a
-// container's init or a jail.Manager's watchdog when the binary was
-// re-executed as one, and pins main to the main thread otherwise.
+// container's init when the binary was re-executed as one, and pins main to
+// the main thread otherwise.
 package inithook
 
 import (
 	"os"
 	"runtime"
 
-	"github.com/jaild/jaild/jail"
 	"github.com/opencontainers/runc/libcontainer"
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 )
@@ -17,8 +16,8 @@ import (
 // the binary's own package init. libcontainer re-executes the binary as
 // "jaild init" to become each container's init;
 // that process must go straight into libcontainer.Init, which never returns.
-// Each jail.Manager re-executes it as "jaild watchdog", which tears the
-// Manager's sandboxes down if jaild dies; jail.Watchdog never returns either.
+// (Each jail.Manager also re-executes it as "jaild watchdog"; package
+// jail's own init handles that.)
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		libcontainer.Init()
@@ -29,7 +28,4 @@ func init() {
 	// which Go would otherwise park forever with jaild's view of the mount
 	// table pointing into a dead container.
 	runtime.LockOSThread()
-	if len(os.Args) > 1 && os.Args[1] == jail.WatchdogArg {
-		jail.Watchdog()
-	}
 }
