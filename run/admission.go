@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,7 +97,8 @@ func (a *Admitter) Queued() int { return int(a.queued.Load()) }
 func (a *Admitter) OutputMemory() (held, max int64) { return a.output.held.Load(), a.output.size }
 
 // Run implements Runner.
-func (a *Admitter) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (a *Admitter) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+	spec := req.Spec
 	t0 := time.Now()
 	mem := outputMemory(spec)
 	if mem > a.output.size {
@@ -109,17 +109,17 @@ func (a *Admitter) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, erro
 		return nil, err
 	}
 	// The output memory is let go once the result is written when the
-	// front end holds it (see WithOutputHold), else when the run ends.
-	if h, ok := ctx.Value(outputHoldKey{}).(*outputHold); ok {
-		h.set(func() { a.output.release(mem) })
+	// front end keeps it (Request.KeepOutput), else when the run ends.
+	if req.KeepOutput {
+		req.holdOutput(func() { a.output.release(mem) })
 	} else {
 		defer a.output.release(mem)
 	}
 	defer func() { <-a.slots }()
 	a.metrics.waited(time.Since(t0))
-	Started(ctx)
+	req.admit()
 	t1 := time.Now()
-	res, err := a.next.Run(ctx, spec)
+	res, err := a.next.Run(ctx, req)
 	a.observeRun(time.Since(t1))
 	return res, err
 }
@@ -243,63 +243,5 @@ func (b *outputBudget) release(n int64) {
 	if b.held.Add(-n) == 0 && b.peak.Load() > freeThreshold {
 		b.peak.Store(0)
 		go debug.FreeOSMemory()
-	}
-}
-
-// outputHold lets a front end keep a run's output memory reserved until it
-// has written the result: the admitter hands it the release.
-type outputHold struct {
-	mu      sync.Mutex
-	release func()
-	done    bool
-}
-
-type outputHoldKey struct{}
-
-// WithOutputHold returns ctx carrying a hold, and the function that lets
-// the held memory go; call it once the result is written (or dropped).
-func WithOutputHold(ctx context.Context) (context.Context, func()) {
-	h := &outputHold{}
-	return context.WithValue(ctx, outputHoldKey{}, h), h.let
-}
-
-func (h *outputHold) set(release func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.done {
-		release()
-		return
-	}
-	h.release = release
-}
-
-func (h *outputHold) let() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.done && h.release != nil {
-		h.release()
-	}
-	h.done = true
-}
-
-// startedKey carries functions to call once a run is admitted: /raw uses it
-// to answer "busy" with a 429 status and yet tell its client promptly when
-// the command starts; the audit log uses it to measure the queueing time.
-type startedKey struct{}
-
-// WithStarted adds f to the functions Started(ctx) calls, after any that
-// ctx already carries.
-func WithStarted(ctx context.Context, f func()) context.Context {
-	if prev, ok := ctx.Value(startedKey{}).(func()); ok {
-		g := f
-		f = func() { prev(); g() }
-	}
-	return context.WithValue(ctx, startedKey{}, f)
-}
-
-// Started calls the functions WithStarted put into ctx.
-func Started(ctx context.Context) {
-	if f, ok := ctx.Value(startedKey{}).(func()); ok {
-		f()
 	}
 }

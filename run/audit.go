@@ -62,18 +62,13 @@ type auditor struct {
 	log  *AuditLog
 }
 
-func (a *auditor) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (a *auditor) Run(ctx context.Context, req *Request) (*jail.Result, error) {
 	start := a.log.o.Now()
-	var admitted time.Time
-	var once sync.Once
-	ctx = WithStarted(ctx, func() { once.Do(func() { admitted = a.log.o.Now() }) })
-
-	res, err := a.next.Run(ctx, spec)
-
-	rec := a.log.record(ctx, spec, res, err)
+	res, err := a.next.Run(ctx, req)
+	rec := a.log.record(req, res, err)
 	rec.Time = start
-	if !admitted.IsZero() {
-		rec.WaitMS = admitted.Sub(start).Milliseconds()
+	if !req.Admitted.IsZero() {
+		rec.WaitMS = req.Admitted.Sub(start).Milliseconds()
 	}
 	a.log.write(rec)
 	return res, err
@@ -81,25 +76,26 @@ func (a *auditor) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error
 
 // refused writes the record of a run refused before it reached the
 // auditor (by the operator's maxima).
-func (l *AuditLog) refused(ctx context.Context, spec *jail.Spec, err error) {
+func (l *AuditLog) refused(req *Request, err error) {
 	if l == nil {
 		return
 	}
-	rec := l.record(ctx, spec, nil, err)
+	rec := l.record(req, nil, err)
 	rec.Time = l.o.Now()
 	l.write(rec)
 }
 
 // Rejected writes the record of an HTTP request refused before it became a
-// run: reason is its requests_rejected_total reason.
-func (l *AuditLog) Rejected(ctx context.Context, reason string, status int, msg string) {
+// run: reason is its requests_rejected_total reason; caller and requestID
+// as in [Request].
+func (l *AuditLog) Rejected(caller, requestID, reason string, status int, msg string) {
 	if l == nil {
 		return
 	}
 	l.write(&api.AuditRecord{
 		Time:      l.o.Now(),
-		RequestID: RequestIDFromContext(ctx),
-		Caller:    CallerFromContext(ctx),
+		RequestID: requestID,
+		Caller:    caller,
 		Verdict:   api.VerdictRejected,
 		Reason:    reason,
 		Status:    status,
@@ -123,8 +119,9 @@ func (l *AuditLog) write(rec *api.AuditRecord) {
 	}
 }
 
-func (l *AuditLog) record(ctx context.Context, spec *jail.Spec, res *jail.Result, err error) *api.AuditRecord {
-	rec := auditRecordOf(ctx, spec, res, err, l.o.LogCommand)
+func (l *AuditLog) record(req *Request, res *jail.Result, err error) *api.AuditRecord {
+	spec := req.Spec
+	rec := auditRecordOf(req, res, err, l.o.LogCommand)
 	// The size of in-memory stdin (what HTTP requests carry) is known;
 	// other readers are left alone rather than wrapped, so that the jail
 	// can still hand an *os.File over directly.
@@ -134,13 +131,14 @@ func (l *AuditLog) record(ctx context.Context, spec *jail.Spec, res *jail.Result
 	return rec
 }
 
-func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err error, logCommand bool) *api.AuditRecord {
+func auditRecordOf(req *Request, res *jail.Result, err error, logCommand bool) *api.AuditRecord {
+	spec := req.Spec
 	rec := &api.AuditRecord{
-		RequestID:     RequestIDFromContext(ctx),
-		Caller:        CallerFromContext(ctx),
+		RequestID:     req.RequestID,
+		Caller:        req.Caller,
 		CommandSHA256: CommandHash(spec.Args),
 		Cwd:           spec.Dir,
-		Description:   descriptionFromContext(ctx),
+		Description:   req.Description,
 		Limits: api.AuditLimits{
 			MemoryBytes:    spec.Limits.Memory,
 			Pids:           spec.Limits.Pids,
@@ -176,22 +174,6 @@ func auditRecordOf(ctx context.Context, spec *jail.Spec, res *jail.Result, err e
 		}
 	}
 	return rec
-}
-
-type descriptionKey struct{}
-
-// WithDescription returns ctx carrying what the caller said the command is
-// for, for the audit record.
-func WithDescription(ctx context.Context, d string) context.Context {
-	if d == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, descriptionKey{}, d)
-}
-
-func descriptionFromContext(ctx context.Context) string {
-	s, _ := ctx.Value(descriptionKey{}).(string)
-	return s
 }
 
 // CommandHash is the hex SHA-256 of args joined by NUL bytes: NUL cannot

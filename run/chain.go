@@ -8,12 +8,12 @@ package run
 // for a slot and audit records carry effective limits; Audit sees refused
 // runs too; Instrument sits inside admission to count only what reached the
 // jail. audit may be nil (no audit log); metrics may be nil.
-func Chain(base Runner, c ChainOptions) (Runner, error) {
+func Chain(base Base, c ChainOptions) (Runner, error) {
 	if err := c.Max.Validate(); err != nil {
 		return nil, err
 	}
 	c.Admission.Metrics = c.Metrics
-	adm, err := Admit(Instrument(base, c.Metrics), c.Admission)
+	adm, err := Admit(Instrument(baseRunner{base}, c.Metrics), c.Admission)
 	if err != nil {
 		return nil, err
 	}

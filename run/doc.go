@@ -5,6 +5,11 @@
 //
 // HTTP, MCP over HTTP and MCP over stdio all build it with Chain, so every
 // run gets the same limits, admission control, audit record and metrics.
+// A run travels as a [Request]: the spec, who asked and through what
+// (caller, request id, front end, description: the audit record's and the
+// policy's input), and the front end's hooks, explicit fields rather than
+// context values (OnAdmit, when the run leaves the queue; KeepOutput, to
+// hold the output memory until the answer is written).
 // A refusal by the maxima is audited too; requests refused before they
 // become runs are audited by the front end through [AuditLog.Rejected].
 package run

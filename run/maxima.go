@@ -107,13 +107,18 @@ type enforcer struct {
 	audit *AuditLog // records refusals, which never reach the chain's auditor
 }
 
-func (e *enforcer) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
-	s := *spec
+func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+	s := *req.Spec
 	if err := e.max.Apply(&s); err != nil {
-		e.audit.refused(ctx, spec, err)
+		e.audit.refused(req, err)
 		return nil, err
 	}
-	return e.next.Run(ctx, &s)
+	// The rest of the chain sees the effective spec; the caller's stays
+	// as it was.
+	orig := req.Spec
+	req.Spec = &s
+	defer func() { req.Spec = orig }()
+	return e.next.Run(ctx, req)
 }
 
 func invalid(field, format string, args ...any) *jail.InvalidError {

@@ -193,10 +193,10 @@ type instrumented struct {
 	m    *Metrics
 }
 
-func (i *instrumented) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (i *instrumented) Run(ctx context.Context, req *Request) (*jail.Result, error) {
 	i.m.running.Inc()
 	defer i.m.running.Dec()
-	res, err := i.next.Run(ctx, spec)
+	res, err := i.next.Run(ctx, req)
 	i.m.runs.WithLabelValues(api.RunOutcome(res, err).Verdict).Inc()
 	if res != nil {
 		i.m.duration.Observe(res.Duration.Seconds())

@@ -2,12 +2,97 @@ package run
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/jaild/jaild/jail"
 )
 
-// Runner runs one spec in a fresh sandbox and tears it down. *jail.Manager
-// implements it; front-end tests use a fake.
-type Runner interface {
+// Base runs one spec in a fresh sandbox and tears it down: the jail at the
+// end of the chain (*jail.Manager, *jail.Pool).
+type Base interface {
 	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+}
+
+// Runner runs one request: the chain, and each of its links.
+type Runner interface {
+	Run(ctx context.Context, req *Request) (*jail.Result, error)
+}
+
+// Request is one run on its way through the chain: the spec, who asked and
+// through what (for the audit log, and the policy), and the front end's
+// hooks. The chain's links fill in Spec's unset limits on a copy, never on
+// the caller's spec.
+type Request struct {
+	Spec *jail.Spec
+
+	// Caller is the token's name, or the peer when the daemon runs
+	// without tokens ("uid:1000", "127.0.0.1:53211"). RequestID is the
+	// front end's id of the request.
+	Caller    string
+	RequestID string
+	// FrontEnd names the way in: "run", "raw", "mcp:bash", "mcp:execute".
+	FrontEnd string
+	// Description is what the caller said the command is for (the MCP
+	// bash tool's description).
+	Description string
+
+	// OnAdmit, if not nil, is called once the run leaves the admission
+	// queue, before its sandbox is built: /raw then tells its client the
+	// run started, and until then may still answer "busy" with a status.
+	OnAdmit func()
+	// KeepOutput keeps the run's output memory reserved after Run
+	// returns, until ReleaseOutput: a front end that writes the result
+	// sets it, so that admission counts the result until it is written.
+	KeepOutput bool
+
+	// Admitted is when admission let the run in; set by the chain.
+	Admitted time.Time
+
+	mu       sync.Mutex
+	release  func()
+	released bool
+}
+
+// admit marks the run admitted and calls OnAdmit.
+func (r *Request) admit() {
+	r.Admitted = time.Now()
+	if r.OnAdmit != nil {
+		r.OnAdmit()
+	}
+}
+
+// holdOutput hands the request the release of its output memory, or calls
+// it at once if the output was already let go.
+func (r *Request) holdOutput(release func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		release()
+		return
+	}
+	r.release = release
+}
+
+// ReleaseOutput lets the output memory KeepOutput kept go. Safe to call
+// more than once, and when nothing was kept.
+func (r *Request) ReleaseOutput() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.released && r.release != nil {
+		r.release()
+	}
+	r.released = true
+}
+
+// Direct returns a Runner that runs requests straight on base, outside any
+// chain: no maxima, admission (OnAdmit is not called), audit or metrics.
+// For tests and tools.
+func Direct(base Base) Runner { return baseRunner{base} }
+
+// baseRunner runs requests on the base: the end of the chain.
+type baseRunner struct{ base Base }
+
+func (b baseRunner) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+	return b.base.Run(ctx, req.Spec)
 }

@@ -143,6 +143,33 @@ func (t *Tokens) Lookup(token string) (name string, ok bool) {
 	return t.names[match], true
 }
 
+type callerKey struct{}
+
+// withCaller returns ctx carrying the caller's identity: a token's name, or
+// the peer when the daemon runs without tokens.
+func withCaller(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, callerKey{}, name)
+}
+
+// CallerFromContext returns the caller the daemon authenticated for a
+// request, for handlers mounted at Options.MCP: a token's name, or the peer.
+func CallerFromContext(ctx context.Context) string {
+	s, _ := ctx.Value(callerKey{}).(string)
+	return s
+}
+
+type requestIDKey struct{}
+
+// withRequestID returns ctx carrying the id of the HTTP request it serves.
+func withRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+func requestIDFromContext(ctx context.Context) string {
+	s, _ := ctx.Value(requestIDKey{}).(string)
+	return s
+}
+
 type peerKey struct{}
 
 // connContext records who is at the other end of a connection, once per
@@ -185,12 +212,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		if s.opts.Tokens == nil {
-			next.ServeHTTP(w, r.WithContext(run.WithCaller(ctx, peerFromContext(ctx, r))))
+			next.ServeHTTP(w, r.WithContext(withCaller(ctx, peerFromContext(ctx, r))))
 			return
 		}
 		name, ok := s.opts.Tokens.Lookup(bearer(r))
 		if !ok {
-			s.log.Warn("unauthorized request", "request_id", run.RequestIDFromContext(ctx),
+			s.log.Warn("unauthorized request", "request_id", requestIDFromContext(ctx),
 				"peer", peerFromContext(ctx, r), "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="jaild"`)
 			// reject closes the connection: a caller without a token
@@ -198,11 +225,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			// the --max-conns places. No detail: whether the header was
 			// missing, malformed or wrong is nobody's business but the
 			// log's. The audit record names the peer.
-			s.reject(w, r.WithContext(run.WithCaller(ctx, peerFromContext(ctx, r))), run.RejectUnauthorized,
+			s.reject(w, r.WithContext(withCaller(ctx, peerFromContext(ctx, r))), run.RejectUnauthorized,
 				http.StatusUnauthorized, &api.ErrorResponse{Error: "unauthorized", Code: api.CodeUnauthorized})
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(run.WithCaller(ctx, name)))
+		next.ServeHTTP(w, r.WithContext(withCaller(ctx, name)))
 	})
 }
 

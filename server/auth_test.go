@@ -261,8 +261,8 @@ func TestAudit(t *testing.T) {
 
 	t.Run("LogCommand", func(t *testing.T) {
 		var buf bytes.Buffer
-		r := run.Audit(&fake{}, run.NewAuditLog(&buf, run.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
-		r.Run(run.WithCaller(context.Background(), "bob"), &jail.Spec{Command: jail.Command{Args: []string{"ls", "-l"}}})
+		r := run.Audit(run.Direct(&fake{}), run.NewAuditLog(&buf, run.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
+		r.Run(context.Background(), &run.Request{Caller: "bob", Spec: &jail.Spec{Command: jail.Command{Args: []string{"ls", "-l"}}}})
 		var rec api.AuditRecord
 		json.Unmarshal(buf.Bytes(), &rec)
 		if strings.Join(rec.Command, " ") != "ls -l" || rec.Caller != "bob" || !rec.Time.Equal(time.Unix(1, 0)) {

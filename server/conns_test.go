@@ -241,7 +241,7 @@ func TestPerPeerCap(t *testing.T) {
 		tcp.Close()
 		t.Fatal(err)
 	}
-	serveOn(t, server.Options{Runner: &fake{fn: g.run}, MaxConns: 32, MaxConnsPerPeer: 2},
+	serveOn(t, server.Options{Runner: run.Direct(&fake{fn: g.run}), MaxConns: 32, MaxConnsPerPeer: 2},
 		mergeListeners(t, tcp, unixLn))
 	addr := tcp.Addr().String()
 

@@ -24,7 +24,7 @@ import (
 func TestHostOrigin(t *testing.T) {
 	f := &fake{}
 	var audit syncBuffer
-	ts := start(t, server.Options{Runner: f, AllowedHosts: []string{"jaild.internal"},
+	ts := start(t, server.Options{Runner: run.Direct(f), AllowedHosts: []string{"jaild.internal"},
 		AllowedOrigins: []string{"https://app.example.com"}, Audit: run.NewAuditLog(&audit, run.AuditOptions{}),
 		MCP: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })})
 	do := func(method, path string, hdr ...string) int {
@@ -151,7 +151,7 @@ func TestRunOutputStreamed(t *testing.T) {
 	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return &jail.Result{ID: "sb", Stdout: ctrl, Stderr: bin, StdoutBytes: int64(len(ctrl)), StderrBytes: int64(len(bin))}, nil
 	}}
-	ts := start(t, server.Options{Runner: f})
+	ts := start(t, server.Options{Runner: run.Direct(f)})
 	resp, body := post(t, ts.URL+"/run", `{"command":"x"}`)
 	if resp.StatusCode != 200 || resp.ContentLength != int64(len(body)) {
 		t.Fatalf("status %d, Content-Length %d, body %d bytes", resp.StatusCode, resp.ContentLength, len(body))
@@ -177,7 +177,7 @@ func TestRawExitNotTruncated(t *testing.T) {
 		s.Stdout.Write([]byte("all of it\n"))
 		return &jail.Result{ID: "sb", StdoutBytes: 10, StdoutTruncated: true, StderrTruncated: true}, nil
 	}}
-	ts := start(t, server.Options{Runner: f})
+	ts := start(t, server.Options{Runner: run.Direct(f)})
 	_, body := post(t, ts.URL+"/raw", `{"command":"x"}`)
 	evs := events(t, body)
 	last := evs[len(evs)-1]
@@ -247,14 +247,14 @@ func TestQueueAbandoned(t *testing.T) {
 func TestOutputMemory(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	a, err := run.Admit(&fake{fn: g.run}, run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
+	a, err := run.Admit(run.Direct(&fake{fn: g.run}), run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := func() *jail.Spec { return &jail.Spec{Command: jail.Command{MaxOutput: 1 << 20}} }
 	done := make(chan error, 3)
 	for range 3 {
-		go func() { _, err := a.Run(context.Background(), spec()); done <- err }()
+		go func() { _, err := a.Run(context.Background(), &run.Request{Spec: spec()}); done <- err }()
 	}
 	// Two runs of 2 MiB fit in 5 MiB; the third waits although slots
 	// are free.
@@ -264,7 +264,7 @@ func TestOutputMemory(t *testing.T) {
 	if held, max := a.OutputMemory(); held != 4<<20 || max != 5<<20 {
 		t.Errorf("output memory %d of %d", held, max)
 	}
-	if _, err := a.Run(context.Background(), &jail.Spec{Command: jail.Command{MaxOutput: 3 << 20}}); !jail.IsInvalid(err) {
+	if _, err := a.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: jail.Command{MaxOutput: 3 << 20}}}); !jail.IsInvalid(err) {
 		t.Errorf("a run needing more than all the output memory: %v", err)
 	}
 	g.open()
@@ -286,12 +286,12 @@ func TestOutputHeldUntilWritten(t *testing.T) {
 	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return okResult("x"), nil
 	}}
-	adm, err := run.Admit(f, run.AdmitOptions{MaxOutputMemory: 64 << 20})
+	adm, err := run.Admit(run.Direct(f), run.AdmitOptions{MaxOutputMemory: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := runnerFunc(func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-		res, err := adm.Run(ctx, s)
+	probe := runnerFunc(func(ctx context.Context, req *run.Request) (*jail.Result, error) {
+		res, err := adm.Run(ctx, req)
 		heldDuring, _ = adm.OutputMemory()
 		return res, err
 	})
@@ -305,9 +305,11 @@ func TestOutputHeldUntilWritten(t *testing.T) {
 	eventually(t, "the memory let go", func() bool { h, _ := adm.OutputMemory(); return h == 0 })
 }
 
-type runnerFunc func(ctx context.Context, s *jail.Spec) (*jail.Result, error)
+type runnerFunc func(ctx context.Context, req *run.Request) (*jail.Result, error)
 
-func (f runnerFunc) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) { return f(ctx, s) }
+func (f runnerFunc) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+	return f(ctx, req)
+}
 
 // TestInternalErrorHidesDetail: a 500 names the request id, never the
 // error's text (host paths, kernel messages).
@@ -315,7 +317,7 @@ func TestInternalErrorHidesDetail(t *testing.T) {
 	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return nil, errors.New("mkdir /run/jaild/secret-path: permission denied")
 	}}
-	ts := start(t, server.Options{Runner: f})
+	ts := start(t, server.Options{Runner: run.Direct(f)})
 	resp, body := post(t, ts.URL+"/run", `{"command":"x"}`)
 	e := decodeError(t, body)
 	if resp.StatusCode != 500 || e.Code != api.CodeInternal || strings.Contains(string(body), "/run/jaild") ||

@@ -119,7 +119,7 @@ type testServer struct {
 func start(t *testing.T, opts server.Options) *testServer {
 	t.Helper()
 	if opts.Runner == nil {
-		opts.Runner = &fake{}
+		opts.Runner = run.Direct(&fake{})
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = run.NewMetrics()

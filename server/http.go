@@ -34,7 +34,7 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := rand.Text()
 		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(run.WithRequestID(r.Context(), id)))
+		next.ServeHTTP(w, r.WithContext(withRequestID(r.Context(), id)))
 	})
 }
 
@@ -56,9 +56,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, letOutput := run.WithOutputHold(r.Context())
-	defer letOutput()
-	res, err := s.opts.Runner.Run(ctx, spec)
+	// The result's memory stays reserved until it is written.
+	req := s.request(r, spec, "run")
+	req.KeepOutput = true
+	defer req.ReleaseOutput()
+	res, err := s.opts.Runner.Run(r.Context(), req)
 	if err == nil && res == nil {
 		err = errNoResult
 	}
@@ -68,6 +70,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	s.setWriteDeadline(w)
 	writeResult(w, res)
+}
+
+// request is the chain's request for spec, from the HTTP request r.
+func (s *Server) request(r *http.Request, spec *jail.Spec, frontEnd string) *run.Request {
+	ctx := r.Context()
+	return &run.Request{Spec: spec, Caller: CallerFromContext(ctx), RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd}
 }
 
 // handleRaw answers POST /raw with an NDJSON stream of events while the
@@ -80,22 +88,23 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, letOutput := run.WithOutputHold(r.Context())
-	defer letOutput()
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	st := &rawStream{
 		w:            w,
 		rc:           http.NewResponseController(w),
 		writeTimeout: s.opts.WriteTimeout,
-		requestID:    run.RequestIDFromContext(ctx),
+		requestID:    requestIDFromContext(ctx),
 		fail:         cancel,
 	}
 	spec.Stdout = rawWriter{st, api.EventStdout}
 	spec.Stderr = rawWriter{st, api.EventStderr}
-	ctx = run.WithStarted(ctx, st.start)
+	req := s.request(r, spec, "raw")
+	req.OnAdmit = st.start // the stream starts once the run is admitted
+	req.KeepOutput = true
+	defer req.ReleaseOutput()
 
-	res, err := s.opts.Runner.Run(ctx, spec)
+	res, err := s.opts.Runner.Run(ctx, req)
 	if err == nil && res == nil {
 		err = errNoResult
 	}
@@ -257,7 +266,7 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, b
 	rc.SetReadDeadline(time.Time{})
 	spec, err := req.Spec()
 	if err != nil {
-		s.audit.Rejected(r.Context(), run.RejectInvalid, http.StatusBadRequest, err.Error())
+		s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err)
 		return nil, false
 	}
@@ -271,14 +280,14 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, b
 // connection it holds idle.
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, reason string, status int, e *api.ErrorResponse) {
 	s.metrics.Rejected(reason)
-	s.audit.Rejected(r.Context(), reason, status, e.Error)
+	s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), reason, status, e.Error)
 	w.Header().Set("Connection", "close")
 	writeError(w, status, e)
 }
 
 // writeRunError answers a failed run (or a spec refused before it).
 func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error) {
-	id := run.RequestIDFromContext(r.Context())
+	id := requestIDFromContext(r.Context())
 	status, e := s.classify(err, id)
 	switch status {
 	case http.StatusTooManyRequests:

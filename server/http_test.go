@@ -25,7 +25,7 @@ import (
 )
 
 // chain is the daemon's runner chain around base with small maxima.
-func chain(t *testing.T, base run.Runner, m *run.Metrics, audit io.Writer, adm run.AdmitOptions) run.Runner {
+func chain(t *testing.T, base run.Base, m *run.Metrics, audit io.Writer, adm run.AdmitOptions) run.Runner {
 	t.Helper()
 	var log *run.AuditLog
 	if audit != nil {
@@ -209,7 +209,7 @@ func TestRunErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
 			f := &fake{fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
-			ts := start(t, server.Options{Runner: f, RetryAfter: 1500 * time.Millisecond})
+			ts := start(t, server.Options{Runner: run.Direct(f), RetryAfter: 1500 * time.Millisecond})
 			for _, path := range []string{"/run", "/raw"} {
 				resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
 				if resp.StatusCode != tt.status || decodeError(t, body).Code != tt.code {
@@ -302,7 +302,7 @@ func TestRawErrorAfterStart(t *testing.T) {
 		s.Stdout.Write([]byte("partial"))
 		return nil, fmt.Errorf("start container: %w", jail.ErrRootfs)
 	}}
-	ts := start(t, server.Options{Runner: f})
+	ts := start(t, server.Options{Runner: run.Direct(f)})
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"x"}`)
 	evs := events(t, body)
 	if resp.StatusCode != 200 || len(evs) != 3 {
@@ -373,7 +373,7 @@ func TestRawStalledReaderCancels(t *testing.T) {
 		canceled <- ctx.Err()
 		return nil, ctx.Err()
 	}}
-	ts := start(t, server.Options{Runner: f, WriteTimeout: 200 * time.Millisecond})
+	ts := start(t, server.Options{Runner: run.Direct(f), WriteTimeout: 200 * time.Millisecond})
 	conn, err := net.Dial("tcp", ts.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -456,7 +456,7 @@ func TestAdmitterBound(t *testing.T) {
 		mu.Unlock()
 		return okResult(""), nil
 	}}
-	a, err := run.Admit(base, run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
+	a, err := run.Admit(run.Direct(base), run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestAdmitterBound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := a.Run(context.Background(), &jail.Spec{})
+			_, err := a.Run(context.Background(), &run.Request{Spec: &jail.Spec{}})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -491,15 +491,15 @@ func TestAdmitterBound(t *testing.T) {
 func TestAdmitterQueuedCallerCancels(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	a, err := run.Admit(&fake{fn: g.run}, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+	a, err := run.Admit(run.Direct(&fake{fn: g.run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go a.Run(context.Background(), &jail.Spec{})
+	go a.Run(context.Background(), &run.Request{Spec: &jail.Spec{}})
 	recv(t, g.entered, "the first run")
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { _, err := a.Run(ctx, &jail.Spec{}); errc <- err }()
+	go func() { _, err := a.Run(ctx, &run.Request{Spec: &jail.Spec{}}); errc <- err }()
 	eventually(t, "the second run queued", func() bool { return a.Queued() == 1 })
 	cancel()
 	if err := recv(t, errc, "the queued run to give up"); !errors.Is(err, context.Canceled) {
@@ -515,7 +515,7 @@ func TestAdmitterQueuedCallerCancels(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	g := newGate()
 	defer g.open()
-	ts := start(t, server.Options{Runner: &fake{fn: g.run}, ShutdownGrace: time.Hour})
+	ts := start(t, server.Options{Runner: run.Direct(&fake{fn: g.run}), ShutdownGrace: time.Hour})
 	var results []<-chan answer
 	for range 3 {
 		results = append(results, postAsync(t, ts.URL+"/run", `{"executable":"x"}`))
@@ -553,7 +553,7 @@ func TestGracefulShutdown(t *testing.T) {
 // Serve returns once their handlers did.
 func TestShutdownKillsAfterGrace(t *testing.T) {
 	g := newGate() // never opened: runs end only by cancellation
-	ts := start(t, server.Options{Runner: &fake{fn: g.run}, ShutdownGrace: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: run.Direct(&fake{fn: g.run}), ShutdownGrace: 50 * time.Millisecond})
 	results := []<-chan answer{
 		postAsync(t, ts.URL+"/run", `{"executable":"x"}`),
 		postAsync(t, ts.URL+"/raw", `{"executable":"x"}`),
@@ -592,7 +592,7 @@ func TestShutdownKillsAfterGrace(t *testing.T) {
 // cut off instead of holding a connection (and memory) forever.
 func TestSlowClients(t *testing.T) {
 	f := &fake{}
-	ts := start(t, server.Options{Runner: f, ReadHeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond})
+	ts := start(t, server.Options{Runner: run.Direct(f), ReadHeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond})
 	t.Run("headers", func(t *testing.T) {
 		conn, err := net.Dial("tcp", ts.Addr)
 		if err != nil {
@@ -642,7 +642,7 @@ func TestLongRunOutlivesBodyTimeout(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}}
-	ts := start(t, server.Options{Runner: f, BodyTimeout: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: run.Direct(f), BodyTimeout: 50 * time.Millisecond})
 	for _, path := range []string{"/run", "/raw"} {
 		resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
 		if resp.StatusCode != 200 || bytes.Contains(body, []byte(`"error"`)) {
@@ -711,7 +711,7 @@ func TestOpenAPI(t *testing.T) {
 
 func TestMCPHook(t *testing.T) {
 	mcp := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "mcp caller=%s", run.CallerFromContext(r.Context()))
+		fmt.Fprintf(w, "mcp caller=%s", server.CallerFromContext(r.Context()))
 	})
 	ts := start(t, server.Options{MCP: mcp, Tokens: mustTokens(t, "agent:0123456789abcdef")})
 	if resp, _ := get(t, ts.URL+"/mcp"); resp.StatusCode != 401 {
@@ -731,16 +731,16 @@ func TestOptionsValidate(t *testing.T) {
 	if _, err := server.New(server.Options{}); err == nil {
 		t.Error("New without a Runner succeeded")
 	}
-	if _, err := server.New(server.Options{Runner: &fake{}, BodyTimeout: -1}); err == nil {
+	if _, err := server.New(server.Options{Runner: run.Direct(&fake{}), BodyTimeout: -1}); err == nil {
 		t.Error("New with a negative timeout succeeded")
 	}
 	if _, err := run.Chain(&fake{}, run.ChainOptions{Max: run.Maxima{Timeout: -1}}); err == nil {
 		t.Error("Chain with a negative maximum succeeded")
 	}
-	if _, err := run.Admit(&fake{}, run.AdmitOptions{MaxQueue: -1}); err == nil {
+	if _, err := run.Admit(run.Direct(&fake{}), run.AdmitOptions{MaxQueue: -1}); err == nil {
 		t.Error("Admit with a negative queue succeeded")
 	}
-	srv, err := server.New(server.Options{Runner: &fake{}})
+	srv, err := server.New(server.Options{Runner: run.Direct(&fake{})})
 	if err != nil {
 		t.Fatal(err)
 	}

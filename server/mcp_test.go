@@ -57,11 +57,11 @@ func (f *fakeRunner) calls() []jail.Spec {
 
 // connect serves NewMCPServer(r, opts) over in-memory transports and
 // returns a connected client session.
-func connect(t *testing.T, r run.Runner, opts MCPOptions, copts *mcp.ClientOptions) *mcp.ClientSession {
+func connect(t *testing.T, b run.Base, opts MCPOptions, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(r, opts).Connect(ctx, st, nil)
+	ss, err := NewMCPServer(run.Direct(b), opts).Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatalf("server connect: %v", err)
 	}
@@ -652,10 +652,10 @@ type raw struct {
 
 // rawConn serves NewMCPServer(r) over in-memory transports and returns a
 // raw connection to it.
-func rawConn(t *testing.T, r run.Runner) raw {
+func rawConn(t *testing.T, b run.Base) raw {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(r, MCPOptions{}).Connect(context.Background(), st, nil)
+	ss, err := NewMCPServer(run.Direct(b), MCPOptions{}).Connect(context.Background(), st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -774,9 +774,9 @@ func checkMethodNotFound(t *testing.T, r *jsonrpc.Response) {
 }
 
 // httpMCP serves NewMCPHandler on a loopback test server.
-func httpMCP(t *testing.T, r run.Runner, opts MCPOptions) string {
+func httpMCP(t *testing.T, b run.Base, opts MCPOptions) string {
 	t.Helper()
-	srv := httptest.NewServer(NewMCPHandler(r, opts))
+	srv := httptest.NewServer(NewMCPHandler(run.Direct(b), opts))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -973,22 +973,27 @@ func TestMCPHTTPRequestLimits(t *testing.T) {
 	})
 }
 
-type mcpTestCallerKey struct{}
+// requestRunner is a run.Runner that hands each request to fn.
+type requestRunner func(ctx context.Context, req *run.Request) (*jail.Result, error)
+
+func (f requestRunner) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+	return f(ctx, req)
+}
 
 func TestMCPHTTPRunContextIsTheCallsRequest(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
-	f := &fakeRunner{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := requestRunner(func(ctx context.Context, req *run.Request) (*jail.Result, error) {
 		mu.Lock()
-		seen = append(seen, fmt.Sprint(ctx.Value(mcpTestCallerKey{})))
+		seen = append(seen, req.Caller)
 		mu.Unlock()
 		return &jail.Result{}, nil
-	}}
+	})
 	h := NewMCPHandler(f, MCPOptions{})
 	// Stands in for the daemon's auth middleware, which puts the caller
 	// into the request's context for the audit log.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpTestCallerKey{}, r.Header.Get("X-Caller"))))
+		h.ServeHTTP(w, r.WithContext(withCaller(r.Context(), r.Header.Get("X-Caller"))))
 	}))
 	t.Cleanup(srv.Close)
 	id := session(t, srv.URL) // opened without X-Caller

@@ -187,7 +187,13 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		cmd.Stdout, cmd.Stderr = ps.writer("stdout"), ps.writer("stderr")
 	}
 	start := time.Now()
-	r, err := t.run.Run(run.WithDescription(runCtx, desc), &jail.Spec{Limits: t.opts.Limits, Command: cmd})
+	r, err := t.run.Run(runCtx, &run.Request{
+		Spec:        &jail.Spec{Limits: t.opts.Limits, Command: cmd},
+		Caller:      CallerFromContext(runCtx),
+		RequestID:   requestIDFromContext(runCtx),
+		FrontEnd:    "mcp:" + tool,
+		Description: desc,
+	})
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
 	if id := req.Session.ID(); id != "" {
 		logArgs = append(logArgs, "session", id)

@@ -117,10 +117,10 @@ func (s *Server) checkOrigin(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s.log.Warn("forbidden request", "request_id", run.RequestIDFromContext(r.Context()),
+		s.log.Warn("forbidden request", "request_id", requestIDFromContext(r.Context()),
 			"peer", peerFromContext(r.Context(), r), "host", r.Host, "origin", r.Header.Get("Origin"), "path", r.URL.Path)
 		// Before authentication: the audit record names the peer.
-		r = r.WithContext(run.WithCaller(r.Context(), peerFromContext(r.Context(), r)))
+		r = r.WithContext(withCaller(r.Context(), peerFromContext(r.Context(), r)))
 		s.reject(w, r, run.RejectForbidden, http.StatusForbidden, &api.ErrorResponse{Error: msg, Code: api.CodeForbidden})
 	})
 }

@@ -168,13 +168,13 @@ type shutdownRunner struct {
 	caller string
 }
 
-func (s shutdownRunner) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (s shutdownRunner) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
 	// The caller, for the audit log, is whoever started jaild mcp.
-	ctx = run.WithCaller(ctx, s.caller)
+	req.Caller = s.caller
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
-	res, err := s.r.Run(ctx, spec)
+	res, err := s.r.Run(ctx, req)
 	if err != nil && s.ctx.Err() != nil {
 		err = fmt.Errorf("jaild is shutting down: %w", err)
 	}

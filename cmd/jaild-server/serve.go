@@ -268,7 +268,7 @@ func serveAction(c *cli.Context) error {
 // startPool starts the --pool sandboxes with limits l and returns the runner
 // to use and how to stop the pool (before the Manager is closed; stopping
 // twice is harmless).
-func startPool(c *cli.Context, m *jail.Manager, l jail.Limits) (run.Runner, func(), error) {
+func startPool(c *cli.Context, m *jail.Manager, l jail.Limits) (run.Base, func(), error) {
 	n := c.Int("pool")
 	if n < 0 {
 		return nil, nil, command.UsageError("--pool %d: must not be negative", n)
