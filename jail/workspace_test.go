@@ -176,6 +176,37 @@ func TestWorkspaceCloseKills(t *testing.T) {
 // running on it leaves a record; the next start removes the sandbox, the
 // tmpfs and the network namespace.
 func TestWorkspaceCrashSweep(t *testing.T) {
+	env, owner := startWorkspaceHelper(t)
+	// Owner and watchdog die together: the next start sweeps.
+	killOwnerOnly(t, env, owner)
+	if len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {
+		t.Fatal("the orphan is already gone; the test would prove nothing")
+	}
+	m, err := jail.New(config(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Error(err)
+	}
+	// testenv's check at cleanup asserts that no process, cgroup, slot,
+	// mount or workspace is left.
+}
+
+// TestWorkspaceWatchdogSweep: the owner alone dies; its watchdog removes
+// the workspace, its netns and its sandboxes.
+func TestWorkspaceWatchdogSweep(t *testing.T) {
+	env, owner := startWorkspaceHelper(t)
+	_ = owner.Process.Signal(syscall.SIGKILL)
+	_ = owner.Wait()
+	waitFor(t, 20*time.Second, "the watchdog to sweep and exit", func() bool { return len(testenv.Watchdogs(env.StateDir)) == 0 })
+	// testenv's check at cleanup: nothing left, without another jaild.
+}
+
+// startWorkspaceHelper starts helperWorkspace on a private installation
+// and waits until its command runs on the workspace.
+func startWorkspaceHelper(t *testing.T) (*testenv.Install, *exec.Cmd) {
+	t.Helper()
 	requireHost(t)
 	env := testenv.New(t, "jaild-test")
 	cmd := exec.Command("/proc/self/exe", "helper-workspace")
@@ -196,20 +227,7 @@ func TestWorkspaceCrashSweep(t *testing.T) {
 	if len(testenv.MountsUnder(env.StateDir)) != 2 {
 		t.Fatalf("want the workspace's tmpfs and netns mounted, got %v", testenv.MountsUnder(env.StateDir))
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-	if len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {
-		t.Fatal("the orphan is already gone; the test would prove nothing")
-	}
-	m, err := jail.New(config(env))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Close(); err != nil {
-		t.Error(err)
-	}
-	// testenv's check at cleanup asserts that no process, cgroup, slot,
-	// mount or workspace is left.
+	return env, cmd
 }
 
 // helperWorkspace is a jaild that makes a workspace, starts a long command
