@@ -426,7 +426,7 @@ func TestCrashSweep(t *testing.T) {
 		t.Fatalf("expected two sandboxes' processes, found %v", testenv.ProcsInCgroup(name))
 	}
 	// Its watchdog dies with it (see TestKilledOwner for when it lives).
-	killOwnerOnly(t, env, victim)
+	testenv.KillWithWatchdog(t, env, victim)
 	// The victim's sandbox outlives it: nothing in the kernel ties it to
 	// its jaild.
 	if len(testenv.ProcsInCgroup(name)) < 3 {
@@ -444,7 +444,7 @@ func TestCrashSweep(t *testing.T) {
 		t.Errorf("run after sweep: %v %+v", err, res)
 	}
 	// Now the survivor dies too; Sweep on a running Manager finds it.
-	killOwnerOnly(t, env, survivor)
+	testenv.KillWithWatchdog(t, env, survivor)
 	if n, err := m.Sweep(); err != nil || n != 1 {
 		t.Errorf("Sweep = %d, %v; want 1 orphan", n, err)
 	}

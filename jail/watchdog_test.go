@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,42 +43,6 @@ func startHelper(t *testing.T, env *testenv.Install) *exec.Cmd {
 	return cmd
 }
 
-// watchdogsOf returns the watchdogs whose parent is pid.
-func watchdogsOf(t *testing.T, env *testenv.Install, pid int) []int {
-	t.Helper()
-	var out []int
-	for _, w := range testenv.Watchdogs(env.StateDir) {
-		st, _ := os.ReadFile("/proc/" + strconv.Itoa(w) + "/stat")
-		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
-// killOwnerOnly SIGKILLs owner and its watchdog, as if both died at once,
-// leaving the owner's sandboxes to the sweep at the next start. The
-// watchdog is stopped first, so that it cannot sweep before it dies.
-func killOwnerOnly(t *testing.T, env *testenv.Install, owner *exec.Cmd) {
-	t.Helper()
-	dogs := watchdogsOf(t, env, owner.Process.Pid)
-	if len(dogs) != 1 {
-		t.Fatalf("owner %d has watchdogs %v, want one", owner.Process.Pid, dogs)
-	}
-	if err := syscall.Kill(dogs[0], syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	if err := owner.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = owner.Wait()
-	if err := syscall.Kill(dogs[0], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the killed watchdog to go", func() bool { return !slices.Contains(testenv.Watchdogs(env.StateDir), dogs[0]) })
-}
-
 // waitFor polls cond until it holds or d has passed, and fails t then.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -105,7 +67,7 @@ func TestKilledOwner(t *testing.T) {
 	if n := len(testenv.ProcsInCgroup(name)); n < 2 {
 		t.Fatalf("expected the sandbox's two processes, found %v", testenv.ProcsInCgroup(name))
 	}
-	dogs := watchdogsOf(t, env, owner.Process.Pid)
+	dogs := testenv.WatchdogsOf(env.StateDir, owner.Process.Pid)
 	if len(dogs) != 1 {
 		t.Fatalf("owner has watchdogs %v, want one", dogs)
 	}
@@ -149,7 +111,7 @@ func TestWatchdogPerManager(t *testing.T) {
 			t.Fatalf("run: %v %+v", err, res)
 		}
 	}
-	if dogs := watchdogsOf(t, env, os.Getpid()); len(dogs) != n {
+	if dogs := testenv.WatchdogsOf(env.StateDir, os.Getpid()); len(dogs) != n {
 		t.Errorf("%d open Managers have watchdogs %v", n, dogs)
 	}
 	for _, m := range ms {
@@ -188,7 +150,7 @@ func TestWatchdogRestart(t *testing.T) {
 	if _, err := m.Run(context.Background(), sh("true")); err != nil {
 		t.Fatal(err)
 	}
-	first := watchdogsOf(t, env, os.Getpid())
+	first := testenv.WatchdogsOf(env.StateDir, os.Getpid())
 	if len(first) != 1 {
 		t.Fatalf("watchdogs %v, want one", first)
 	}
@@ -197,7 +159,7 @@ func TestWatchdogRestart(t *testing.T) {
 	}
 	var next []int
 	waitFor(t, 5*time.Second, "another watchdog", func() bool {
-		next = watchdogsOf(t, env, os.Getpid())
+		next = testenv.WatchdogsOf(env.StateDir, os.Getpid())
 		return len(next) == 1 && next[0] != first[0]
 	})
 	if res, err := m.Run(context.Background(), sh("echo ok")); err != nil || res.Stdout != "ok\n" {

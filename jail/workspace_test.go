@@ -178,7 +178,7 @@ func TestWorkspaceCloseKills(t *testing.T) {
 func TestWorkspaceCrashSweep(t *testing.T) {
 	env, owner := startWorkspaceHelper(t)
 	// Owner and watchdog die together: the next start sweeps.
-	killOwnerOnly(t, env, owner)
+	testenv.KillWithWatchdog(t, env, owner)
 	if len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {
 		t.Fatal("the orphan is already gone; the test would prove nothing")
 	}

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -331,8 +330,8 @@ func TestRemovedOnRestart(t *testing.T) {
 	if line != "started\n" {
 		t.Fatalf("helper: %q", line)
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
+	// The jaild and its watchdog die together: the next start sweeps.
+	testenv.KillWithWatchdog(t, env, cmd)
 	if len(testenv.MountsUnder(env.StateDir)) != 2 || len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {
 		t.Fatal("the dead jaild's session is already gone; the test would prove nothing")
 	}

@@ -15,13 +15,58 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/jail"
 )
+
+// WatchdogsOf returns the watchdogs in stateDir whose parent is pid: the
+// watchdog of the Manager(s) of process pid.
+func WatchdogsOf(stateDir string, pid int) []int {
+	var out []int
+	for _, w := range Watchdogs(stateDir) {
+		st, _ := os.ReadFile("/proc/" + strconv.Itoa(w) + "/stat")
+		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// KillWithWatchdog SIGKILLs owner, a process with one Manager on in, and
+// that Manager's watchdog, as if both died at once: the owner's sandboxes
+// are left to the sweep at the next start. The watchdog is stopped first,
+// so that it cannot sweep before it dies.
+func KillWithWatchdog(t testing.TB, in *Install, owner *exec.Cmd) {
+	t.Helper()
+	dogs := WatchdogsOf(in.StateDir, owner.Process.Pid)
+	if len(dogs) != 1 {
+		t.Fatalf("owner %d has watchdogs %v, want one", owner.Process.Pid, dogs)
+	}
+	if err := syscall.Kill(dogs[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = owner.Wait()
+	if err := syscall.Kill(dogs[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); slices.Contains(Watchdogs(in.StateDir), dogs[0]); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed watchdog %d does not go", dogs[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 // NeedRoot skips t unless the test runs as root; why says what needs it.
 // Tests that start sandboxes need root, and the test command runs as root,
