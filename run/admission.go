@@ -64,7 +64,7 @@ type Admitter struct {
 // Admit wraps r with admission control.
 func Admit(r Runner, o AdmitOptions) (*Admitter, error) {
 	if o.MaxConcurrent < 0 || o.MaxQueue < 0 || o.MaxWait < 0 || o.MaxOutputMemory < 0 {
-		return nil, fmt.Errorf("server: negative admission option in %+v", o)
+		return nil, fmt.Errorf("run: negative admission option in %+v", o)
 	}
 	if o.MaxConcurrent == 0 {
 		o.MaxConcurrent = DefaultMaxConcurrent

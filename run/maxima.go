@@ -26,13 +26,13 @@ type Maxima struct {
 // Validate reports a negative maximum.
 func (m Maxima) Validate() error {
 	if m.Limits.Memory < 0 || m.Limits.Pids < 0 || m.Limits.CPUs < 0 || m.Limits.TmpfsSize < 0 {
-		return fmt.Errorf("server: negative limit in maxima %+v", m.Limits)
+		return fmt.Errorf("run: negative limit in maxima %+v", m.Limits)
 	}
 	if m.Timeout < 0 || m.Timeout > jail.MaxTimeout {
-		return fmt.Errorf("server: maximum timeout %v not between 0 and %v", m.Timeout, jail.MaxTimeout)
+		return fmt.Errorf("run: maximum timeout %v not between 0 and %v", m.Timeout, jail.MaxTimeout)
 	}
 	if m.MaxOutput < 0 {
-		return fmt.Errorf("server: negative maximum output %d", m.MaxOutput)
+		return fmt.Errorf("run: negative maximum output %d", m.MaxOutput)
 	}
 	return nil
 }
