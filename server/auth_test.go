@@ -141,7 +141,7 @@ func TestAuth(t *testing.T) {
 	if resp, _ := get(t, ts.URL+"/metrics"); resp.StatusCode != 401 {
 		t.Errorf("/metrics without token: status %d", resp.StatusCode)
 	}
-	if len(f.calls()) != 0 {
+	if len(f.Calls()) != 0 {
 		t.Fatal("an unauthenticated request reached the runner")
 	}
 
@@ -177,7 +177,7 @@ func TestUnixSocketPeer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	defer func() { cancel(); recv(t, done, "Serve to return") }()
+	defer func() { cancel(); server.Recv(t, done, "Serve to return") }()
 
 	c, err := client.New(client.Options{Socket: sock})
 	if err != nil {
@@ -201,15 +201,15 @@ func TestUnixSocketPeer(t *testing.T) {
 func TestAudit(t *testing.T) {
 	var audit syncBuffer
 	g := newGate()
-	defer g.open()
+	defer g.Open()
 	var calls atomic.Int32
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		if calls.Add(1) == 1 {
 			s.Stdout.Write([]byte("SECRET-OUTPUT"))
 			return &jail.Result{ID: "sb-9", ExitCode: 2, Stdout: "SECRET-OUTPUT", StdoutBytes: 13, Duration: 4 * time.Millisecond, CPUTime: 1 * time.Millisecond, MemoryPeak: 99,
 				Limits: s.Limits}, nil
 		}
-		return g.run(ctx, s)
+		return g.Run(ctx, s)
 	}}
 	ts := start(t, server.Options{Runner: chain(t, f, nil, &audit, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 0})})
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"printenv","args":["SECRET-ARG"],"env":{"API_KEY":"SECRET-VALUE"},"stdin":"SECRET-STDIN","cwd":"/tmp","memory_bytes":67108864,"timeout_ms":2500}`)
@@ -217,11 +217,11 @@ func TestAudit(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
-	recv(t, g.entered, "the blocking run")
+	server.Recv(t, g.Entered, "the blocking run")
 	if resp, _ := post(t, ts.URL+"/run", `{"executable":"x"}`); resp.StatusCode != 429 {
 		t.Fatalf("status %d, want 429", resp.StatusCode)
 	}
-	g.open()
+	g.Open()
 	eventually(t, "three audit records", func() bool { return bytes.Count(audit.Bytes(), []byte("\n")) == 3 })
 
 	if bytes.Contains(audit.Bytes(), []byte("SECRET-")) {

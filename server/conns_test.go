@@ -230,7 +230,7 @@ func TestSilentConnsReclaimed(t *testing.T) {
 // closed, while other peers, a unix socket's included, still get in.
 func TestPerPeerCap(t *testing.T) {
 	g := newGate()
-	t.Cleanup(g.open)
+	t.Cleanup(g.Open)
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestPerPeerCap(t *testing.T) {
 		tcp.Close()
 		t.Fatal(err)
 	}
-	serveOn(t, server.Options{Runner: run.Direct(&fake{fn: g.run}), MaxConns: 32, MaxConnsPerPeer: 2},
+	serveOn(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), MaxConns: 32, MaxConnsPerPeer: 2},
 		mergeListeners(t, tcp, unixLn))
 	addr := tcp.Addr().String()
 
@@ -251,7 +251,7 @@ func TestPerPeerCap(t *testing.T) {
 	}
 	busy := [2]*rawConn{dialFrom(t, "tcp", addr, "127.0.0.1"), nil}
 	reqs := [2]*http.Request{busy[0].send(t, "POST", "/run", "", `{"executable":"true"}`), nil}
-	recv(t, g.entered, "the first busy run")
+	server.Recv(t, g.Entered, "the first busy run")
 	// At its cap of 2, the peer's idle connection makes room. net/http
 	// marks a connection idle a moment after its answer went out, so a
 	// client this quick may find it still busy and be refused: try again.
@@ -281,8 +281,8 @@ func TestPerPeerCap(t *testing.T) {
 			t.Errorf("another peer (%s): status %d", c.LocalAddr(), resp.StatusCode)
 		}
 	}
-	g.open()
-	if recv(t, peeked, "the second run's answer") {
+	g.Open()
+	if server.Recv(t, peeked, "the second run's answer") {
 		t.Fatal("the server closed the second busy connection")
 	}
 	for i, c := range busy {
@@ -309,7 +309,7 @@ func entered(t *testing.T, c *rawConn, g *gate) (ok bool, peeked <-chan bool) {
 	t.Helper()
 	closed := make(chan bool, 1)
 	done := make(chan struct{})
-	t.Cleanup(func() { g.open(); <-done })
+	t.Cleanup(func() { g.Open(); <-done })
 	go func() {
 		defer close(done)
 		// Peek leaves the answer in c.br for a later recv; it returns
@@ -319,7 +319,7 @@ func entered(t *testing.T, c *rawConn, g *gate) (ok bool, peeked <-chan bool) {
 		closed <- err != nil
 	}()
 	select {
-	case <-g.entered:
+	case <-g.Entered:
 		return true, closed
 	case cl := <-closed:
 		if !cl {
@@ -347,7 +347,7 @@ func serveOn(t *testing.T, opts server.Options, ln net.Listener) *testServer {
 	go func() { ts.done <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
-		recv(t, ts.done, "Serve to return")
+		server.Recv(t, ts.done, "Serve to return")
 	})
 	return ts
 }

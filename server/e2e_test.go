@@ -23,6 +23,7 @@ import (
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/client"
 	"github.com/jaild/jaild/internal/testenv"
+	"github.com/jaild/jaild/server"
 )
 
 // TestE2E drives a real `jaild serve`, built from this tree, with plain HTTP
@@ -278,7 +279,7 @@ func slicesContains(s []string, v string) bool {
 func (d *daemon) stop(t *testing.T, sig syscall.Signal) error {
 	t.Helper()
 	d.cmd.Process.Signal(sig)
-	err := recv(t, d.exited, "jaild serve to exit")
+	err := server.Recv(t, d.exited, "jaild serve to exit")
 	d.exited <- err
 	return err
 }
@@ -537,13 +538,13 @@ func testE2ESigtermFinish(t *testing.T, bin string) {
 		return err != nil
 	})
 	for i, c := range answers {
-		a := recv(t, c, "a run's answer")
+		a := server.Recv(t, c, "a run's answer")
 		var r api.Response
 		if a.err != nil || a.status != 200 || json.Unmarshal(a.body, &r) != nil || r.Stdout != "finished\n" || r.ExitCode != 0 {
 			t.Errorf("run %d: status %d err %v body %s", i, a.status, a.err, a.body)
 		}
 	}
-	if err := recv(t, d.exited, "jaild serve to exit"); err != nil {
+	if err := server.Recv(t, d.exited, "jaild serve to exit"); err != nil {
 		t.Errorf("jaild serve exit: %v\n%s", err, d.log.Bytes())
 	}
 	d.exited <- nil
@@ -557,7 +558,7 @@ func testE2ESigtermKill(t *testing.T, bin string) {
 		t.Errorf("jaild serve exit: %v\n%s", err, d.log.Bytes())
 	}
 	for i, c := range answers {
-		a := recv(t, c, "a run's answer")
+		a := server.Recv(t, c, "a run's answer")
 		if a.err != nil || a.status != 503 || decodeError(t, a.body).Code != api.CodeShuttingDown {
 			t.Errorf("run %d: status %d err %v body %s", i, a.status, a.err, a.body)
 		}
@@ -600,7 +601,7 @@ func testE2ESigkillWatchdog(t *testing.T, bin string) {
 	}
 	eventually(t, "the orphans' state to go", func() bool { return len(dirNames(containers)) == 0 })
 	// It has exited, but the watchdog held its stderr until done.
-	d.exited <- recv(t, d.exited, "jaild serve to exit")
+	d.exited <- server.Recv(t, d.exited, "jaild serve to exit")
 }
 
 // testE2ESigkill: a daemon killed outright together with its watchdog leaves
@@ -617,7 +618,7 @@ func testE2ESigkill(t *testing.T, bin string) {
 	syscall.Kill(dogs[0], syscall.SIGSTOP)
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	syscall.Kill(dogs[0], syscall.SIGKILL)
-	err := recv(t, d.exited, "jaild serve to exit")
+	err := server.Recv(t, d.exited, "jaild serve to exit")
 	d.exited <- err
 	if err == nil {
 		t.Fatal("jaild serve exited 0 on SIGKILL")

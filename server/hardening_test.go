@@ -64,7 +64,7 @@ func TestHostOrigin(t *testing.T) {
 			}
 		}
 	}
-	if n := len(f.calls()); n != 0 {
+	if n := len(f.Calls()); n != 0 {
 		t.Fatalf("refused requests ran %d commands", n)
 	}
 	allowed := [][]string{
@@ -148,7 +148,7 @@ func TestAuditRejections(t *testing.T) {
 func TestRunOutputStreamed(t *testing.T) {
 	ctrl := strings.Repeat("\x01\x00\"\\\n", 100000)
 	bin := "ok\xff\xfe" + strings.Repeat("\x80", 1000) + "é"
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return &jail.Result{ID: "sb", Stdout: ctrl, Stderr: bin, StdoutBytes: int64(len(ctrl)), StderrBytes: int64(len(bin))}, nil
 	}}
 	ts := start(t, server.Options{Runner: run.Direct(f)})
@@ -173,7 +173,7 @@ func TestRunOutputStreamed(t *testing.T) {
 // TestRawExitNotTruncated: /raw streams every byte, so its exit event never
 // says output was cut, whatever the jail kept.
 func TestRawExitNotTruncated(t *testing.T) {
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		s.Stdout.Write([]byte("all of it\n"))
 		return &jail.Result{ID: "sb", StdoutBytes: 10, StdoutTruncated: true, StderrTruncated: true}, nil
 	}}
@@ -190,21 +190,21 @@ func TestRawExitNotTruncated(t *testing.T) {
 // recent runs' duration instead of always saying 1.
 func TestRetryAfterEstimate(t *testing.T) {
 	g := newGate()
-	defer g.open()
+	defer g.Open()
 	first := true
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		if first {
 			first = false
 			time.Sleep(1500 * time.Millisecond)
 			return okResult(""), nil
 		}
-		return g.run(ctx, s)
+		return g.Run(ctx, s)
 	}}
 	m := run.NewMetrics()
 	ts := start(t, server.Options{Runner: chain(t, f, m, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 2, MaxWait: time.Hour}), Metrics: m})
 	post(t, ts.URL+"/run", `{"executable":"x"}`) // a 1.5 s run sets the pace
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
-	recv(t, g.entered, "the blocking run")
+	server.Recv(t, g.Entered, "the blocking run")
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
 	eventually(t, "two runs queued", func() bool { return metric(t, ts, "jaild_queue_depth") == 2 })
@@ -219,11 +219,11 @@ func TestRetryAfterEstimate(t *testing.T) {
 // TestQueueAbandoned: a caller that gives up while queued is counted.
 func TestQueueAbandoned(t *testing.T) {
 	g := newGate()
-	defer g.open()
+	defer g.Open()
 	m := run.NewMetrics()
-	ts := start(t, server.Options{Runner: chain(t, &fake{fn: g.run}, m, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour}), Metrics: m})
+	ts := start(t, server.Options{Runner: chain(t, &fake{Fn: g.Run}, m, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour}), Metrics: m})
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
-	recv(t, g.entered, "the blocking run")
+	server.Recv(t, g.Entered, "the blocking run")
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/run", strings.NewReader(`{"executable":"x"}`))
 	req.Header.Set("Content-Type", "application/json")
@@ -237,7 +237,7 @@ func TestQueueAbandoned(t *testing.T) {
 	}()
 	eventually(t, "a run queued", func() bool { return metric(t, ts, "jaild_queue_depth") == 1 })
 	cancel()
-	recv(t, errc, "the client to give up")
+	server.Recv(t, errc, "the client to give up")
 	eventually(t, "the abandoned wait counted", func() bool { return metric(t, ts, "jaild_queue_abandoned_total") == 1 })
 }
 
@@ -246,30 +246,32 @@ func TestQueueAbandoned(t *testing.T) {
 // that could never fit is refused.
 func TestOutputMemory(t *testing.T) {
 	g := newGate()
-	defer g.open()
-	a, err := run.Admit(run.Direct(&fake{fn: g.run}), run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
+	defer g.Open()
+	a, err := run.Admit(run.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := func() *jail.Spec { return &jail.Spec{Command: jail.Command{MaxOutput: 1 << 20}} }
+	spec := func() *jail.Spec {
+		return &jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}
+	}
 	done := make(chan error, 3)
 	for range 3 {
 		go func() { _, err := a.Run(context.Background(), &run.Request{Spec: spec()}); done <- err }()
 	}
 	// Two runs of 2 MiB fit in 5 MiB; the third waits although slots
 	// are free.
-	recv(t, g.entered, "a run")
-	recv(t, g.entered, "a run")
+	server.Recv(t, g.Entered, "a run")
+	server.Recv(t, g.Entered, "a run")
 	eventually(t, "the third run queued", func() bool { return a.Queued() == 1 })
 	if held, max := a.OutputMemory(); held != 4<<20 || max != 5<<20 {
 		t.Errorf("output memory %d of %d", held, max)
 	}
-	if _, err := a.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: jail.Command{MaxOutput: 3 << 20}}}); !jail.IsInvalid(err) {
+	if _, err := a.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 3 << 20}}}); !jail.IsInvalid(err) {
 		t.Errorf("a run needing more than all the output memory: %v", err)
 	}
-	g.open()
+	g.Open()
 	for range 3 {
-		if err := recv(t, done, "a run to end"); err != nil {
+		if err := server.Recv(t, done, "a run to end"); err != nil {
 			t.Error(err)
 		}
 	}
@@ -283,7 +285,7 @@ func TestOutputMemory(t *testing.T) {
 func TestOutputHeldUntilWritten(t *testing.T) {
 	var adm *run.Admitter
 	var heldDuring int64
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return okResult("x"), nil
 	}}
 	adm, err := run.Admit(run.Direct(f), run.AdmitOptions{MaxOutputMemory: 64 << 20})
@@ -314,7 +316,7 @@ func (f runnerFunc) Run(ctx context.Context, req *run.Request) (*jail.Result, er
 // TestInternalErrorHidesDetail: a 500 names the request id, never the
 // error's text (host paths, kernel messages).
 func TestInternalErrorHidesDetail(t *testing.T) {
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return nil, errors.New("mkdir /run/jaild/secret-path: permission denied")
 	}}
 	ts := start(t, server.Options{Runner: run.Direct(f)})

@@ -21,75 +21,22 @@ import (
 
 // patience bounds every wait of these tests for something that must
 // happen; it only fails a test that would otherwise hang, it never measures.
-const patience = 20 * time.Second
+const patience = server.TestPatience
 
 // httpc bounds every request of the tests, so that a server that never
 // answers fails a test instead of hanging it.
 var httpc = &http.Client{Timeout: 2 * patience}
 
-// fake is a Runner that records its calls and runs fn (default: exit 0
-// with "ok\n" on stdout).
-type fake struct {
-	fn    func(ctx context.Context, s *jail.Spec) (*jail.Result, error)
-	mu    sync.Mutex
-	specs []jail.Spec
-}
+// fake and gate are the package's doubles of the jail (fakes_test.go).
+type (
+	fake = server.FakeBase
+	gate = server.Gate
+)
 
-func (f *fake) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-	f.mu.Lock()
-	f.specs = append(f.specs, *s)
-	f.mu.Unlock()
-	if f.fn != nil {
-		return f.fn(ctx, s)
-	}
-	return okResult("ok\n"), nil
-}
-
-func (f *fake) calls() []jail.Spec {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]jail.Spec(nil), f.specs...)
-}
+func newGate() *gate { return server.NewGate() }
 
 func okResult(stdout string) *jail.Result {
 	return &jail.Result{ID: "sb-1", Stdout: stdout, StdoutBytes: int64(len(stdout)), Duration: 3 * time.Millisecond}
-}
-
-// gate is a fake run that blocks until released or its ctx ends.
-type gate struct {
-	entered chan struct{} // a value per run that started
-	release chan struct{} // closed to let every run finish
-	ended   chan error    // the ctx error (or nil) of every run that ended
-	once    sync.Once
-}
-
-func newGate() *gate {
-	return &gate{entered: make(chan struct{}, 100), release: make(chan struct{}), ended: make(chan error, 100)}
-}
-
-func (g *gate) run(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-	g.entered <- struct{}{}
-	select {
-	case <-g.release:
-		g.ended <- nil
-		return okResult("done\n"), nil
-	case <-ctx.Done():
-		g.ended <- ctx.Err()
-		return &jail.Result{ID: "sb-killed", ExitCode: -1, Signal: "SIGKILL", Canceled: true}, ctx.Err()
-	}
-}
-
-func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
-
-func recv[T any](t *testing.T, c <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(patience):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
 }
 
 // eventually polls cond until it holds.
@@ -151,7 +98,7 @@ func start(t *testing.T, opts server.Options) *testServer {
 func (ts *testServer) shutdown(t *testing.T) error {
 	t.Helper()
 	ts.stop()
-	err := recv(t, ts.done, "Serve to return")
+	err := server.Recv(t, ts.done, "Serve to return")
 	ts.done <- err // for the cleanup
 	return err
 }

@@ -117,7 +117,7 @@ func TestBadInput(t *testing.T) {
 			})
 		}
 	}
-	if n := len(f.calls()); n != 0 {
+	if n := len(f.Calls()); n != 0 {
 		t.Errorf("the runner was called %d times for bad requests", n)
 	}
 	if v := metric(t, ts, `jaild_requests_rejected_total{reason="bad_json"}`); v != 26 {
@@ -128,7 +128,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: status %d: %s", body, resp.StatusCode, answer)
 		}
 	}
-	if c := f.calls(); len(c) != 2 || c[0].Args[2] != "echo \U0001F600 \\ud800" {
+	if c := f.Calls(); len(c) != 2 || c[0].Args[2] != "echo \U0001F600 \\ud800" {
 		t.Errorf("valid surrogate pair or escaped backslash misread: %+v", c)
 	}
 
@@ -147,7 +147,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		in, _ := io.ReadAll(s.Stdin)
 		return &jail.Result{ID: "sb-7", ExitCode: 3, Stdout: "out:" + string(in), Stderr: "err\xff", StdoutBytes: 7,
 			StderrBytes: 4, TimedOut: true, OOMKilled: true, PidsLimitHit: true, StdoutTruncated: true,
@@ -178,7 +178,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("answer lacks %s: %s", k, body)
 		}
 	}
-	calls := f.calls()
+	calls := f.Calls()
 	if len(calls) != 1 {
 		t.Fatalf("%d calls", len(calls))
 	}
@@ -208,7 +208,7 @@ func TestRunErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
-			f := &fake{fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
+			f := &fake{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
 			ts := start(t, server.Options{Runner: run.Direct(f), RetryAfter: 1500 * time.Millisecond})
 			for _, path := range []string{"/run", "/raw"} {
 				resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
@@ -232,7 +232,7 @@ func readEvent(t *testing.T, r *bufio.Reader) api.Event {
 	}
 	c := make(chan res, 1)
 	go func() { l, err := r.ReadBytes('\n'); c <- res{l, err} }()
-	got := recv(t, c, "an event")
+	got := server.Recv(t, c, "an event")
 	if got.err != nil {
 		t.Fatalf("read event: %v (got %q)", got.err, got.line)
 	}
@@ -248,7 +248,7 @@ func readEvent(t *testing.T, r *bufio.Reader) api.Event {
 // chunks, so a server that buffered until the end would hang this test.
 func TestRawStreams(t *testing.T) {
 	seen := make(chan struct{})
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		s.Stdout.Write([]byte("hello\n"))
 		s.Stderr.Write([]byte{0xff, 0})
 		select {
@@ -298,7 +298,7 @@ func TestRawStreams(t *testing.T) {
 }
 
 func TestRawErrorAfterStart(t *testing.T) {
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		s.Stdout.Write([]byte("partial"))
 		return nil, fmt.Errorf("start container: %w", jail.ErrRootfs)
 	}}
@@ -322,11 +322,11 @@ func TestDisconnectCancels(t *testing.T) {
 	for _, path := range []string{"/raw", "/run"} {
 		t.Run(path, func(t *testing.T) {
 			g := newGate()
-			f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+			f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 				if s.Stdout != nil { // only /raw streams
 					s.Stdout.Write([]byte("tick\n"))
 				}
-				return g.run(ctx, s)
+				return g.Run(ctx, s)
 			}}
 			ts := start(t, server.Options{Runner: chain(t, f, nil, nil, run.AdmitOptions{})})
 			conn, err := net.Dial("tcp", ts.Addr)
@@ -335,7 +335,7 @@ func TestDisconnectCancels(t *testing.T) {
 			}
 			body := `{"command":"yes"}`
 			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
-			recv(t, g.entered, "the run to start")
+			server.Recv(t, g.Entered, "the run to start")
 			if path == "/raw" {
 				// Read until the first output arrived, then hang up.
 				br := bufio.NewReader(conn)
@@ -350,7 +350,7 @@ func TestDisconnectCancels(t *testing.T) {
 				}
 			}
 			conn.Close()
-			if err := recv(t, g.ended, "the run to end"); !errors.Is(err, context.Canceled) {
+			if err := server.Recv(t, g.Ended, "the run to end"); !errors.Is(err, context.Canceled) {
 				t.Fatalf("run ended with ctx error %v, want context.Canceled", err)
 			}
 		})
@@ -362,7 +362,7 @@ func TestDisconnectCancels(t *testing.T) {
 // than holding a sandbox until the command's own timeout.
 func TestRawStalledReaderCancels(t *testing.T) {
 	canceled := make(chan error, 1)
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		chunk := bytes.Repeat([]byte("y\n"), 32<<10)
 		for ctx.Err() == nil {
 			if _, err := s.Stdout.Write(chunk); err != nil {
@@ -382,7 +382,7 @@ func TestRawStalledReaderCancels(t *testing.T) {
 	body := `{"command":"yes"}`
 	fmt.Fprintf(conn, "POST /raw HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read: socket buffers fill, the server's write deadline hits.
-	if err := recv(t, canceled, "the stalled stream's run to be cancelled"); !errors.Is(err, context.Canceled) {
+	if err := server.Recv(t, canceled, "the stalled stream's run to be cancelled"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ctx error %v", err)
 	}
 }
@@ -394,13 +394,13 @@ func TestAdmission(t *testing.T) {
 	g := newGate()
 	m := run.NewMetrics()
 	ts := start(t, server.Options{
-		Runner:  chain(t, &fake{fn: g.run}, m, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour}),
+		Runner:  chain(t, &fake{Fn: g.Run}, m, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour}),
 		Metrics: m,
 	})
-	defer g.open()
+	defer g.Open()
 	first := postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
 	second := postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
-	recv(t, g.entered, "the first run to start")
+	server.Recv(t, g.Entered, "the first run to start")
 	eventually(t, "a run queued", func() bool { return metric(t, ts, "jaild_queue_depth") == 1 })
 
 	for _, path := range []string{"/run", "/raw"} {
@@ -415,9 +415,9 @@ func TestAdmission(t *testing.T) {
 	if v := metric(t, ts, "jaild_sandboxes_running"); v != 1 {
 		t.Errorf("sandboxes_running = %v, want 1", v)
 	}
-	g.open()
+	g.Open()
 	for _, c := range []<-chan answer{first, second} {
-		if a := recv(t, c, "a run to finish"); a.status != 200 {
+		if a := server.Recv(t, c, "a run to finish"); a.status != 200 {
 			t.Errorf("admitted run: status %d: %s %v", a.status, a.body, a.err)
 		}
 	}
@@ -428,12 +428,12 @@ func TestAdmission(t *testing.T) {
 
 func TestAdmissionWaitExpires(t *testing.T) {
 	g := newGate()
-	defer g.open()
+	defer g.Open()
 	ts := start(t, server.Options{
-		Runner: chain(t, &fake{fn: g.run}, nil, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 5, MaxWait: 10 * time.Millisecond}),
+		Runner: chain(t, &fake{Fn: g.Run}, nil, nil, run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 5, MaxWait: 10 * time.Millisecond}),
 	})
 	postAsync(t, ts.URL+"/run", `{"executable":"x"}`)
-	recv(t, g.entered, "the first run to start")
+	server.Recv(t, g.Entered, "the first run to start")
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"x"}`)
 	if resp.StatusCode != 429 || decodeError(t, body).Code != api.CodeBusy {
 		t.Fatalf("queued past MaxWait: status %d %s", resp.StatusCode, body)
@@ -442,10 +442,13 @@ func TestAdmissionWaitExpires(t *testing.T) {
 
 // TestAdmitterBound hammers an Admitter: never more than MaxConcurrent runs
 // are inside at once, and every caller either ran or got ErrBusy.
+// trueSpec is a valid spec for tests whose fake does not look at it.
+func trueSpec() *jail.Spec { return &jail.Spec{Command: jail.Command{Args: []string{"true"}}} }
+
 func TestAdmitterBound(t *testing.T) {
 	var mu sync.Mutex
 	inside, peak := 0, 0
-	base := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	base := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		mu.Lock()
 		inside++
 		peak = max(peak, inside)
@@ -466,7 +469,7 @@ func TestAdmitterBound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := a.Run(context.Background(), &run.Request{Spec: &jail.Spec{}})
+			_, err := a.Run(context.Background(), &run.Request{Spec: trueSpec()})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -490,19 +493,19 @@ func TestAdmitterBound(t *testing.T) {
 
 func TestAdmitterQueuedCallerCancels(t *testing.T) {
 	g := newGate()
-	defer g.open()
-	a, err := run.Admit(run.Direct(&fake{fn: g.run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+	defer g.Open()
+	a, err := run.Admit(run.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go a.Run(context.Background(), &run.Request{Spec: &jail.Spec{}})
-	recv(t, g.entered, "the first run")
+	go a.Run(context.Background(), &run.Request{Spec: trueSpec()})
+	server.Recv(t, g.Entered, "the first run")
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { _, err := a.Run(ctx, &run.Request{Spec: &jail.Spec{}}); errc <- err }()
+	go func() { _, err := a.Run(ctx, &run.Request{Spec: trueSpec()}); errc <- err }()
 	eventually(t, "the second run queued", func() bool { return a.Queued() == 1 })
 	cancel()
-	if err := recv(t, errc, "the queued run to give up"); !errors.Is(err, context.Canceled) {
+	if err := server.Recv(t, errc, "the queued run to give up"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("queued run: %v", err)
 	}
 	if a.Queued() != 0 {
@@ -514,14 +517,14 @@ func TestAdmitterQueuedCallerCancels(t *testing.T) {
 // and get their answers; new connections are refused; Serve returns nil.
 func TestGracefulShutdown(t *testing.T) {
 	g := newGate()
-	defer g.open()
-	ts := start(t, server.Options{Runner: run.Direct(&fake{fn: g.run}), ShutdownGrace: time.Hour})
+	defer g.Open()
+	ts := start(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), ShutdownGrace: time.Hour})
 	var results []<-chan answer
 	for range 3 {
 		results = append(results, postAsync(t, ts.URL+"/run", `{"executable":"x"}`))
 	}
 	for range 3 {
-		recv(t, g.entered, "the runs to start")
+		server.Recv(t, g.Entered, "the runs to start")
 	}
 	ts.stop()
 	eventually(t, "the listener to close", func() bool {
@@ -536,13 +539,13 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal("Serve returned while commands were still running")
 	default:
 	}
-	g.open()
+	g.Open()
 	for _, c := range results {
-		if a := recv(t, c, "a run's answer"); a.status != 200 {
+		if a := server.Recv(t, c, "a run's answer"); a.status != 200 {
 			t.Errorf("run during shutdown: status %d %v", a.status, a.err)
 		}
 	}
-	if err := recv(t, ts.done, "Serve to return"); err != nil {
+	if err := server.Recv(t, ts.done, "Serve to return"); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 	ts.done <- nil
@@ -553,23 +556,23 @@ func TestGracefulShutdown(t *testing.T) {
 // Serve returns once their handlers did.
 func TestShutdownKillsAfterGrace(t *testing.T) {
 	g := newGate() // never opened: runs end only by cancellation
-	ts := start(t, server.Options{Runner: run.Direct(&fake{fn: g.run}), ShutdownGrace: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), ShutdownGrace: 50 * time.Millisecond})
 	results := []<-chan answer{
 		postAsync(t, ts.URL+"/run", `{"executable":"x"}`),
 		postAsync(t, ts.URL+"/raw", `{"executable":"x"}`),
 	}
-	recv(t, g.entered, "a run to start")
-	recv(t, g.entered, "a run to start")
+	server.Recv(t, g.Entered, "a run to start")
+	server.Recv(t, g.Entered, "a run to start")
 	if err := ts.shutdown(t); err != nil {
 		t.Errorf("Serve: %v", err)
 	}
 	for range 2 {
-		if err := recv(t, g.ended, "a run to be cancelled"); !errors.Is(err, context.Canceled) {
+		if err := server.Recv(t, g.Ended, "a run to be cancelled"); !errors.Is(err, context.Canceled) {
 			t.Errorf("run ended with %v", err)
 		}
 	}
 	for _, c := range results {
-		a := recv(t, c, "an answer")
+		a := server.Recv(t, c, "an answer")
 		switch {
 		case a.status == 503:
 			if e := decodeError(t, a.body); e.Code != api.CodeShuttingDown {
@@ -626,7 +629,7 @@ func TestSlowClients(t *testing.T) {
 			t.Errorf("status %d: %s", resp.StatusCode, body)
 		}
 	})
-	if len(f.calls()) != 0 {
+	if len(f.Calls()) != 0 {
 		t.Error("a slow request reached the runner")
 	}
 }
@@ -634,7 +637,7 @@ func TestSlowClients(t *testing.T) {
 // TestLongRunOutlivesBodyTimeout: the body deadline is lifted once the body
 // is read; a run longer than it is not cancelled by it.
 func TestLongRunOutlivesBodyTimeout(t *testing.T) {
-	f := &fake{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		select {
 		case <-time.After(300 * time.Millisecond):
 			return okResult("slow\n"), nil
@@ -758,5 +761,5 @@ func TestOptionsValidate(t *testing.T) {
 		t.Error("second Serve succeeded")
 	}
 	cancel()
-	recv(t, done, "Serve to return")
+	server.Recv(t, done, "Serve to return")
 }

@@ -24,37 +24,6 @@ import (
 	"github.com/jaild/jaild/run"
 )
 
-// waitLimit bounds every wait for an event in these tests, so a broken
-// implementation fails instead of hanging. It is not a speed assertion.
-const waitLimit = 20 * time.Second
-
-// fakeRunner records specs and runs fn (default: echo the command back).
-type fakeRunner struct {
-	mu    sync.Mutex
-	specs []jail.Spec
-	fn    func(ctx context.Context, s *jail.Spec) (*jail.Result, error)
-}
-
-func (f *fakeRunner) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-	f.mu.Lock()
-	f.specs = append(f.specs, *s)
-	f.mu.Unlock()
-	// Like the real jail: validation errors come before anything runs.
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	if f.fn != nil {
-		return f.fn(ctx, s)
-	}
-	return &jail.Result{ID: "fake", Stdout: strings.Join(s.Args, " ") + "\n", StdoutBytes: 1}, nil
-}
-
-func (f *fakeRunner) calls() []jail.Spec {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.specs)
-}
-
 // connect serves NewMCPServer(r, opts) over in-memory transports and
 // returns a connected client session.
 func connect(t *testing.T, b run.Base, opts MCPOptions, copts *mcp.ClientOptions) *mcp.ClientSession {
@@ -103,7 +72,7 @@ func text(res *mcp.CallToolResult) string {
 }
 
 func TestMCPListTools(t *testing.T) {
-	cs := connect(t, &fakeRunner{}, MCPOptions{}, nil)
+	cs := connect(t, &FakeBase{}, MCPOptions{}, nil)
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +142,7 @@ func schemaOf(t *testing.T, v any) *jsonschema.Schema {
 }
 
 func TestMCPBashSuccess(t *testing.T) {
-	f := &fakeRunner{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return &jail.Result{ID: "sb1", Stdout: "hi\n", StdoutBytes: 3, Duration: 12 * time.Millisecond, CPUTime: 3 * time.Millisecond, MemoryPeak: 3 << 20}, nil
 	}}
 	limits := jail.Limits{Memory: 128 << 20, Pids: 64}
@@ -190,7 +159,7 @@ func TestMCPBashSuccess(t *testing.T) {
 	if txt := text(res); !strings.Contains(txt, "exit code 0") || !strings.Contains(txt, "--- stdout ---\nhi\n") {
 		t.Errorf("text = %q", txt)
 	}
-	specs := f.calls()
+	specs := f.Calls()
 	if len(specs) != 1 {
 		t.Fatalf("runner called %d times", len(specs))
 	}
@@ -205,7 +174,7 @@ func TestMCPBashSuccess(t *testing.T) {
 }
 
 func TestMCPExecute(t *testing.T) {
-	f := &fakeRunner{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		in, err := io.ReadAll(s.Stdin)
 		if err != nil {
 			return nil, err
@@ -217,7 +186,7 @@ func TestMCPExecute(t *testing.T) {
 	if res.IsError || out.Stdout != "HELLO" {
 		t.Fatalf("isError=%v out=%+v text=%q", res.IsError, out, text(res))
 	}
-	s := f.calls()[0]
+	s := f.Calls()[0]
 	if !slices.Equal(s.Args, []string{"tr", "a-z", "A-Z"}) || s.Timeout != 5*time.Second || out.TimeoutMS != 5000 {
 		t.Errorf("spec = %+v, timeout_ms %d", s, out.TimeoutMS)
 	}
@@ -245,7 +214,7 @@ func TestMCPVerdicts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeRunner{fn: func(context.Context, *jail.Spec) (*jail.Result, error) { r := tt.result; return &r, nil }}
+			f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { r := tt.result; return &r, nil }}
 			cs := connect(t, f, MCPOptions{}, nil)
 			res, out := call(t, cs, "bash", map[string]any{"command": "x"})
 			if res.IsError != tt.isError {
@@ -294,7 +263,7 @@ func TestMCPBadArguments(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeRunner{}
+			f := &FakeBase{}
 			cs := connect(t, f, MCPOptions{}, nil)
 			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tt.tool, Arguments: tt.args})
 			if err != nil {
@@ -306,19 +275,19 @@ func TestMCPBadArguments(t *testing.T) {
 			if !strings.Contains(text(res), tt.want) {
 				t.Errorf("error text %q does not mention %q", text(res), tt.want)
 			}
-			if got := len(f.calls()) > 0; got != tt.reaches {
+			if got := len(f.Calls()) > 0; got != tt.reaches {
 				t.Errorf("runner reached = %v, want %v", got, tt.reaches)
 			}
 		})
 	}
 	t.Run("server survives", func(t *testing.T) {
-		f := &fakeRunner{fn: func(context.Context, *jail.Spec) (*jail.Result, error) { panic("bug") }}
+		f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { panic("bug") }}
 		cs := connect(t, f, MCPOptions{}, nil)
 		res, _ := call(t, cs, "bash", map[string]any{"command": "x"})
 		if !res.IsError || !strings.Contains(text(res), "internal error") {
 			t.Errorf("panic in runner: %s", text(res))
 		}
-		f.fn = nil
+		f.Fn = nil
 		if res, _ := call(t, cs, "bash", map[string]any{"command": "x"}); res.IsError {
 			t.Errorf("call after a panic failed: %s", text(res))
 		}
@@ -337,7 +306,7 @@ func TestMCPRunnerErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeRunner{fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
+			f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
 			cs := connect(t, f, MCPOptions{}, nil)
 			res, _ := call(t, cs, "execute", map[string]any{"command": "nosuch"})
 			if !res.IsError || !strings.Contains(text(res), tt.want) {
@@ -348,7 +317,7 @@ func TestMCPRunnerErrors(t *testing.T) {
 }
 
 func TestMCPUnknownToolIsProtocolError(t *testing.T) {
-	cs := connect(t, &fakeRunner{}, MCPOptions{}, nil)
+	cs := connect(t, &FakeBase{}, MCPOptions{}, nil)
 	_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "rm_rf", Arguments: map[string]any{}})
 	var werr *jsonrpc.Error
 	if !errors.As(err, &werr) || werr.Code != jsonrpc.CodeInvalidParams {
@@ -375,7 +344,7 @@ func TestMCPTimeoutClamp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeRunner{}
+			f := &FakeBase{}
 			cs := connect(t, f, tt.opts, nil)
 			args := map[string]any{"command": "sleep 1"}
 			if tt.arg != nil {
@@ -385,7 +354,7 @@ func TestMCPTimeoutClamp(t *testing.T) {
 			if res.IsError {
 				t.Fatalf("tool error: %s", text(res))
 			}
-			if got := f.calls()[0].Timeout; got != tt.want {
+			if got := f.Calls()[0].Timeout; got != tt.want {
 				t.Errorf("runner timeout = %v, want %v", got, tt.want)
 			}
 			if out.TimeoutMS != tt.want.Milliseconds() {
@@ -398,43 +367,8 @@ func TestMCPTimeoutClamp(t *testing.T) {
 	}
 }
 
-// blockingRunner blocks every run until its ctx ends or release is closed,
-// and reports what it saw.
-type blockingRunner struct {
-	started chan struct{} // one send per run
-	release chan struct{}
-	ended   chan error // ctx.Err() (nil if released) per run
-}
-
-func newBlockingRunner() *blockingRunner {
-	return &blockingRunner{started: make(chan struct{}, 100), release: make(chan struct{}), ended: make(chan error, 100)}
-}
-
-func (b *blockingRunner) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-	b.started <- struct{}{}
-	select {
-	case <-ctx.Done():
-		b.ended <- ctx.Err()
-		return &jail.Result{Canceled: true, ExitCode: -1}, ctx.Err()
-	case <-b.release:
-		b.ended <- nil
-		return &jail.Result{Stdout: strings.Join(s.Args, " ")}, nil
-	}
-}
-
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitLimit):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 func TestMCPCancellationKillsRun(t *testing.T) {
-	b := newBlockingRunner()
+	b := NewGate()
 	cs := connect(t, b, MCPOptions{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -442,23 +376,23 @@ func TestMCPCancellationKillsRun(t *testing.T) {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "sleep 1000"}})
 		errc <- err
 	}()
-	waitFor(t, b.started, "the run to start")
+	Recv(t, b.Entered, "the run to start")
 	cancel() // the client sends notifications/cancelled
-	if err := waitFor(t, b.ended, "the runner's ctx to end"); !errors.Is(err, context.Canceled) {
+	if err := Recv(t, b.Ended, "the runner's ctx to end"); !errors.Is(err, context.Canceled) {
 		t.Errorf("runner ended with %v, want context.Canceled", err)
 	}
-	if err := waitFor(t, errc, "CallTool to return"); err == nil {
+	if err := Recv(t, errc, "CallTool to return"); err == nil {
 		t.Error("cancelled CallTool returned no error")
 	}
 	// The session is still usable.
-	close(b.release)
+	b.Open()
 	if res, _ := call(t, cs, "bash", map[string]any{"command": "true"}); res.IsError {
 		t.Errorf("call after cancellation: %s", text(res))
 	}
 }
 
 func TestMCPDisconnectKillsRun(t *testing.T) {
-	b := newBlockingRunner()
+	b := NewGate()
 	// A raw connection, so the "client" can vanish without the polite
 	// cancellation the SDK client sends on Close.
 	conn := rawConn(t, b)
@@ -468,16 +402,16 @@ func TestMCPDisconnectKillsRun(t *testing.T) {
 	}
 	conn.send(t, nil, "notifications/initialized", map[string]any{})
 	conn.send(t, 2, "tools/call", map[string]any{"name": "bash", "arguments": map[string]any{"command": "sleep 1000"}})
-	waitFor(t, b.started, "the run to start")
+	Recv(t, b.Entered, "the run to start")
 	conn.Close()
-	if err := waitFor(t, b.ended, "the runner's ctx to end"); !errors.Is(err, context.Canceled) {
+	if err := Recv(t, b.Ended, "the runner's ctx to end"); !errors.Is(err, context.Canceled) {
 		t.Errorf("runner ended with %v, want context.Canceled", err)
 	}
 }
 
 func TestMCPConcurrentCalls(t *testing.T) {
 	const n = 10
-	b := newBlockingRunner()
+	b := NewGate()
 	cs := connect(t, b, MCPOptions{}, nil)
 	type result struct {
 		i   int
@@ -500,9 +434,9 @@ func TestMCPConcurrentCalls(t *testing.T) {
 	// All n runs are in flight at once before any is released: calls on
 	// one session are not serialized.
 	for range n {
-		waitFor(t, b.started, "all calls to be running at once")
+		Recv(t, b.Entered, "all calls to be running at once")
 	}
-	close(b.release)
+	b.Open()
 	wg.Wait()
 	close(results)
 	for r := range results {
@@ -523,7 +457,7 @@ func TestMCPProgressStreamsOutput(t *testing.T) {
 		seen <- req.Params.Message
 	}}
 	euro := "€" // 3 bytes, written split across two writes
-	f := &fakeRunner{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		io.WriteString(s.Stdout, "first line\n")
 		// The client sees output while the command still runs.
 		for msg := ""; !strings.Contains(msg, "first line"); {
@@ -549,7 +483,7 @@ func TestMCPProgressStreamsOutput(t *testing.T) {
 	// Notifications precede the response on the wire, but the client
 	// handles them on another goroutine than the one returning the result.
 	const wantOut, wantErr = "first line\n€\nlast\n", "warning\n"
-	deadline := time.After(waitLimit)
+	deadline := time.After(TestPatience)
 	for {
 		mu.Lock()
 		var stdout, stderr strings.Builder
@@ -586,7 +520,7 @@ func TestMCPProgressHeartbeat(t *testing.T) {
 	copts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 		beats <- req.Params
 	}}
-	f := &fakeRunner{fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		// A silent command: the client still hears from the server, so
 		// a client that resets its timeout on progress keeps waiting.
 		for range 2 {
@@ -604,7 +538,7 @@ func TestMCPProgressHeartbeat(t *testing.T) {
 	cs := connect(t, f, MCPOptions{Heartbeat: 50 * time.Millisecond}, copts)
 	params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "sleep 10"}}
 	params.SetProgressToken(7)
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), TestPatience)
 	defer cancel()
 	res, err := cs.CallTool(ctx, params)
 	if err != nil || res.IsError {
@@ -690,7 +624,7 @@ func (c raw) send(t *testing.T, id any, method string, params any) {
 
 func (c raw) response(t *testing.T) *jsonrpc.Response {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), TestPatience)
 	defer cancel()
 	for {
 		msg, err := c.Read(ctx)
@@ -716,7 +650,7 @@ func TestMCPProtocolNegotiation(t *testing.T) {
 		{"2099-01-01", "2025-11-25"}, // unknown: the server offers its newest handshake version
 	} {
 		t.Run(tt.client, func(t *testing.T) {
-			c := rawConn(t, &fakeRunner{})
+			c := rawConn(t, &FakeBase{})
 			c.send(t, 1, "initialize", initParams(tt.client))
 			r := c.response(t)
 			var res struct {
@@ -737,7 +671,7 @@ func TestMCPProtocolNegotiation(t *testing.T) {
 }
 
 func TestMCPUnknownMethodsGetJSONRPCErrors(t *testing.T) {
-	c := rawConn(t, &fakeRunner{})
+	c := rawConn(t, &FakeBase{})
 	// A client of a newer protocol probes before initializing; the
 	// legacy-style probe (no per-request _meta) must fail cleanly so
 	// that it falls back to initialize.
@@ -845,7 +779,7 @@ func session(t *testing.T, url string) string {
 }
 
 func TestMCPHTTPOriginCheck(t *testing.T) {
-	url := httpMCP(t, &fakeRunner{}, MCPOptions{AllowedOrigins: []string{"https://App.Example.com/"}})
+	url := httpMCP(t, &FakeBase{}, MCPOptions{AllowedOrigins: []string{"https://App.Example.com/"}})
 	tests := []struct {
 		origin string
 		ok     bool
@@ -885,7 +819,7 @@ func TestMCPHTTPOriginCheck(t *testing.T) {
 }
 
 func TestMCPHTTPClient(t *testing.T) {
-	url := httpMCP(t, &fakeRunner{}, MCPOptions{})
+	url := httpMCP(t, &FakeBase{}, MCPOptions{})
 	ctx := context.Background()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
 	if err != nil {
@@ -899,7 +833,7 @@ func TestMCPHTTPClient(t *testing.T) {
 }
 
 func TestMCPHTTPUnknownMethod(t *testing.T) {
-	url := httpMCP(t, &fakeRunner{}, MCPOptions{})
+	url := httpMCP(t, &FakeBase{}, MCPOptions{})
 	id := session(t, url)
 	for _, tt := range []struct{ name, session, msg string }{
 		{"in a session", id, `{"jsonrpc":"2.0","id":7,"method":"no/such/method","params":{}}`},
@@ -929,7 +863,7 @@ func TestMCPHTTPUnknownMethod(t *testing.T) {
 }
 
 func TestMCPHTTPDisconnectKillsRun(t *testing.T) {
-	b := newBlockingRunner()
+	b := NewGate()
 	url := httpMCP(t, b, MCPOptions{})
 	id := session(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -939,14 +873,14 @@ func TestMCPHTTPDisconnectKillsRun(t *testing.T) {
 		post(t, ctx, url, id, map[string]string{postIDHeader: "forged"},
 			`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash","arguments":{"command":"sleep 1000"}}}`)
 	}()
-	waitFor(t, b.started, "the run to start")
+	Recv(t, b.Entered, "the run to start")
 	cancel() // the client hangs up without notifications/cancelled
-	if err := waitFor(t, b.ended, "the runner's ctx to end"); !errors.Is(err, context.Canceled) {
+	if err := Recv(t, b.Ended, "the runner's ctx to end"); !errors.Is(err, context.Canceled) {
 		t.Errorf("runner ended with %v, want context.Canceled", err)
 	}
 	<-done
 	// The session survives its client's hang-up.
-	close(b.release)
+	b.Open()
 	resp, body := post(t, context.Background(), url, id, nil,
 		`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"}}}`)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"exit_code":0`) || strings.Contains(body, `"isError":true`) {
@@ -955,7 +889,7 @@ func TestMCPHTTPDisconnectKillsRun(t *testing.T) {
 }
 
 func TestMCPHTTPRequestLimits(t *testing.T) {
-	url := httpMCP(t, &fakeRunner{}, MCPOptions{})
+	url := httpMCP(t, &FakeBase{}, MCPOptions{})
 	t.Run("oversized body", func(t *testing.T) {
 		big := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"` + strings.Repeat("a", mcp.DefaultMaxRequestBodyBytes) + `"}}`
 		resp, _ := post(t, context.Background(), url, "", nil, big)
