@@ -41,7 +41,7 @@
 //
 // # Pools
 //
-// [Manager.Create] fixes a sandbox's limits, uid range and configuration
+// Manager.create fixes a sandbox's limits, uid range and configuration
 // without starting anything, and [Sandbox.Run] hands it the command. A
 // [Pool] goes one step further: it keeps sandboxes started (their init a
 // shell waiting for its command on a pipe), so that a run does not wait for

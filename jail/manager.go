@@ -220,15 +220,10 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	return res, err
 }
 
-// Create builds a sandbox with limits l, ready to run one command. Its
-// uid range, cgroup parent and configuration are fixed here, so a pool can
-// create sandboxes ahead of time. The caller must Destroy it.
-func (m *Manager) Create(ctx context.Context, l Limits) (*Sandbox, error) {
-	return m.create(ctx, l, nil)
-}
-
-// create builds a sandbox on its own uid slot or, if ws is not nil, on the
-// workspace's (see [Workspace]).
+// create builds a sandbox with limits l, ready to run one command, on its
+// own uid slot or, if ws is not nil, on the workspace's (see [Workspace]).
+// Its uid range, cgroup parent and configuration are fixed here, so a pool
+// can create sandboxes ahead of time. The caller must Destroy it.
 func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*Sandbox, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err

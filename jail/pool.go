@@ -120,7 +120,7 @@ func (p *Pool) refill() {
 
 // prestart builds a sandbox and starts its waiting shell.
 func (p *Pool) prestart() (_ *warm, retErr error) {
-	sb, err := p.m.Create(context.Background(), p.limits)
+	sb, err := p.m.create(context.Background(), p.limits, nil)
 	if err != nil {
 		return nil, err
 	}

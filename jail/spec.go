@@ -46,7 +46,7 @@ const (
 )
 
 // Limits are the resources of one sandbox. They are fixed when the sandbox is
-// created (see [Manager.Create]), so a pool can create sandboxes ahead of
+// created (see Manager.create), so a pool can create sandboxes ahead of
 // time. The zero value of each field means its Default*.
 type Limits struct {
 	// Memory is the cgroup memory limit in bytes, with swap disabled.

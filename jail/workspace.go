@@ -160,7 +160,7 @@ func (w *Workspace) Used() (int64, error) {
 }
 
 // Create builds a sandbox with limits l on the workspace, ready to run one
-// command, as [Manager.Create] does. The caller must Destroy it.
+// command, as Manager.create does for a pool. The caller must Destroy it.
 func (w *Workspace) Create(ctx context.Context, l Limits) (*Sandbox, error) {
 	return w.m.create(ctx, l, w)
 }
