@@ -256,16 +256,6 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Pid is the process id of the worker running now, or 0.
-func (c *Client) Pid() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cur == nil {
-		return 0
-	}
-	return c.cur.cmd.Process.Pid
-}
-
 func (c *Client) current() (*proc, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

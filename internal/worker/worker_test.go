@@ -150,7 +150,9 @@ func TestErrorsKeepTheirIdentity(t *testing.T) {
 	}{
 		{"notfound", func(err error) bool { return errors.Is(err, jail.ErrNotFound) }, "jail: command not found: notfound"},
 		{"closed", func(err error) bool { return err == jail.ErrClosed }, "jail: closed"},
-		{"invalid", func(err error) bool { return errors.As(err, &invalid) && invalid.Field == "memory" && invalid.Reason == "too much" }, "invalid memory: too much"},
+		{"invalid", func(err error) bool {
+			return errors.As(err, &invalid) && invalid.Field == "memory" && invalid.Reason == "too much"
+		}, "invalid memory: too much"},
 		{"wrapped-invalid", func(err error) bool { return errors.As(err, &invalid) && invalid.Field == "cwd" }, "check: invalid cwd: outside"},
 		{"untrusted", func(err error) bool { return errors.Is(err, jail.ErrUntrusted) }, "jail: directory not safe from other users: /run/x is writable by uid 5"},
 		{"other", func(err error) bool { return err != nil && !errors.Is(err, jail.ErrNotFound) }, "something else"},
