@@ -232,6 +232,20 @@ func autoV2Parent() (group, leaf string, err error) {
 	return filepath.Join(self, "sandboxes"), leaf, nil
 }
 
+// Settle makes, on a v2 host, the move into the leaf "<own>/daemon" that
+// Open with an automatic parent would make, and does nothing elsewhere. A
+// daemon whose cgroup parent is built by a process it starts (jaild serve
+// and its worker) calls it first: the worker then starts in the leaf and
+// finds its placement made, where it would otherwise share the unit's
+// cgroup with the daemon and fall back to "/jaild".
+func Settle() error {
+	if mode, err := Detect(); err != nil || mode != V2 {
+		return err
+	}
+	_, _, err := autoV2Parent()
+	return err
+}
+
 // alone reports whether the cgroup dir holds no process but this one.
 func alone(dir string) bool {
 	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))

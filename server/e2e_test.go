@@ -590,8 +590,9 @@ func testE2ESigkillWatchdog(t *testing.T, bin string) {
 	in := newE2EInstall(t, bin)
 	d := in.serveThreeSleeps(t)
 	containers := filepath.Join(in.StateDir, "containers")
-	// The pool refills in the background after the three runs took its
-	// sandboxes: wait for a pooled one, so that the kill covers it too.
+	// The runs are counted before the worker has built their sandboxes,
+	// and the pool refills in the background after the three runs took
+	// its sandboxes: wait for all, so that the kill covers a pooled one.
 	eventually(t, "3 running containers and a pooled one", func() bool { return len(dirNames(containers)) >= 4 })
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	killed := time.Now()
@@ -604,9 +605,9 @@ func testE2ESigkillWatchdog(t *testing.T, bin string) {
 	d.exited <- server.Recv(t, d.exited, "jaild serve to exit")
 }
 
-// testE2ESigkill: a daemon killed outright together with its watchdog leaves
-// its sandboxes behind; the next daemon on the same state dir sweeps them
-// before serving.
+// testE2ESigkill: a daemon killed outright together with its worker and
+// the worker's watchdog leaves its sandboxes behind; the next daemon on the
+// same state dir sweeps them before serving.
 func testE2ESigkill(t *testing.T, bin string) {
 	in := newE2EInstall(t, bin)
 	d := in.serveThreeSleeps(t)
@@ -614,9 +615,22 @@ func testE2ESigkill(t *testing.T, bin string) {
 	if len(dogs) != 1 {
 		t.Fatalf("watchdogs %v, want the daemon's one", dogs)
 	}
-	// Stopped first, so that it cannot sweep before it dies.
+	// The worker that builds the sandboxes cleans up when the front end
+	// dies: it goes too, with its watchdog.
+	var worker []int
+	for _, pid := range pidsWith(in.StateDir) {
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.Contains(cmdline, []byte("\x00worker\x00")) {
+			worker = append(worker, pid)
+		}
+	}
+	if len(worker) != 1 {
+		t.Fatalf("worker processes %v, want the daemon's one", worker)
+	}
+	// Stopped first, so that they cannot sweep before they die.
 	syscall.Kill(dogs[0], syscall.SIGSTOP)
+	syscall.Kill(worker[0], syscall.SIGSTOP)
 	d.cmd.Process.Signal(syscall.SIGKILL)
+	syscall.Kill(worker[0], syscall.SIGKILL)
 	syscall.Kill(dogs[0], syscall.SIGKILL)
 	err := server.Recv(t, d.exited, "jaild serve to exit")
 	d.exited <- err

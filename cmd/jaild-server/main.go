@@ -1,7 +1,8 @@
 // Command jaild-server is the complete jaild: every command in one binary,
 // the front ends included (serve, mcp, remote) with the packages they link.
-// The lean jaild executes it for those commands; it is also every daemon
-// sandbox's init, since libcontainer re-executes the binary that calls it.
+// The lean jaild executes it for those commands. Its serve and mcp start the
+// lean jaild next to it as their worker (see internal/worker), which builds
+// the sandboxes, so that their init is the lean binary and not this one.
 package main
 
 import (

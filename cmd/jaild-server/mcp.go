@@ -69,11 +69,13 @@ func mcpAction(c *cli.Context) error {
 	}
 	defer out.Close()
 
-	m, err := command.NewManager(c, opts.Logger)
+	// The worker builds the sandboxes (see internal/worker); closing it
+	// waits until every sandbox is torn down.
+	w, err := startWorker(c, opts.Logger, "text", opts.Limits, 0)
 	if err != nil {
 		return err
 	}
-	defer m.Close() // waits until every sandbox is torn down
+	defer w.Close()
 
 	// Signals end the session. The SDK lets calls in flight finish before
 	// it closes, so the runner's contexts are tied to the signal too: a
@@ -82,11 +84,6 @@ func mcpAction(c *cli.Context) error {
 	defer stop()
 	// One client may still send many calls at once; admission control
 	// keeps them from starting more sandboxes than the host can run.
-	base, closePool, err := startPool(c, m, opts.Limits)
-	if err != nil {
-		return err
-	}
-	defer closePool() // before m.Close: the pool's sandboxes are the Manager's
 	// The same chain as the daemon's: the flags' limits are the maxima
 	// (a tool call never asks for more), admission control, audit log.
 	adm, err := admitOptions(c, opts.MaxOutput)
@@ -99,7 +96,7 @@ func mcpAction(c *cli.Context) error {
 		return err
 	}
 	defer closeAudit()
-	runner, err := run.Chain(base, run.ChainOptions{
+	runner, err := run.Chain(w, run.ChainOptions{
 		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: opts.MaxOutput},
 		Admission: adm,
 		Audit:     audit,

@@ -27,8 +27,8 @@ import (
 	"github.com/jaild/jaild/server"
 )
 
-// sweepInterval is how often the daemon looks for sandboxes whose jaild
-// died while it runs.
+// sweepInterval is how often the daemon's worker looks for sandboxes whose
+// jaild died while it runs.
 const sweepInterval = time.Minute
 
 var serveCommand = &cli.Command{
@@ -152,49 +152,21 @@ func serveAction(c *cli.Context) error {
 	}
 	defer closeAudit()
 
-	m, err := command.NewManager(c, log)
-	if err != nil {
-		return err
-	}
-	// Close waits until every sandbox is torn down, so that jaild exits
-	// only when nothing of it is left on the host.
-	defer m.Close()
-
-	// The pool's sandboxes get the limits of a request that asks for
-	// none, under the operator's maxima.
+	// The sandboxes are built by a worker process, the lean jaild, so
+	// that their init is not this binary (see internal/worker). Closing
+	// it waits until every sandbox is torn down, so that jaild exits only
+	// when nothing of it is left on the host. The pool's sandboxes get
+	// the limits of a request that asks for none, under the operator's
+	// maxima.
 	defaults, _, _ := max.Defaults()
-	runnerBase, closePool, err := startPool(c, m, defaults)
+	w, err := startWorker(c, log, c.String("log-format"), defaults, sweepInterval)
 	if err != nil {
 		return err
 	}
-	defer closePool()
-
-	// A one-shot jaild run that is killed while the daemon runs leaves an
-	// orphan that no restart will find soon; sweep for such orphans now and
-	// then, not only at start.
-	sweepDone := make(chan struct{})
-	sweepStopped := make(chan struct{})
-	go func() {
-		defer close(sweepStopped)
-		t := time.NewTicker(sweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if n, err := m.Sweep(); err != nil {
-					log.Warn("sweeping orphaned sandboxes", "found", n, "err", err)
-				} else if n > 0 {
-					log.Info("swept orphaned sandboxes", "count", n)
-				}
-			case <-sweepDone:
-				return
-			}
-		}
-	}()
-	defer func() { close(sweepDone); <-sweepStopped }()
+	defer w.Close()
 
 	metrics := run.NewMetrics()
-	runner, err := run.Chain(runnerBase, run.ChainOptions{Max: max, Admission: adm, Audit: audit, Metrics: metrics})
+	runner, err := run.Chain(w, run.ChainOptions{Max: max, Admission: adm, Audit: audit, Metrics: metrics})
 	if err != nil {
 		return command.UsageError("%v", err)
 	}
@@ -207,7 +179,7 @@ func serveAction(c *cli.Context) error {
 		Runner:         runner,
 		Tokens:         tokens,
 		Metrics:        metrics,
-		Health:         jailHealth(m),
+		Health:         runnerHealth(w),
 		MCP:            mcpHandler,
 		AllowedHosts:   allowedHosts(c),
 		AllowedOrigins: c.StringSlice("allowed-origin"),
@@ -257,45 +229,15 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("serve: %v", err), api.ExitInternal)
 	}
-	closePool()
-	if err := m.Close(); err != nil {
+	if err := w.Close(); err != nil {
 		return cli.Exit(fmt.Sprintf("clean up sandboxes: %v", err), api.ExitInternal)
 	}
 	log.Info("stopped")
 	return nil
 }
 
-// startPool starts the --pool sandboxes with limits l and returns the runner
-// to use and how to stop the pool (before the Manager is closed; stopping
-// twice is harmless).
-func startPool(c *cli.Context, m *jail.Manager, l jail.Limits) (run.Base, func(), error) {
-	n := c.Int("pool")
-	if n < 0 {
-		return nil, nil, command.UsageError("--pool %d: must not be negative", n)
-	}
-	if n == 0 {
-		return m, func() {}, nil
-	}
-	pool, err := m.NewPool(n, l)
-	if err != nil {
-		return nil, nil, command.UsageError("--pool: %v", err)
-	}
-	return pool, func() { _ = pool.Close() }, nil
-}
-
 func serveLogger(c *cli.Context) (*slog.Logger, error) {
-	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
-	if c.Bool("debug") {
-		opts.Level = slog.LevelDebug
-	}
-	switch f := c.String("log-format"); f {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	default:
-		return nil, command.UsageError("--log-format %q: want text or json", f)
-	}
+	return command.Logger(c.String("log-format"), c.Bool("debug"))
 }
 
 // serveMaxima reads the operator's --max-* flags.
@@ -525,21 +467,6 @@ func allowedHosts(c *cli.Context) []string {
 		hosts = append(hosts, h)
 	}
 	return hosts
-}
-
-// jailHealth checks that a sandbox can run: what /healthz reports. The
-// server caches its result, so it runs at most every few seconds.
-func jailHealth(m *jail.Manager) func(context.Context) error {
-	return func(ctx context.Context) error {
-		res, err := m.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: 10 * time.Second}})
-		if err != nil {
-			return err
-		}
-		if res.ExitCode != 0 {
-			return fmt.Errorf("test command true exited %d: %s", res.ExitCode, strings.TrimSpace(res.Stderr))
-		}
-		return nil
-	}
 }
 
 // applyConfigFile sets every flag named in the config file that was not

@@ -2,12 +2,14 @@
 // with libcontainer: one-shot (jaild run) and, through jaild-server, as an
 // HTTP daemon (jaild serve) or an MCP server (jaild mcp).
 //
-// jaild is the lean binary: run, doctor, and each one-shot sandbox's init
-// (libcontainer re-executes the binary that calls it as every container's
-// init, and every package init of that binary runs at each start). It
-// leaves out the front ends and the packages they link (Prometheus, the MCP
-// SDK, net/http) and their package inits, which would run at every start. Its serve, mcp and
-// remote execute cmd/jaild-server, installed next to it (see frontend.go).
+// jaild is the lean binary: run, doctor, and the init of every sandbox
+// (libcontainer re-executes the binary that builds a container as its init,
+// and every package init of that binary runs at each start): of one-shot
+// runs, and of the daemon's, which the hidden "jaild worker" that jaild
+// serve and jaild mcp start builds (see internal/worker). It leaves out the
+// front ends and the packages they link (Prometheus, the MCP SDK, net/http)
+// and their package inits. Its serve, mcp and remote execute
+// cmd/jaild-server, installed next to it (see frontend.go).
 // scripts/setup.sh builds the pair into bin/.
 package main
 
@@ -23,5 +25,6 @@ func main() {
 		mcpCommand,
 		serveCommand,
 		remoteCommand,
+		command.Worker,
 	)
 }

@@ -68,10 +68,19 @@ var ManagerFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "debug", EnvVars: []string{"JAILD_DEBUG"}, Usage: "log debug messages to stderr"},
 }
 
-// NewManager builds the jail.Manager from ManagerFlags.
 // NewManager builds the Manager of the manager flags. Its log goes to log,
 // or, if nil, to stderr as text, warnings only unless --debug.
 func NewManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
+	m, err := newManager(c, log)
+	var ec cli.ExitCoder
+	if err != nil && !errors.As(err, &ec) {
+		return nil, ExitError(err)
+	}
+	return m, err
+}
+
+// newManager is NewManager with the Manager's own error, not its exit.
+func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 	total, err := SizeFlag(c, "total-memory")
 	if err != nil {
 		return nil, err
@@ -94,7 +103,7 @@ func NewManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		Logger:     log,
 	})
 	if err != nil {
-		return nil, ExitError(err)
+		return nil, err
 	}
 	return m, nil
 }

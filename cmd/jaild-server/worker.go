@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/internal/command"
+	"github.com/jaild/jaild/internal/sibling"
+	"github.com/jaild/jaild/internal/worker"
+	"github.com/jaild/jaild/jail"
+)
+
+// workerBinary is the lean build, next to this one, that serve and mcp
+// start as their worker: it builds every sandbox, so that the sandboxes'
+// init is the lean binary and not this one (see internal/worker).
+const workerBinary = "jaild"
+
+// startWorker starts the worker with the manager flags of c, logging in
+// logFormat, with --pool sandboxes of limits l kept ready, sweeping every
+// sweep (0: only at start). The worker fails as the Manager would, with
+// the same exit status.
+func startWorker(c *cli.Context, log *slog.Logger, logFormat string, l jail.Limits, sweep time.Duration) (*worker.Client, error) {
+	n := c.Int("pool")
+	if n < 0 {
+		return nil, command.UsageError("--pool %d: must not be negative", n)
+	}
+	if err := l.Validate(); err != nil {
+		return nil, command.UsageError("--pool: %v", err)
+	}
+	if _, err := command.SizeFlag(c, "total-memory"); err != nil {
+		return nil, err
+	}
+	// On cgroup v2 the worker, which builds the parent cgroup, must start
+	// in the daemon's leaf of the unit's cgroup (see cgroup.Settle).
+	if c.String("cgroup-parent") == "" {
+		if err := cgroup.Settle(); err != nil {
+			return nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+		}
+	}
+	var opened error
+	w, err := worker.Start(worker.Config{
+		Open: func() (string, int, error) {
+			bin, fd, err := sibling.Open(workerBinary)
+			if err != nil {
+				opened = err
+			}
+			return bin, fd, err
+		},
+		Args:   command.WorkerArgs(c, logFormat, n, l, sweep),
+		Logger: log,
+	})
+	switch {
+	case err == nil:
+		return w, nil
+	case opened != nil:
+		return nil, cli.Exit(fmt.Sprintf("sandboxes are built by %s, which cannot be executed: %v (scripts/setup.sh builds it next to %s)", workerBinary, err, serverName), api.ExitInternal)
+	case errors.Is(err, worker.ErrDown):
+		return nil, cli.Exit(err.Error(), api.ExitInternal)
+	}
+	return nil, command.ExitError(err)
+}
+
+// serverName is this binary's installed name.
+const serverName = "jaild-server"
+
+// runnerHealth checks that a sandbox can run: what /healthz reports. The
+// server caches its result, so it runs at most every few seconds.
+func runnerHealth(r worker.Runner) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		res, err := r.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: 10 * time.Second}})
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("test command true exited %d: %s", res.ExitCode, strings.TrimSpace(res.Stderr))
+		}
+		return nil
+	}
+}

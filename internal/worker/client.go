@@ -1,0 +1,448 @@
+package worker
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// ErrDown: no worker serves runs now (it died and is being restarted).
+var ErrDown = errors.New("jaild worker is not running")
+
+// Config says how a front end starts its worker.
+type Config struct {
+	// Open opens the worker's binary and returns its path (argv[0]) and
+	// a descriptor to execute it by, which Start closes. It is called at
+	// every start, restarts too, so that its checks apply each time.
+	Open func() (path string, fd int, err error)
+	// Args follow argv[0]: the worker command and its flags.
+	Args []string
+	// Env is the worker's environment; nil means the front end's.
+	Env []string
+	// Stderr receives the worker's log; nil means os.Stderr.
+	Stderr *os.File
+	// ReadyTimeout bounds the wait for a worker to build its Manager;
+	// zero means two minutes.
+	ReadyTimeout time.Duration
+	// Logger receives the front end's messages about the worker (exits,
+	// restarts); nil discards them.
+	Logger *slog.Logger
+}
+
+// Client is the front end's handle on its worker: a Runner whose runs are
+// the worker's. It restarts a worker that dies. It is safe for concurrent
+// use.
+type Client struct {
+	cfg  Config
+	log  *slog.Logger
+	stop chan struct{} // closed by Close
+	done chan struct{} // closed when the supervisor has returned
+
+	mu     sync.Mutex
+	cur    *proc // nil while no worker runs
+	down   error // why cur is nil
+	closed bool
+}
+
+// proc is one worker process.
+type proc struct {
+	cmd    *exec.Cmd
+	ctl    *net.UnixConn
+	exited chan struct{} // closed once the process was reaped
+	err    error         // its exit status, set before exited is closed
+}
+
+// Start starts a worker and waits until it is ready to run sandboxes. The
+// worker's own error, if it cannot build its Manager (not root, no user
+// namespaces, an untrusted state dir...), is returned with its identity.
+func Start(cfg Config) (*Client, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 2 * time.Minute
+	}
+	p, err := start(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), cur: p}
+	go c.supervise(p)
+	return c, nil
+}
+
+// start starts one worker process and waits for its ready message.
+func start(cfg *Config) (_ *proc, retErr error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socketpair: %w", err)
+	}
+	local, remote := os.NewFile(uintptr(pair[0]), "control"), os.NewFile(uintptr(pair[1]), "control")
+	defer remote.Close()
+	nc, err := net.FileConn(local)
+	local.Close()
+	if err != nil {
+		return nil, fmt.Errorf("control connection: %w", err)
+	}
+	ctl := nc.(*net.UnixConn)
+	defer func() {
+		if retErr != nil {
+			ctl.Close()
+		}
+	}()
+	path, fd, err := cfg.Open()
+	if err != nil {
+		return nil, err
+	}
+	// The child executes /proc/self/fd/N before exec closes N; N must
+	// not be one of the descriptors the child's stdio and ExtraFiles are
+	// moved to first.
+	if fd < 10 {
+		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
+		unix.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("dup %s descriptor: %w", path, err)
+		}
+		fd = high
+	}
+	stderr := cfg.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	cmd := &exec.Cmd{
+		Path:       fmt.Sprintf("/proc/self/fd/%d", fd),
+		Args:       append([]string{path}, cfg.Args...),
+		Env:        cfg.Env,
+		Stdout:     stderr, // nothing of the worker may reach a protocol on stdout
+		Stderr:     stderr,
+		ExtraFiles: []*os.File{remote}, // ControlFD
+		// A terminal's ^C goes to the front end's process group alone:
+		// the front end shuts the worker down in order.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	err = cmd.Start()
+	unix.Close(fd)
+	if err != nil {
+		return nil, fmt.Errorf("start jaild worker %s: %w", path, err)
+	}
+	p := &proc{cmd: cmd, ctl: ctl, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	defer func() {
+		if retErr != nil {
+			ctl.Close() // EOF: a worker that got this far exits
+			select {
+			case <-p.exited:
+			case <-time.After(cfg.ReadyTimeout):
+				_ = cmd.Process.Kill()
+				<-p.exited
+			}
+		}
+	}()
+	_ = ctl.SetReadDeadline(time.Now().Add(cfg.ReadyTimeout))
+	buf := make([]byte, 64<<10)
+	n, err := ctl.Read(buf)
+	_ = ctl.SetReadDeadline(time.Time{})
+	if err != nil || n < 4 {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, fmt.Errorf("jaild worker %s not ready after %v", path, cfg.ReadyTimeout)
+		}
+		<-p.exited
+		return nil, fmt.Errorf("jaild worker %s exited before it was ready: %v", path, p.err)
+	}
+	var r ready
+	if size := binary.BigEndian.Uint32(buf); int(size) != n-4 {
+		return nil, fmt.Errorf("jaild worker %s: bad ready message", path)
+	}
+	if err := json.Unmarshal(buf[4:n], &r); err != nil {
+		return nil, fmt.Errorf("jaild worker %s: bad ready message: %w", path, err)
+	}
+	if r.Err != nil {
+		return nil, r.Err.decode()
+	}
+	return p, nil
+}
+
+// supervise restarts the worker when it dies, with a growing pause between
+// failed starts.
+func (c *Client) supervise(p *proc) {
+	defer close(c.done)
+	const maxPause = 10 * time.Second
+	pause := 100 * time.Millisecond
+	for {
+		select {
+		case <-p.exited:
+		case <-c.stop:
+			return
+		}
+		started := time.Now()
+		c.mu.Lock()
+		c.cur, c.down = nil, fmt.Errorf("%w: it exited (%v) and is being restarted", ErrDown, p.err)
+		c.mu.Unlock()
+		p.ctl.Close()
+		c.log.Error("jaild worker exited; restarting it", "pid", p.cmd.Process.Pid, "status", fmt.Sprint(p.err))
+		for {
+			select {
+			case <-time.After(pause):
+			case <-c.stop:
+				return
+			}
+			np, err := start(&c.cfg)
+			if err == nil {
+				c.mu.Lock()
+				if c.closed {
+					c.mu.Unlock()
+					np.ctl.Close()
+					<-np.exited
+					return
+				}
+				c.cur = np
+				c.mu.Unlock()
+				c.log.Info("jaild worker restarted", "pid", np.cmd.Process.Pid)
+				p = np
+				break
+			}
+			c.mu.Lock()
+			c.down = fmt.Errorf("%w: restarting it failed: %w", ErrDown, err)
+			c.mu.Unlock()
+			c.log.Error("restarting jaild worker", "err", err, "retry_in", pause)
+			pause = min(2*pause, maxPause)
+		}
+		if time.Since(started) > time.Minute {
+			pause = 100 * time.Millisecond
+		}
+	}
+}
+
+// Close stops the worker: it cancels the runs still in flight, closes its
+// pool and Manager, which kills and removes every sandbox, and exits. Close
+// returns when it has, with its error if it failed to clean up.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	p := c.cur
+	c.mu.Unlock()
+	close(c.stop)
+	<-c.done
+	if p == nil {
+		return nil
+	}
+	p.ctl.Close()
+	<-p.exited
+	if p.err != nil {
+		return fmt.Errorf("jaild worker: %w", p.err)
+	}
+	return nil
+}
+
+func (c *Client) current() (*proc, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil, jail.ErrClosed
+	case c.cur == nil:
+		return nil, c.down
+	}
+	return c.cur, nil
+}
+
+// Run runs spec in the worker, with the contract of jail.Manager.Run: the
+// spec's Stdout and Stderr receive the output live, and when ctx ends the
+// sandbox is killed and the partial result comes back with ctx's error.
+func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	p, err := c.current()
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.run(ctx, spec)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// The worker's run was cancelled because ctx ended; say why.
+		err = ctx.Err()
+	}
+	return res, err
+}
+
+// run sends one run to the worker and collects its answer.
+func (p *proc) run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("run socketpair: %w", err)
+	}
+	local := os.NewFile(uintptr(pair[0]), "run")
+	nc, err := net.FileConn(local)
+	local.Close()
+	if err != nil {
+		unix.Close(pair[1])
+		return nil, fmt.Errorf("run socket: %w", err)
+	}
+	conn := nc.(*net.UnixConn)
+	defer conn.Close()
+	// The tees end when the worker has closed its ends of their pipes and
+	// this function its own (deferred below, so run before this).
+	var tees sync.WaitGroup
+	defer tees.Wait()
+
+	// The worker's descriptors: sent, then closed here (the message
+	// holds its own references until the worker receives them).
+	send := []int{pair[1]}
+	var sent []io.Closer
+	defer func() {
+		unix.Close(pair[1])
+		for _, f := range sent {
+			f.Close()
+		}
+	}()
+	var flags byte
+	var stdinW *os.File
+	switch in := spec.Stdin.(type) {
+	case nil:
+	case *os.File:
+		flags |= hasStdin
+		send = append(send, int(in.Fd()))
+	default:
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("create stdin pipe: %w", err)
+		}
+		flags |= hasStdin
+		send = append(send, int(r.Fd()))
+		sent = append(sent, r)
+		stdinW = w
+		defer w.Close() // a Read still blocked after the run is abandoned, as os/exec does
+	}
+	for _, t := range []struct {
+		flag byte
+		dst  io.Writer
+	}{{hasStdout, spec.Stdout}, {hasStderr, spec.Stderr}} {
+		if t.dst == nil {
+			continue
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("create output pipe: %w", err)
+		}
+		flags |= t.flag
+		send = append(send, int(w.Fd()))
+		sent = append(sent, w)
+		tees.Add(1)
+		go func() {
+			defer tees.Done()
+			tee(t.dst, r)
+		}()
+	}
+	if _, _, err := p.ctl.WriteMsgUnix([]byte{flags}, unix.UnixRights(send...), nil); err != nil {
+		return nil, p.gone("send the run", err)
+	}
+	for _, f := range sent {
+		f.Close()
+	}
+	sent = nil
+	unix.Close(pair[1])
+	pair[1] = -1
+
+	ws := wireSpec{
+		Limits: spec.Limits, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
+		Timeout: spec.Timeout, MaxOutput: spec.MaxOutput,
+	}
+	if err := writeFrame(conn, ws); err != nil {
+		return nil, p.gone("send the spec", err)
+	}
+	if stdinW != nil {
+		go func() {
+			_, _ = io.Copy(stdinW, spec.Stdin)
+			stdinW.Close()
+		}()
+	}
+	// Half-closing the socket cancels the run in the worker, which still
+	// answers.
+	defer context.AfterFunc(ctx, func() { _ = conn.CloseWrite() })()
+
+	var a answer
+	if err := readFrame(conn, &a); err != nil {
+		return nil, p.gone("read the result", err)
+	}
+	maxOut := spec.MaxOutput
+	if maxOut == 0 {
+		maxOut = jail.DefaultMaxOutput
+	}
+	if a.Result == nil && (a.StdoutLen > 0 || a.StderrLen > 0) || a.StdoutLen < 0 || a.StderrLen < 0 || a.StdoutLen > maxOut || a.StderrLen > maxOut {
+		return nil, fmt.Errorf("jaild worker answered %d and %d bytes of output for a run that keeps %d", a.StdoutLen, a.StderrLen, maxOut)
+	}
+	if a.Result != nil {
+		if a.Result.Stdout, err = readString(conn, a.StdoutLen); err == nil {
+			a.Result.Stderr, err = readString(conn, a.StderrLen)
+		}
+		if err != nil {
+			return nil, p.gone("read the output", err)
+		}
+	}
+	return a.Result, a.Err.decode()
+}
+
+// gone is the error of a run whose worker stopped answering while doing
+// what.
+func (p *proc) gone(what string, err error) error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%w: it exited (%v) before it could %s", ErrDown, p.err, what)
+	case <-time.After(100 * time.Millisecond):
+		return fmt.Errorf("jaild worker: %s: %w", what, err)
+	}
+}
+
+// readString reads exactly n bytes into a string, without a copy.
+func readString(r io.Reader, n int64) (string, error) {
+	if n == 0 {
+		return "", nil
+	}
+	var b strings.Builder
+	b.Grow(int(n))
+	if _, err := io.CopyN(&b, r, n); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// tee copies a live stream from r to dst until EOF, then closes r. A dst
+// that fails is no longer written to, and the stream is still drained, so
+// that the command never blocks on it (as jail does with a failing tee).
+func tee(dst io.Writer, r *os.File) {
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && dst != nil {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				dst = nil
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

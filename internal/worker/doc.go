@@ -1,0 +1,33 @@
+// Package worker splits the daemon in two processes: the front end
+// (jaild-server serve or mcp: HTTP, MCP, Prometheus, the run chain) and a
+// worker, the lean jaild started as "jaild worker", which owns the
+// jail.Manager, the pool and the periodic sweep, and runs sandboxes on the
+// front end's request.
+//
+// The reason is the container init. libcontainer re-executes the binary
+// that builds a container (/proc/self/exe) as the container's init, and every
+// package init of that binary runs at each sandbox start. Built by the
+// worker, every daemon sandbox's init is the lean jaild, whose package inits
+// are a fraction of the complete build's.
+//
+// The two talk over a unix SOCK_SEQPACKET socketpair, the control
+// connection, whose front-end end is the worker's fd 3. The worker first
+// sends one message: ready, or the error that kept it from building its
+// Manager. Then each run is one message from the front end that carries, by
+// SCM_RIGHTS, a fresh SOCK_STREAM socket for the run and, as the run needs
+// them, a descriptor for the command's stdin and the write ends of pipes for
+// its live stdout and stderr (the streams a jail.Command's Stdout and Stderr
+// writers receive as they are produced). On the run's socket the front end
+// sends the spec (one length-prefixed JSON frame) and the worker answers
+// with the result and its error (one JSON frame) followed by the kept stdout
+// and stderr as raw bytes, never escaped. The front end half-closes the
+// run's socket to cancel the run, as its context ends; the worker kills the
+// sandbox and still answers.
+//
+// The worker's life is tied to the front end's: when the control
+// connection reaches EOF (the front end closed it, or died, even by
+// SIGKILL), the worker cancels every run, closes its pool and Manager, which
+// kills and removes every sandbox, and exits. When the worker dies the front
+// end fails the runs in flight and new ones with an error saying so (which
+// the daemon's /healthz reports), and starts another.
+package worker

@@ -1,0 +1,270 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// fake is a Runner that acts by the command's name.
+type fake struct{}
+
+func (fake) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	switch spec.Args[0] {
+	case "echo": // stdin to the live stdout, the kept stdout and stderr
+		var in []byte
+		if spec.Stdin != nil {
+			in, _ = io.ReadAll(spec.Stdin)
+		}
+		if spec.Stdout != nil {
+			spec.Stdout.Write(in)
+		}
+		if spec.Stderr != nil {
+			fmt.Fprint(spec.Stderr, strings.Join(spec.Args, " "))
+		}
+		return &jail.Result{ID: "x", ExitCode: 7, Stdout: string(in), Stderr: strings.Join(spec.Env, ","),
+			StdoutBytes: int64(len(in)), Duration: time.Second, Limits: spec.Limits}, nil
+	case "block": // until cancelled, after live output
+		fmt.Fprint(spec.Stdout, "started\n")
+		<-ctx.Done()
+		return &jail.Result{Canceled: true, ExitCode: -1, Signal: "SIGKILL", Stdout: "partial"}, ctx.Err()
+	case "notfound":
+		return nil, fmt.Errorf("%w: %s", jail.ErrNotFound, spec.Args[0])
+	case "closed":
+		return nil, jail.ErrClosed
+	case "invalid":
+		return nil, &jail.InvalidError{Field: "memory", Reason: "too much"}
+	case "wrapped-invalid":
+		return nil, fmt.Errorf("check: %w", &jail.InvalidError{Field: "cwd", Reason: "outside"})
+	case "untrusted":
+		return nil, fmt.Errorf("%w: /run/x is writable by uid 5", jail.ErrUntrusted)
+	case "other":
+		return nil, errors.New("something else")
+	}
+	return nil, errors.New("unknown fake command")
+}
+
+// pair serves base on one end of a control socketpair and returns a proc
+// on the other end, as Start would after the ready message.
+func pair(t *testing.T, base Runner) *proc {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "control")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	front, back := conn(fds[0]), conn(fds[1])
+	served := make(chan error, 1)
+	go func() { served <- Serve(context.Background(), back, base, nil) }()
+	t.Cleanup(func() {
+		front.Close() // EOF: Serve returns
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		back.Close()
+	})
+	return &proc{ctl: front, exited: make(chan struct{})}
+}
+
+// lockedBuffer is a live stream's destination.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestRunCrossesTheWire(t *testing.T) {
+	p := pair(t, fake{})
+	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB, beyond any socket buffer
+	var out, errs lockedBuffer
+	spec := &jail.Spec{
+		Limits: jail.Limits{Memory: 64 << 20},
+		Command: jail.Command{
+			Args: []string{"echo", "a b"}, Env: []string{"K=V", "L=W"},
+			Stdin: strings.NewReader(big), Stdout: &out, Stderr: &errs, MaxOutput: 2 << 20,
+		},
+	}
+	res, err := p.run(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != big || res.Stderr != "K=V,L=W" || res.ExitCode != 7 || res.ID != "x" ||
+		res.Duration != time.Second || res.Limits.Memory != 64<<20 || res.StdoutBytes != int64(len(big)) {
+		t.Errorf("result: %+v", res)
+	}
+	// The live streams are complete when Run returns.
+	if out.String() != big || errs.String() != "echo a b" {
+		t.Errorf("live stdout %d bytes, want %d; live stderr %q", len(out.String()), len(big), errs.String())
+	}
+	// An *os.File stdin is handed over as it is.
+	f, err := os.Open("/proc/self/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want, _ := os.ReadFile("/proc/self/cmdline")
+	res, err = p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"echo"}, Stdin: f}})
+	if err != nil || res.Stdout != string(want) {
+		t.Errorf("file stdin: %v, %q", err, res.Stdout)
+	}
+}
+
+func TestErrorsKeepTheirIdentity(t *testing.T) {
+	p := pair(t, fake{})
+	var invalid *jail.InvalidError
+	tests := []struct {
+		name  string
+		check func(error) bool
+		msg   string
+	}{
+		{"notfound", func(err error) bool { return errors.Is(err, jail.ErrNotFound) }, "jail: command not found: notfound"},
+		{"closed", func(err error) bool { return err == jail.ErrClosed }, "jail: closed"},
+		{"invalid", func(err error) bool {
+			return errors.As(err, &invalid) && invalid.Field == "memory" && invalid.Reason == "too much"
+		}, "invalid memory: too much"},
+		{"wrapped-invalid", func(err error) bool { return errors.As(err, &invalid) && invalid.Field == "cwd" }, "check: invalid cwd: outside"},
+		{"untrusted", func(err error) bool { return errors.Is(err, jail.ErrUntrusted) }, "jail: directory not safe from other users: /run/x is writable by uid 5"},
+		{"other", func(err error) bool { return err != nil && !errors.Is(err, jail.ErrNotFound) }, "something else"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{tt.name}}})
+			if res != nil || !tt.check(err) || err.Error() != tt.msg {
+				t.Errorf("got %v, %v (%T); want %q with its identity", res, err, err, tt.msg)
+			}
+		})
+	}
+}
+
+func TestCancelKillsTheRun(t *testing.T) {
+	p := pair(t, fake{})
+	tests := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		// Cancelled once the run has started.
+		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, context.Canceled},
+		// Ends by itself: the client reports the caller's reason, not
+		// the worker's cancellation.
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 300*time.Millisecond)
+		}, context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			started := make(chan struct{})
+			out := writerFunc(func(b []byte) (int, error) {
+				if string(b) == "started\n" {
+					close(started)
+				}
+				return len(b), nil
+			})
+			type ret struct {
+				res *jail.Result
+				err error
+			}
+			done := make(chan ret, 1)
+			c := &Client{cur: p}
+			go func() {
+				res, err := c.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"block"}, Stdout: out}})
+				done <- ret{res, err}
+			}()
+			<-started
+			if tt.want == context.Canceled {
+				cancel()
+			}
+			r := <-done
+			if r.res == nil || !r.res.Canceled || r.res.Stdout != "partial" || r.err != tt.want {
+				t.Errorf("got %+v, %v; want the partial result and %v", r.res, r.err, tt.want)
+			}
+		})
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestServeEndsRunsAtEOF: when the front end goes away, the worker cancels
+// every run in flight and Serve returns once they have ended.
+func TestServeEndsRunsAtEOF(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []*os.File{os.NewFile(uintptr(fds[0]), "front"), os.NewFile(uintptr(fds[1]), "back")}
+	var conns []*net.UnixConn
+	for _, f := range files {
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c.(*net.UnixConn))
+	}
+	front, back := conns[0], conns[1]
+	defer back.Close()
+	ended := make(chan error, 1)
+	base := runnerFunc(func(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+		fmt.Fprint(spec.Stdout, "started\n")
+		<-ctx.Done()
+		ended <- ctx.Err()
+		return nil, ctx.Err()
+	})
+	served := make(chan error, 1)
+	go func() { served <- Serve(context.Background(), back, base, nil) }()
+	p := &proc{ctl: front, exited: make(chan struct{})}
+	started := make(chan struct{})
+	go func() {
+		_, _ = p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"x"}, Stdout: writerFunc(func(b []byte) (int, error) {
+			close(started)
+			return len(b), nil
+		})}})
+	}()
+	<-started
+	front.Close()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Errorf("run ended with %v, want it cancelled", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
+
+type runnerFunc func(context.Context, *jail.Spec) (*jail.Result, error)
+
+func (f runnerFunc) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) { return f(ctx, s) }
