@@ -16,6 +16,19 @@ import (
 // control returns a *BusyError, which matches ErrBusy with errors.Is.
 var ErrBusy = errors.New("too many sandboxes running, try again later")
 
+// ErrDenied is a run the operator's policy refused; the error returned is
+// a *DeniedError, which matches it with errors.Is.
+var ErrDenied = errors.New("policy denied the command")
+
+// DeniedError is a policy's refusal, with the message the caller gets
+// ("Command not allowed: rm", "Policy deny-all is active: ...").
+type DeniedError struct{ Message string }
+
+func (e *DeniedError) Error() string { return e.Message }
+
+// Is makes errors.Is(err, ErrDenied) true.
+func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
+
 // BusyError is ErrBusy with an estimate of when a slot may be free.
 type BusyError struct {
 	// RetryAfter is how long the queue ahead should take to drain, from
@@ -65,6 +78,7 @@ var outcomes = []struct {
 }{
 	{jail.IsInvalid, Outcome{CodeInvalid, VerdictInvalid, 400, ExitUsage}},
 	{isErr(ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
+	{isErr(ErrDenied), Outcome{CodePolicyDenied, VerdictDenied, 403, ExitUsage}},
 	{isErr(jail.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 422, ExitNotFound}},
 	{isErr(jail.ErrNotExecutable), Outcome{CodeNotExecutable, VerdictNotExecutable, 422, ExitNotExecutable}},
 	// A run ended by its caller, or by the daemon closing under it.

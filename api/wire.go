@@ -148,6 +148,7 @@ const (
 	CodeBadJSON          = "bad_json"               // 400: malformed JSON or unknown field
 	CodeUnauthorized     = "unauthorized"           // 401
 	CodeForbidden        = "forbidden"              // 403: Host or Origin not allowed
+	CodePolicyDenied     = "policy_denied"          // 403: the operator's policy refused the command
 	CodeTooLarge         = "too_large"              // 413: body above the limit
 	CodeUnsupportedMedia = "unsupported_media_type" // 415: not application/json
 	CodeBodyTimeout      = "body_timeout"           // 408: body not sent in time
@@ -168,6 +169,9 @@ type Health struct {
 	Status string `json:"status"`
 	// Jail is "ok" or why sandboxes cannot run on this host.
 	Jail string `json:"jail"`
+	// Policy is the operator's policy: "off", "ok" with its revision, or
+	// "deny-all" with why (the daemon then refuses every run).
+	Policy string `json:"policy,omitempty"`
 }
 
 // Verdicts, as the audit log and the runs_total metric name them. They form
@@ -184,6 +188,7 @@ const (
 	VerdictInvalid       = "invalid"
 	VerdictNotFound      = "not_found"
 	VerdictNotExecutable = "not_executable"
+	VerdictDenied        = "denied" // refused by the operator's policy
 	VerdictError         = "error"
 	// VerdictRejected: the HTTP request was refused before it became a
 	// run (bad body, authentication, Host or Origin, draining); the

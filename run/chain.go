@@ -1,13 +1,16 @@
 package run
 
+import "github.com/jaild/jaild/policy"
+
 // Chain builds the daemon's runner chain around base (the jail):
 //
-//	Enforce(max) -> Audit -> Admit -> Instrument -> base
+//	Enforce(max) -> Audit -> Decide(policy) -> Admit -> Instrument -> base
 //
 // Enforce comes first so that invalid requests are refused before they wait
-// for a slot and audit records carry effective limits; Audit sees refused
-// runs too; Instrument sits inside admission to count only what reached the
-// jail. audit may be nil (no audit log); metrics may be nil.
+// for a slot and audit records and the policy see effective limits; Audit
+// sees refused and denied runs too; the policy decides before a run takes a
+// place in the queue; Instrument sits inside admission to count only what
+// reached the jail. Audit, Policy and Metrics may be nil (none).
 func Chain(base Base, c ChainOptions) (Runner, error) {
 	if err := c.Max.Validate(); err != nil {
 		return nil, err
@@ -18,6 +21,9 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 		return nil, err
 	}
 	var r Runner = adm
+	if c.Policy != nil {
+		r = Decide(r, c.Policy)
+	}
 	if c.Audit != nil {
 		r = Audit(r, c.Audit)
 	}
@@ -25,10 +31,11 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 }
 
 // ChainOptions configure [Chain]. Audit may be nil (no audit log), and so
-// may Metrics.
+// may Policy (every command allowed) and Metrics.
 type ChainOptions struct {
 	Max       Maxima
 	Admission AdmitOptions
 	Audit     *AuditLog
+	Policy    *policy.Engine
 	Metrics   *Metrics
 }

@@ -33,6 +33,9 @@ type Request struct {
 	RequestID string
 	// FrontEnd names the way in: "run", "raw", "mcp:bash", "mcp:execute".
 	FrontEnd string
+	// Shell is the shell command line the request was, in shell mode
+	// (Spec.Args is then the shell and its -c): the policy parses it.
+	Shell string
 	// Description is what the caller said the command is for (the MCP
 	// bash tool's description).
 	Description string

@@ -44,6 +44,12 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if err := s.health.get(r.Context()); err != nil {
 		h.Status, h.Jail, status = "unhealthy", err.Error(), http.StatusServiceUnavailable
 	}
+	if s.opts.Policy != nil {
+		var ok bool
+		if h.Policy, ok = s.opts.Policy(); !ok {
+			h.Status, status = "unhealthy", http.StatusServiceUnavailable
+		}
+	}
 	if s.draining.Load() {
 		h.Status, status = "draining", http.StatusServiceUnavailable
 	}
@@ -52,12 +58,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 
 // handleRun answers POST /run: the whole result once the command ended.
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	spec, ok := s.readSpec(w, r)
+	req, ok := s.readRequest(w, r, "run")
 	if !ok {
 		return
 	}
 	// The result's memory stays reserved until it is written.
-	req := s.request(r, spec, "run")
 	req.KeepOutput = true
 	defer req.ReleaseOutput()
 	res, err := s.opts.Runner.Run(r.Context(), req)
@@ -72,19 +77,13 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	writeResult(w, res)
 }
 
-// request is the chain's request for spec, from the HTTP request r.
-func (s *Server) request(r *http.Request, spec *jail.Spec, frontEnd string) *run.Request {
-	ctx := r.Context()
-	return &run.Request{Spec: spec, Caller: CallerFromContext(ctx), RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd}
-}
-
 // handleRaw answers POST /raw with an NDJSON stream of events while the
 // command runs. Until the run is admitted nothing is sent, so that refusals
 // (invalid, busy) still get their HTTP status; from then on failures are
 // error events. A client that goes away, or stops reading for WriteTimeout,
 // cancels the run.
 func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
-	spec, ok := s.readSpec(w, r)
+	req, ok := s.readRequest(w, r, "raw")
 	if !ok {
 		return
 	}
@@ -97,9 +96,8 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		requestID:    requestIDFromContext(ctx),
 		fail:         cancel,
 	}
-	spec.Stdout = rawWriter{st, api.EventStdout}
-	spec.Stderr = rawWriter{st, api.EventStderr}
-	req := s.request(r, spec, "raw")
+	req.Spec.Stdout = rawWriter{st, api.EventStdout}
+	req.Spec.Stderr = rawWriter{st, api.EventStderr}
 	req.OnAdmit = st.start // the stream starts once the run is admitted
 	req.KeepOutput = true
 	defer req.ReleaseOutput()
@@ -225,9 +223,9 @@ func (sw rawWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// readSpec reads and checks a request body and converts it, or answers
-// with the error and returns false.
-func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, bool) {
+// readRequest reads and checks a request body and converts it into the
+// chain's request for frontEnd, or answers with the error and returns false.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd string) (*run.Request, bool) {
 	if s.draining.Load() {
 		s.reject(w, r, run.RejectShutdown, http.StatusServiceUnavailable, &api.ErrorResponse{Error: "the server is shutting down", Code: api.CodeShuttingDown})
 		return nil, false
@@ -270,7 +268,9 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (*jail.Spec, b
 		s.writeRunError(w, r, err)
 		return nil, false
 	}
-	return spec, true
+	ctx := r.Context()
+	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx),
+		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd}, true
 }
 
 // reject answers a request refused before it became a run, counts it and

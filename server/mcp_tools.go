@@ -118,7 +118,7 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 		Env:  env,
 		Dir:  in.Cwd,
 	}
-	return t.call(ctx, req, "bash", in.Description, in.Timeout, cmd)
+	return t.call(ctx, req, "bash", in.Description, in.Command, in.Timeout, cmd)
 }
 
 func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in ExecuteInput) (*mcp.CallToolResult, *RunOutput, error) {
@@ -129,13 +129,13 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 	if in.Stdin != "" {
 		cmd.Stdin = strings.NewReader(in.Stdin)
 	}
-	return t.call(ctx, req, "execute", "", in.TimeoutMS, cmd)
+	return t.call(ctx, req, "execute", "", "", in.TimeoutMS, cmd)
 }
 
 // call runs cmd and turns the outcome into a tool result. Errors it returns
 // become tool errors (isError with the message) that a model can read; an
 // error that only a cancelled call can see is returned as is.
-func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc string, timeoutMS int64, cmd jail.Command) (res *mcp.CallToolResult, out *RunOutput, err error) {
+func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, cmd jail.Command) (res *mcp.CallToolResult, out *RunOutput, err error) {
 	defer func() {
 		// A bug in a run must not take down a daemon serving other
 		// agents; the caller gets a tool error, the log the stack.
@@ -192,6 +192,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		Caller:      CallerFromContext(runCtx),
 		RequestID:   requestIDFromContext(runCtx),
 		FrontEnd:    "mcp:" + tool,
+		Shell:       shell,
 		Description: desc,
 	})
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
@@ -239,6 +240,8 @@ func toolError(prog string, err error) error {
 		return fmt.Errorf("command not found in the sandbox: %s", prog)
 	case api.CodeNotExecutable:
 		return fmt.Errorf("command not executable in the sandbox: %s", prog)
+	case api.CodePolicyDenied:
+		return err // the policy's own words
 	default:
 		return fmt.Errorf("jaild could not run the command: %w", err)
 	}

@@ -54,6 +54,10 @@ type Options struct {
 	// sandboxes at will.
 	Health    func(ctx context.Context) error
 	HealthTTL time.Duration
+	// Policy, if non-nil, reports the operator's policy for /healthz:
+	// its state ("ok rev ..." or "deny-all: ...") and whether runs can
+	// be allowed at all (false in deny-all, which makes /healthz 503).
+	Policy func() (state string, ok bool)
 
 	// MCP, if non-nil, is mounted at /mcp behind the same authentication
 	// as /run; build it with NewMCPHandler over the same runner chain.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"time"
 
@@ -47,7 +48,7 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running calls may take (each holds twice --max-output); beyond it calls queue"},
 		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per call to; "-" is stderr, "off" none`},
 		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each call's command in the audit log, not only its SHA-256"},
-	}, command.ManagerFlags...),
+	}, slices.Concat(policyFlags, command.ManagerFlags)...),
 	Action:       mcpAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -96,10 +97,16 @@ func mcpAction(c *cli.Context) error {
 		return err
 	}
 	defer closeAudit()
+	pol, closePolicy, err := openPolicy(c, opts.Logger)
+	if err != nil {
+		return err
+	}
+	defer closePolicy()
 	runner, err := run.Chain(w, run.ChainOptions{
 		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: opts.MaxOutput},
 		Admission: adm,
 		Audit:     audit,
+		Policy:    pol,
 	})
 	if err != nil {
 		return command.UsageError("%v", err)

@@ -13,6 +13,7 @@ import (
 	"os/user"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -93,7 +94,7 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringSliceFlag{Name: "allowed-origin", Aliases: []string{"mcp-allowed-origin"}, EnvVars: []string{"JAILD_ALLOWED_ORIGINS", "JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin (https://app.example.com) allowed to call the API besides loopback ones (repeatable)"},
 		&cli.StringSliceFlag{Name: "allowed-host", EnvVars: []string{"JAILD_ALLOWED_HOSTS"}, Usage: "host name requests may address the daemon by, besides loopback names, IP addresses and the --listen name (repeatable; \"*\": any); against DNS rebinding"},
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running requests may take (each holds twice its max output until answered); beyond it requests queue"},
-	}, command.ManagerFlags...),
+	}, slices.Concat(policyFlags, command.ManagerFlags)...),
 	Action:       serveAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -165,8 +166,14 @@ func serveAction(c *cli.Context) error {
 	}
 	defer w.Close()
 
+	pol, closePolicy, err := openPolicy(c, log)
+	if err != nil {
+		return err
+	}
+	defer closePolicy()
+
 	metrics := run.NewMetrics()
-	runner, err := run.Chain(w, run.ChainOptions{Max: max, Admission: adm, Audit: audit, Metrics: metrics})
+	runner, err := run.Chain(w, run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol, Metrics: metrics})
 	if err != nil {
 		return command.UsageError("%v", err)
 	}
@@ -180,6 +187,7 @@ func serveAction(c *cli.Context) error {
 		Tokens:         tokens,
 		Metrics:        metrics,
 		Health:         runnerHealth(w),
+		Policy:         healthOfPolicy(pol),
 		MCP:            mcpHandler,
 		AllowedHosts:   allowedHosts(c),
 		AllowedOrigins: c.StringSlice("allowed-origin"),

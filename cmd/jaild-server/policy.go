@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/jaild/jaild/internal/command"
+	"github.com/jaild/jaild/policy"
+)
+
+// policyFlags are serve's and mcp's: the operator's Rego policy, consulted
+// before every run.
+var policyFlags = []cli.Flag{
+	&cli.StringFlag{Name: "policy-dir", EnvVars: []string{"JAILD_POLICY_DIR", "POLICY_DIR"}, Usage: "directory of .rego files deciding data.sandbox.main.allow before every run; a set that does not load denies everything (default: none, every command allowed)"},
+	&cli.StringFlag{Name: "policy-mode", Value: string(policy.Enforce), EnvVars: []string{"JAILD_POLICY_MODE"}, Usage: `"enforce", or "shadow": log what the policy would deny and run it anyway`},
+	&cli.StringFlag{Name: "decision-log", EnvVars: []string{"JAILD_DECISION_LOG"}, Usage: `file to append one JSON line per policy decision to ("-": stderr)`},
+	&cli.BoolFlag{Name: "decision-log-env", EnvVars: []string{"JAILD_DECISION_LOG_ENV"}, Usage: "put env values in the decision log (redacted otherwise: env is where callers put secrets)"},
+}
+
+// openPolicy opens the --policy-dir engine, or returns nil without one.
+// A set that fails to load is no error: the engine starts in deny-all and
+// recovers on the first valid edit.
+func openPolicy(c *cli.Context, log *slog.Logger) (*policy.Engine, func(), error) {
+	dir := c.String("policy-dir")
+	if dir == "" {
+		return nil, func() {}, nil
+	}
+	mode, err := policy.ParseMode(c.String("policy-mode"))
+	if err != nil {
+		return nil, nil, command.UsageError("--policy-mode: %v", err)
+	}
+	var dlog io.WriteCloser
+	switch path := c.String("decision-log"); path {
+	case "":
+	case "-":
+		dlog = nopCloser{os.Stderr}
+	default:
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, nil, cli.Exit(fmt.Sprintf("open decision log: %v", err), 119)
+		}
+		dlog = f
+	}
+	opts := policy.Options{Dir: dir, Mode: mode, Logger: log.With("part", "policy"), LogEnv: c.Bool("decision-log-env")}
+	if dlog != nil {
+		opts.DecisionLog = dlog
+	}
+	e, err := policy.Open(opts)
+	if err != nil {
+		if dlog != nil {
+			dlog.Close()
+		}
+		return nil, nil, command.UsageError("--policy-dir: %v", err)
+	}
+	if st := e.Status(); st.DenyAll {
+		log.Error("policy does not load: denying every run until it does", "dir", dir, "err", st.Error)
+	}
+	return e, func() {
+		e.Close()
+		if dlog != nil {
+			dlog.Close()
+		}
+	}, nil
+}
+
+// healthOfPolicy is /healthz's view of the policy; nil without one.
+func healthOfPolicy(e *policy.Engine) func() (string, bool) {
+	if e == nil {
+		return nil
+	}
+	return func() (string, bool) {
+		st := e.Status()
+		if st.DenyAll {
+			return "deny-all: " + st.Error, false
+		}
+		return fmt.Sprintf("ok %s (%s, %d files)", st.Revision, st.Mode, st.Files), true
+	}
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
