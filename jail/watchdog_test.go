@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,29 +17,7 @@ import (
 // returns once its sandbox runs.
 func startHelper(t *testing.T, env *testenv.Install) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("/proc/self/exe", "helper-run")
-	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+env.StateDir, "JAILD_TEST_PARENT="+env.Parent)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		// A killed helper's watchdog tears its sandbox down: let it
-		// finish before testenv looks for leftovers.
-		waitFor(t, 10*time.Second, "the watchdog", func() bool { return len(testenv.Watchdogs(env.StateDir)) == 0 })
-	})
-	buf := make([]byte, 64)
-	n, _ := out.Read(buf)
-	if !strings.Contains(string(buf[:n]), "started") {
-		t.Fatalf("helper did not start its sandbox: %q", buf[:n])
-	}
-	return cmd
+	return testenv.StartHelper(t, env, "helper-run")
 }
 
 // waitFor polls cond until it holds or d has passed, and fails t then.

@@ -209,21 +209,7 @@ func startWorkspaceHelper(t *testing.T) (*testenv.Install, *exec.Cmd) {
 	t.Helper()
 	requireHost(t)
 	env := testenv.New(t, "jaild-test")
-	cmd := exec.Command("/proc/self/exe", "helper-workspace")
-	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+env.StateDir, "JAILD_TEST_PARENT="+env.Parent)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if !strings.Contains(line, "started") {
-		t.Fatalf("helper did not start: %q", line)
-	}
+	cmd := testenv.StartHelper(t, env, "helper-workspace")
 	if len(testenv.MountsUnder(env.StateDir)) != 2 {
 		t.Fatalf("want the workspace's tmpfs and netns mounted, got %v", testenv.MountsUnder(env.StateDir))
 	}

@@ -1,11 +1,8 @@
 package session_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -315,21 +312,7 @@ func TestLimits(t *testing.T) {
 func TestRemovedOnRestart(t *testing.T) {
 	requireHost(t)
 	env := testenv.New(t, "jaild-stest")
-	cmd := exec.Command("/proc/self/exe", "helper-session")
-	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+env.StateDir, "JAILD_TEST_PARENT="+env.Parent)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "started\n" {
-		t.Fatalf("helper: %q", line)
-	}
+	cmd := testenv.StartHelper(t, env, "helper-session")
 	// The jaild and its watchdog die together: the next start sweeps.
 	testenv.KillWithWatchdog(t, env, cmd)
 	if len(testenv.MountsUnder(env.StateDir)) != 2 || len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {

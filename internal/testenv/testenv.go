@@ -6,6 +6,7 @@
 package testenv
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -38,6 +39,38 @@ func WatchdogsOf(stateDir string, pid int) []int {
 		}
 	}
 	return out
+}
+
+// StartHelper re-executes the test binary as helper (which its TestMain
+// dispatches: a stand-in jaild on in, told the installation by the
+// JAILD_TEST_STATE and JAILD_TEST_PARENT environment) and returns once the
+// helper says on stdout that it started its sandbox. At cleanup the helper
+// is killed and its watchdog given time to tear its sandboxes down, before
+// the installation's leak check.
+func StartHelper(t testing.TB, in *Install, helper string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/proc/self/exe", helper)
+	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+in.StateDir, "JAILD_TEST_PARENT="+in.Parent)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		for deadline := time.Now().Add(10 * time.Second); len(Watchdogs(in.StateDir)) > 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if !strings.Contains(line, "started") {
+		t.Fatalf("%s did not start its sandbox: %q", helper, line)
+	}
+	return cmd
 }
 
 // KillWithWatchdog SIGKILLs owner, a process with one Manager on in, and
