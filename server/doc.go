@@ -11,7 +11,8 @@
 //
 // The work is done by a [run.Runner], normally the chain of package run,
 // which the MCP front ends (NewMCPServer for stdio, NewMCPHandler for
-// Streamable HTTP) share. This package adds what is HTTP's own: bearer
+// Streamable HTTP) share; [Config.Run] builds the chain and the server in
+// one go for a daemon. This package adds what is HTTP's own: bearer
 // tokens, Host and Origin checks against DNS rebinding (origin.go),
 // connection limits (conns.go), strict request reading, and writing
 // results as they are encoded (result.go). The wire format is package api.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"os/user"
@@ -172,69 +171,30 @@ func serveAction(c *cli.Context) error {
 	}
 	defer closePolicy()
 
-	metrics := run.NewMetrics()
-	runner, err := run.Chain(w, run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol, Metrics: metrics})
-	if err != nil {
-		return command.UsageError("%v", err)
+	cfg := server.Config{
+		Base:  w,
+		Chain: run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol},
+		Server: server.Options{
+			Tokens:         tokens,
+			Health:         runnerHealth(w),
+			Policy:         healthOfPolicy(pol),
+			AllowedHosts:   allowedHosts(c),
+			AllowedOrigins: c.StringSlice("allowed-origin"),
+			Logger:         log,
+			MaxBodyBytes:   maxBody,
+			MaxConns:       c.Int("max-conns"),
+			ShutdownGrace:  c.Duration("grace"),
+			// Zero there is the default; no cap (--max-conns-per-peer 0) is -1.
+			MaxConnsPerPeer: perPeer,
+		},
 	}
-
-	var mcpHandler http.Handler
 	if c.Bool("mcp") {
-		mcpHandler = server.NewMCPHandler(runner, serveMCPOptions(c, max, log))
+		o := serveMCPOptions(c, max, log)
+		cfg.MCP = &o
 	}
-	srv, err := server.New(server.Options{
-		Runner:         runner,
-		Tokens:         tokens,
-		Metrics:        metrics,
-		Health:         runnerHealth(w),
-		Policy:         healthOfPolicy(pol),
-		MCP:            mcpHandler,
-		AllowedHosts:   allowedHosts(c),
-		AllowedOrigins: c.StringSlice("allowed-origin"),
-		Audit:          audit,
-		Logger:         log,
-		MaxBodyBytes:   maxBody,
-		MaxConns:       c.Int("max-conns"),
-		ShutdownGrace:  c.Duration("grace"),
-
-		// Zero there is the default; no cap (--max-conns-per-peer 0) is -1.
-		MaxConnsPerPeer: perPeer,
-	})
-	if err != nil {
-		return command.UsageError("%v", err)
-	}
-
-	// The first signal starts a graceful shutdown; a second one cuts the
-	// grace period short. Sandboxes are killed and removed either way.
-	sigc := make(chan os.Signal, 2)
-	signal.Notify(sigc, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
-	defer signal.Stop(sigc)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	watcher := make(chan struct{})
-	go func() {
-		defer close(watcher)
-		select {
-		case sig := <-sigc:
-			log.Info("signal received, shutting down", "signal", sig.String(), "grace", c.Duration("grace"))
-			cancel()
-		case <-done:
-			return
-		}
-		select {
-		case sig := <-sigc:
-			log.Warn("second signal, killing running commands", "signal", sig.String())
-			expired, stop := context.WithCancel(context.Background())
-			stop()
-			srv.Shutdown(expired)
-		case <-done:
-		}
-	}()
-	err = srv.Serve(ctx, ln)
-	close(done)
-	<-watcher
-	if err != nil {
+	ctx, kill, stop := signalContexts(log, c.Duration("grace"))
+	defer stop()
+	if err := cfg.Run(ctx, kill, ln); err != nil {
 		return cli.Exit(fmt.Sprintf("serve: %v", err), api.ExitInternal)
 	}
 	if err := w.Close(); err != nil {
@@ -242,6 +202,41 @@ func serveAction(c *cli.Context) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// signalContexts are the daemon's stop signals: ctx ends at the first
+// SIGTERM, SIGINT or SIGHUP (a graceful shutdown), kill at the second (the
+// grace period cut short). stop releases the signals.
+func signalContexts(log *slog.Logger, grace time.Duration) (ctx, kill context.Context, stop func()) {
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	ctx, cancel := context.WithCancel(context.Background())
+	kill, killNow := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case sig := <-sigc:
+			log.Info("signal received, shutting down", "signal", sig.String(), "grace", grace)
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-sigc:
+			log.Warn("second signal, killing running commands", "signal", sig.String())
+			killNow()
+		case <-done:
+		}
+	}()
+	return ctx, kill, func() {
+		close(done)
+		<-exited
+		signal.Stop(sigc)
+		cancel()
+		killNow()
+	}
 }
 
 func serveLogger(c *cli.Context) (*slog.Logger, error) {

@@ -1,0 +1,60 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/jaild/jaild/run"
+)
+
+// Config is a whole daemon: the run chain around the jail and the HTTP
+// server (with MCP) in front of it. cmd/jaild-server fills it from flags;
+// Run does the wiring.
+type Config struct {
+	// Base builds the sandboxes: the jail, or the daemon's worker.
+	Base run.Base
+	// Chain configures the run chain every front end shares.
+	Chain run.ChainOptions
+	// MCP, if not nil, serves the MCP tools at /mcp over the same chain.
+	MCP *MCPOptions
+	// Server configures the HTTP server; Run sets its Runner, Metrics,
+	// Audit and MCP from the fields above.
+	Server Options
+}
+
+// Run builds the chain and the server and serves on ln until ctx is done,
+// then shuts down as Server.Shutdown does within Server.ShutdownGrace: a
+// kill that is done cuts the grace period short (a second signal). It
+// returns when every run it started has ended.
+func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
+	c.Chain.Metrics = c.Server.Metrics
+	if c.Chain.Metrics == nil {
+		c.Chain.Metrics = run.NewMetrics()
+	}
+	runner, err := run.Chain(c.Base, c.Chain)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	opts := c.Server
+	opts.Runner, opts.Metrics, opts.Audit = runner, c.Chain.Metrics, c.Chain.Audit
+	if c.MCP != nil {
+		opts.MCP = NewMCPHandler(runner, *c.MCP)
+	}
+	srv, err := New(opts)
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-kill.Done():
+			expired, cancel := context.WithCancel(context.Background())
+			cancel()
+			srv.Shutdown(expired)
+		case <-done:
+		}
+	}()
+	return srv.Serve(ctx, ln)
+}
