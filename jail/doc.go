@@ -41,9 +41,9 @@
 //
 // # Pools
 //
-// Manager.create fixes a sandbox's limits, uid range and configuration
-// without starting anything, and [Sandbox.Run] hands it the command. A
-// [Pool] goes one step further: it keeps sandboxes started (their init a
+// A sandbox's limits, uid range and configuration are fixed before anything
+// starts, and its command is handed to it only then. A [Pool] uses that:
+// it keeps sandboxes started (their init a
 // shell waiting for its command on a pipe), so that a run does not wait for
 // a sandbox to be built; see its doc for what it can and cannot serve.
 //

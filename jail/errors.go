@@ -18,7 +18,7 @@ var (
 	// ErrUntrusted: a user other than root could change the state dir,
 	// the slot dir or the rootfs, or a parent of one of them.
 	ErrUntrusted = errors.New("jail: directory not safe from other users")
-	// ErrClosed: the Manager or Sandbox was already closed.
+	// ErrClosed: the Manager, a sandbox or a workspace was already closed.
 	ErrClosed = errors.New("jail: closed")
 )
 

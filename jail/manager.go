@@ -224,7 +224,7 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 // own uid slot or, if ws is not nil, on the workspace's (see [Workspace]).
 // Its uid range, cgroup parent and configuration are fixed here, so a pool
 // can create sandboxes ahead of time. The caller must Destroy it.
-func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*Sandbox, error) {
+func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*sandbox, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*Sandbox
 		m.live.Done()
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	return &Sandbox{m: m, id: id, c: c, slot: sl, ws: ws, hostID: hostID, limits: l, group: rec.Cgroup}, nil
+	return &sandbox{m: m, id: id, c: c, slot: sl, ws: ws, hostID: hostID, limits: l, group: rec.Cgroup}, nil
 }
 
 // containerConfig is the whole isolation policy of one sandbox. On a

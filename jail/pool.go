@@ -50,7 +50,7 @@ type Pool struct {
 
 // warm is a started sandbox waiting for its command.
 type warm struct {
-	sb     *Sandbox
+	sb     *sandbox
 	r      *running
 	script *os.File // write end of the shell's fd 3
 	status *os.File // read end of the shell's fd 4

@@ -22,10 +22,10 @@ import (
 // kernel must not hang jaild; whatever is left is destroyed anyway.
 const waitDelay = 5 * time.Second
 
-// Sandbox is one created container that runs one command. Methods are not
+// sandbox is one created container that runs one command. Methods are not
 // safe for concurrent use, except that Destroy may follow a Run that was
 // cancelled through its context.
-type Sandbox struct {
+type sandbox struct {
 	m      *Manager
 	id     string
 	c      *libcontainer.Container
@@ -38,15 +38,15 @@ type Sandbox struct {
 }
 
 // ID is the sandbox's id, also its container and cgroup name.
-func (s *Sandbox) ID() string { return s.id }
+func (s *sandbox) ID() string { return s.id }
 
 // Limits are the sandbox's resource limits, with defaults applied.
-func (s *Sandbox) Limits() Limits { return s.limits }
+func (s *sandbox) Limits() Limits { return s.limits }
 
 // Run runs cmd as the sandbox's init process and waits for it. A sandbox
 // runs one command; a second Run fails. See [Manager.Run] for how timeouts
 // and cancellation are reported.
-func (s *Sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
+func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ type running struct {
 
 // startProcess starts p in the sandbox with fresh output pipes and stdin
 // from in (nil: /dev/null; an *os.File is handed over as it is).
-func (s *Sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *running, retErr error) {
+func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *running, retErr error) {
 	var closers []io.Closer
 	defer func() {
 		if retErr != nil {
@@ -172,7 +172,7 @@ func (s *Sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 // collect waits for a started command under cmd's timeout, drains its
 // output and reads the verdict. The timeout and Duration count from
 // r.started.
-func (s *Sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Result, error) {
+func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Result, error) {
 	defer r.outR.Close()
 	defer r.errR.Close()
 	timeout := cmd.Timeout
@@ -287,7 +287,7 @@ func (s *Sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 
 // pipe returns an output pipe whose write end the container can use: it is
 // handed over as the container's root, which maps to the slot's host id.
-func (s *Sandbox) pipe() (r, w *os.File, err error) {
+func (s *sandbox) pipe() (r, w *os.File, err error) {
 	r, w, err = os.Pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("create output pipe: %w", err)
@@ -336,7 +336,7 @@ func environ(extra []string) []string {
 
 // Destroy kills anything still running in the sandbox and removes its
 // container state, cgroup and uid range. It is safe to call more than once.
-func (s *Sandbox) Destroy() error {
+func (s *sandbox) Destroy() error {
 	if s.c == nil {
 		return nil
 	}

@@ -112,7 +112,7 @@ func (l Limits) Within(max Limits) error {
 }
 
 // Command is what runs inside a sandbox, modelled on [os/exec.Cmd]. It is
-// handed to a sandbox at run time ([Sandbox.Run]).
+// handed to a sandbox at run time (sandbox.Run).
 type Command struct {
 	// Args is the command and its arguments; Args[0] is looked up in PATH
 	// inside the sandbox. Required. No shell is involved: to run a shell

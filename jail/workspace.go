@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -157,12 +156,6 @@ func (w *Workspace) Used() (int64, error) {
 		return 0, fmt.Errorf("workspace %s: %w", w.id, err)
 	}
 	return int64(st.Blocks-st.Bfree) * st.Bsize, nil
-}
-
-// Create builds a sandbox with limits l on the workspace, ready to run one
-// command, as Manager.create does for a pool. The caller must Destroy it.
-func (w *Workspace) Create(ctx context.Context, l Limits) (*Sandbox, error) {
-	return w.m.create(ctx, l, w)
 }
 
 // add records a sandbox that is about to be created on the workspace and

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -138,23 +139,28 @@ func TestWorkspaceQuota(t *testing.T) {
 }
 
 // TestWorkspaceCloseKills: closing a workspace with a sandbox still running
-// kills it and leaves nothing (testenv checks the mounts).
+// kills it and leaves nothing (testenv checks the mounts); the closed
+// workspace runs nothing more.
 func TestWorkspaceCloseKills(t *testing.T) {
 	m := newManager(t)
 	ws, err := m.NewWorkspace(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := ws.Create(context.Background(), jail.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	started := make(chan struct{})
 	done := make(chan *jail.Result, 1)
 	go func() {
-		res, _ := sb.Run(context.Background(), &jail.Command{Args: []string{"sleep", "1000"}, Timeout: time.Hour})
+		res, _ := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: jail.Command{
+			Args: []string{"sh", "-c", "echo started; exec sleep 1000"}, Timeout: time.Hour,
+			Stdout: onFirstWrite(func() { close(started) }),
+		}})
 		done <- res
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the sandbox did not start")
+	}
 	if err := ws.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
@@ -166,10 +172,15 @@ func TestWorkspaceCloseKills(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("sandbox still running after Close")
 	}
-	_ = sb.Destroy()
-	if _, err := ws.Create(context.Background(), jail.Limits{}); err == nil {
-		t.Error("Create on a closed workspace succeeded")
+	if _, err := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: jail.Command{Args: []string{"true"}}}); err == nil {
+		t.Error("a run on a closed workspace succeeded")
 	}
+}
+
+// onFirstWrite is a writer that calls f on its first write.
+func onFirstWrite(f func()) io.Writer {
+	var once sync.Once
+	return writerFunc(func(p []byte) (int, error) { once.Do(f); return len(p), nil })
 }
 
 // TestWorkspaceCrashSweep: a jaild SIGKILLed with a workspace and a sandbox
