@@ -605,6 +605,20 @@ func testE2ESigkillWatchdog(t *testing.T, bin string) {
 	d.exited <- server.Recv(t, d.exited, "jaild serve to exit")
 }
 
+// parentOf is pid's parent pid, or 0.
+func parentOf(pid int) int {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
 // testE2ESigkill: a daemon killed outright together with its worker and
 // the worker's watchdog leaves its sandboxes behind; the next daemon on the
 // same state dir sweeps them before serving.
@@ -617,9 +631,12 @@ func testE2ESigkill(t *testing.T, bin string) {
 	}
 	// The worker that builds the sandboxes cleans up when the front end
 	// dies: it goes too, with its watchdog.
+	// The daemon's own child: a process the worker is forking (for a pool
+	// refill) shows the worker's command line too for a moment.
 	var worker []int
 	for _, pid := range pidsWith(in.StateDir) {
-		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.Contains(cmdline, []byte("\x00worker\x00")) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(cmdline, []byte("\x00worker\x00")) && parentOf(pid) == d.cmd.Process.Pid {
 			worker = append(worker, pid)
 		}
 	}
