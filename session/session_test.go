@@ -256,16 +256,18 @@ func TestDeleteWithRunningJob(t *testing.T) {
 // TestExpiry: an idle session expires after its TTL, a running job keeps it
 // alive, and the maximum lifetime ends it whatever runs.
 func TestExpiry(t *testing.T) {
-	m, env := newManager(t, session.Config{TTL: 300 * time.Millisecond, MaxLifetime: 4 * time.Second, ReapInterval: 50 * time.Millisecond})
-	idle := create(t, m, session.Options{Owner: "a"})
+	// The TTL leaves room for a slow machine (a cgroup v2 VM under TCG)
+	// to start the busy session's job before the session could expire.
+	m, env := newManager(t, session.Config{TTL: 3 * time.Second, MaxLifetime: 10 * time.Second, ReapInterval: 50 * time.Millisecond})
 	busy := create(t, m, session.Options{Owner: "a"})
-	shell(t, idle, "echo x > /work/x")
 	if _, err := busy.Start(bg, &session.Call{Command: jail.Command{Args: []string{"sleep", "1000"}}}); err != nil {
 		t.Fatal(err)
 	}
+	idle := create(t, m, session.Options{Owner: "a"})
+	shell(t, idle, "echo x > /work/x")
 	select {
 	case <-idle.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("idle session did not expire")
 	}
 	if _, err := m.Get("a", idle.ID()); !errors.Is(err, session.ErrNotFound) {
@@ -276,7 +278,7 @@ func TestExpiry(t *testing.T) {
 	}
 	select {
 	case <-busy.Done():
-	case <-time.After(15 * time.Second):
+	case <-time.After(40 * time.Second):
 		t.Fatal("session outlived its maximum lifetime")
 	}
 	if mounts := testenv.MountsUnder(env.StateDir); len(mounts) > 0 {
