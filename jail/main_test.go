@@ -7,23 +7,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"runtime"
 	"testing"
 
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
-	"github.com/opencontainers/runc/libcontainer"
-)
 
-// The test binary is re-executed as each container's init, like jaild
-// itself (see internal/inithook); package jail handles its re-execution as
-// a Manager's watchdog.
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == "init" {
-		libcontainer.Init()
-	}
-	runtime.LockOSThread()
-}
+	// The test binary is re-executed as each container's init, like jaild
+	// itself; package jail handles its re-execution as a watchdog.
+	_ "github.com/jaild/jaild/internal/inithook"
+)
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "helper-run" {

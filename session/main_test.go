@@ -5,24 +5,17 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
-	"github.com/opencontainers/runc/libcontainer"
-)
 
-// The test binary is re-executed as each container's init, like jaild
-// itself (see cmd/jaild/init.go).
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == "init" {
-		libcontainer.Init()
-	}
-	runtime.LockOSThread()
-}
+	// The test binary is re-executed as each container's init, like jaild
+	// itself; package jail handles its re-execution as a watchdog.
+	_ "github.com/jaild/jaild/internal/inithook"
+)
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "helper-session" {
