@@ -210,6 +210,17 @@ func checkKeys(data []byte) error {
 // [Maxima.Apply] fills them in.
 func (req *Request) Spec() (*jail.Spec, error) {
 	s := &jail.Spec{}
+	// Until the daemon serves them, these fields are refused rather than
+	// ignored: a command meant for a session or for the network must not
+	// run somewhere else.
+	switch {
+	case req.SessionID != "":
+		return nil, invalid("session_id", "sessions are not served by this daemon yet")
+	case req.RunInBackground:
+		return nil, invalid("run_in_background", "background jobs are not served by this daemon yet")
+	case req.Egress != nil && req.Egress.Allowed:
+		return nil, invalid("egress", "egress is not served by this daemon yet")
+	}
 	switch {
 	case req.Command != "" && req.Executable != "":
 		return nil, invalid("command", "command (shell mode) and executable (argv mode) are mutually exclusive")

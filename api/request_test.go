@@ -277,3 +277,60 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestEgressJSON(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		want    *api.Egress
+		wantErr string
+	}{
+		{name: "unset", body: `{"command":"true"}`},
+		{name: "true", body: `{"command":"true","egress":true}`, want: &api.Egress{Allowed: true}},
+		{name: "false", body: `{"command":"true","egress":false}`, want: &api.Egress{}},
+		{name: "list", body: `{"command":"true","egress":["a.example:443"]}`, want: &api.Egress{Allowed: true, Hosts: []string{"a.example:443"}}},
+		{name: "empty list", body: `{"command":"true","egress":[]}`, want: &api.Egress{Allowed: true, Hosts: []string{}}},
+		{name: "string", body: `{"command":"true","egress":"yes"}`, wantErr: "egress must be"},
+		{name: "null", body: `{"command":"true","egress":null}`},
+		{name: "numbers", body: `{"command":"true","egress":[1]}`, wantErr: "egress must be"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := api.DecodeRequest(strings.NewReader(tt.body))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (req.Egress == nil) != (tt.want == nil) || (req.Egress != nil &&
+				(req.Egress.Allowed != tt.want.Allowed || !slices.Equal(req.Egress.Hosts, tt.want.Hosts) ||
+					(req.Egress.Hosts == nil) != (tt.want.Hosts == nil))) {
+				t.Fatalf("egress = %+v, want %+v", req.Egress, tt.want)
+			}
+		})
+	}
+}
+
+// TestRequestSpecRefusesUnserved: fields the daemon does not serve yet are
+// refused with the field named, never ignored.
+func TestRequestSpecRefusesUnserved(t *testing.T) {
+	for _, body := range []string{
+		`{"command":"true","session_id":"x"}`,
+		`{"command":"true","run_in_background":true}`,
+		`{"command":"true","egress":true}`,
+	} {
+		req, err := api.DecodeRequest(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = req.Spec()
+		var ie *jail.InvalidError
+		if !errors.As(err, &ie) {
+			t.Errorf("%s: err = %v, want an InvalidError", body, err)
+		}
+	}
+}

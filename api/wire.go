@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,18 @@ type Request struct {
 	CPUs           *float64 `json:"cpus,omitempty"`
 	TmpfsSizeBytes *int64   `json:"tmpfs_size_bytes,omitempty"`
 	MaxOutputBytes *int64   `json:"max_output_bytes,omitempty"`
+
+	// SessionID runs the command in that session (see api/session.go): a
+	// fresh container on the session's /work, cwd and env.
+	SessionID string `json:"session_id,omitempty"`
+	// RunInBackground (POST /run with a session only) answers at once
+	// with 202 and a JobAccepted; the job runs on.
+	RunInBackground bool `json:"run_in_background,omitempty"`
+	// Egress asks for network access through jaild's egress proxy: true
+	// (the operator's allowlist), false (none), or a list of host:port
+	// patterns that may only narrow the operator's list. Unset means the
+	// daemon's --egress-default.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // Verdict is how a run ended and what it used: everything of a
@@ -303,5 +316,44 @@ func (b *Base64) UnmarshalJSON(data []byte) error {
 		return fmt.Errorf("stdin_b64 is not base64: %w", err)
 	}
 	*b = dec
+	return nil
+}
+
+// Egress is the request's "egress" field: a boolean, or a list of host:port
+// patterns. Its JSON decoding is strict: anything else is an error.
+type Egress struct {
+	// Allowed is the boolean form, or true with a list.
+	Allowed bool
+	// Hosts, if not nil, narrows the operator's allowlist to these
+	// patterns ("api.example.com:443", "*.pypi.org:443").
+	Hosts []string
+}
+
+// MarshalJSON writes false, true, or the list.
+func (e Egress) MarshalJSON() ([]byte, error) {
+	switch {
+	case e.Hosts != nil:
+		return json.Marshal(e.Hosts)
+	case e.Allowed:
+		return []byte("true"), nil
+	}
+	return []byte("false"), nil
+}
+
+// UnmarshalJSON takes a boolean or a list of strings.
+func (e *Egress) UnmarshalJSON(b []byte) error {
+	switch string(bytes.TrimSpace(b)) {
+	case "true":
+		*e = Egress{Allowed: true}
+		return nil
+	case "false":
+		*e = Egress{}
+		return nil
+	}
+	var hosts []string
+	if err := json.Unmarshal(b, &hosts); err != nil || hosts == nil {
+		return errors.New("egress must be true, false or a list of host:port patterns")
+	}
+	*e = Egress{Allowed: true, Hosts: hosts}
 	return nil
 }
