@@ -18,6 +18,7 @@ func main() {
 		mcpCommand,
 		serveCommand,
 		remoteCommand,
+		policyCommand,
 	)
 }
 

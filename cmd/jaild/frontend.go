@@ -18,7 +18,7 @@ import (
 // binary, never in PATH.
 const serverBinary = "jaild-server"
 
-// In the lean build serve, mcp and remote are stand-ins that replace the
+// In the lean build serve, mcp, remote and policy are stand-ins that replace the
 // process with jaild-server, so the daemon keeps jaild's pid (systemd's
 // MainPID, an MCP client's child) and its stdio. Their flags and help are
 // jaild-server's own: `jaild serve --help` prints them.
@@ -26,6 +26,7 @@ var (
 	serveCommand  = frontEnd("serve", command.ServeUsage)
 	mcpCommand    = frontEnd("mcp", command.MCPUsage)
 	remoteCommand = frontEnd("remote", command.RemoteUsage)
+	policyCommand = frontEnd("policy", command.PolicyUsage)
 )
 
 func frontEnd(name, usage string) *cli.Command {

@@ -8,7 +8,7 @@
 // runs, and of the daemon's, which the hidden "jaild worker" that jaild
 // serve and jaild mcp start builds (see internal/worker). It leaves out the
 // front ends and the packages they link (Prometheus, the MCP SDK, net/http)
-// and their package inits. Its serve, mcp and remote execute
+// and their package inits. Its serve, mcp, remote and policy execute
 // cmd/jaild-server, installed next to it (see frontend.go).
 // scripts/setup.sh builds the pair into bin/.
 package main
@@ -25,6 +25,7 @@ func main() {
 		mcpCommand,
 		serveCommand,
 		remoteCommand,
+		policyCommand,
 		command.Worker,
 	)
 }

@@ -21,6 +21,7 @@ const (
 	ServeUsage  = "run the HTTP daemon: POST /run, streaming POST /raw, /mcp, /healthz, /metrics"
 	MCPUsage    = "serve the bash and execute tools over MCP on stdin and stdout"
 	RemoteUsage = "run a command on a jaild daemon, streaming its output, and exit with its exit code"
+	PolicyUsage = "test a Rego policy directory (jaild policy test DIR) or decide one input with it (jaild policy eval DIR --input FILE)"
 )
 
 // Main runs the jaild command line with commands and exits with the
