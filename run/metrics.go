@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jaild/jaild/api"
@@ -46,6 +47,9 @@ type Metrics struct {
 	rejects  *prometheus.CounterVec
 	gaveUp   prometheus.Counter
 	conns    *prometheus.CounterVec
+
+	policyOnce sync.Once
+	policy     *policyMetrics // see PolicyObserver
 }
 
 // NewMetrics creates the metrics and their registry, with the Go runtime

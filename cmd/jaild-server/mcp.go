@@ -97,7 +97,7 @@ func mcpAction(c *cli.Context) error {
 		return err
 	}
 	defer closeAudit()
-	pol, closePolicy, err := openPolicy(c, opts.Logger)
+	pol, closePolicy, err := openPolicy(c, opts.Logger, nil) // no /metrics over stdio
 	if err != nil {
 		return err
 	}

@@ -23,8 +23,9 @@ var policyFlags = []cli.Flag{
 
 // openPolicy opens the --policy-dir engine, or returns nil without one.
 // A set that fails to load is no error: the engine starts in deny-all and
-// recovers on the first valid edit.
-func openPolicy(c *cli.Context, log *slog.Logger) (*policy.Engine, func(), error) {
+// recovers on the first valid edit. obs, if not nil, gets the decisions
+// and loads (the daemon's metrics).
+func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.Engine, func(), error) {
 	dir := c.String("policy-dir")
 	if dir == "" {
 		return nil, func() {}, nil
@@ -45,7 +46,7 @@ func openPolicy(c *cli.Context, log *slog.Logger) (*policy.Engine, func(), error
 		}
 		dlog = f
 	}
-	opts := policy.Options{Dir: dir, Mode: mode, Logger: log.With("part", "policy"), LogEnv: c.Bool("decision-log-env")}
+	opts := policy.Options{Dir: dir, Mode: mode, Logger: log.With("part", "policy"), LogEnv: c.Bool("decision-log-env"), Observer: obs}
 	if dlog != nil {
 		opts.DecisionLog = dlog
 	}

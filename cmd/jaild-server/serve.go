@@ -165,7 +165,10 @@ func serveAction(c *cli.Context) error {
 	}
 	defer w.Close()
 
-	pol, closePolicy, err := openPolicy(c, log)
+	// The metrics exist before the policy engine, whose first load they
+	// record.
+	metrics := run.NewMetrics()
+	pol, closePolicy, err := openPolicy(c, log, metrics.PolicyObserver())
 	if err != nil {
 		return err
 	}
@@ -176,6 +179,7 @@ func serveAction(c *cli.Context) error {
 		Chain: run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol},
 		Server: server.Options{
 			Tokens:         tokens,
+			Metrics:        metrics,
 			Health:         runnerHealth(w),
 			Policy:         healthOfPolicy(pol),
 			AllowedHosts:   allowedHosts(c),
