@@ -114,13 +114,39 @@ type Response struct {
 
 // ErrorResponse is the body of every 4xx and 5xx answer of /run and of
 // /raw before its stream starts.
+//
+// A policy denial has the policy-runner convention's shape, and still the
+// code every other error has: {"error":"policy_denied","message":"Command
+// not allowed: rm","code":"policy_denied"}. Other errors carry their
+// message in Error and no Message; Text returns the message of either.
 type ErrorResponse struct {
+	// Error is the message, or for a policy denial the word
+	// "policy_denied" (the convention's error name).
 	Error string `json:"error"`
+	// Message is the message when Error is a name: policy denials.
+	Message string `json:"message,omitempty"`
 	// Code is one of the Code* constants; clients branch on it, not on
 	// the message.
 	Code string `json:"code"`
 	// Field names the request field at fault, for Code "invalid".
 	Field string `json:"field,omitempty"`
+}
+
+// Text is the message for a human: Message when there is one, else Error.
+func (e *ErrorResponse) Text() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return e.Error
+}
+
+// NewErrorResponse is the answer to an error with the given code and
+// message, in the shape the code calls for (see ErrorResponse).
+func NewErrorResponse(code, message string) *ErrorResponse {
+	if code == CodePolicyDenied {
+		return &ErrorResponse{Error: CodePolicyDenied, Message: message, Code: code}
+	}
+	return &ErrorResponse{Error: message, Code: code}
 }
 
 // Event is one line of the NDJSON stream of POST /raw, in the shapes of

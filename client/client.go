@@ -178,9 +178,9 @@ type APIError struct {
 
 func (e *APIError) Error() string {
 	if e.Status == 0 {
-		return fmt.Sprintf("run failed: %s (%s)", e.ErrorResponse.Error, e.Code)
+		return fmt.Sprintf("run failed: %s (%s)", e.Text(), e.Code)
 	}
-	return fmt.Sprintf("daemon answered %d %s: %s (%s)", e.Status, http.StatusText(e.Status), e.ErrorResponse.Error, e.Code)
+	return fmt.Sprintf("daemon answered %d %s: %s (%s)", e.Status, http.StatusText(e.Status), e.Text(), e.Code)
 }
 
 // Run calls POST /run.
@@ -237,7 +237,7 @@ func (c *Client) Raw(ctx context.Context, req *api.Request, stdout, stderr io.Wr
 			}
 			return &ev, nil
 		case api.EventError:
-			return nil, &APIError{ErrorResponse: api.ErrorResponse{Error: ev.Message, Code: ev.Code}}
+			return nil, &APIError{ErrorResponse: *api.NewErrorResponse(ev.Code, ev.Message)}
 		}
 		// start, and kinds added later, carry nothing to act on.
 	}

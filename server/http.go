@@ -70,7 +70,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		err = errNoResult
 	}
 	if err != nil {
-		s.writeRunError(w, r, err)
+		s.writeRunError(w, r, err, false)
 		return
 	}
 	s.setWriteDeadline(w)
@@ -113,7 +113,7 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	// not) is dropped rather than sent after the final event.
 	defer func() { st.done = true }()
 	if err != nil && !st.started {
-		s.writeRunError(w, r, err)
+		s.writeRunError(w, r, err, true)
 		return
 	}
 	if serr := st.startLocked(); serr != nil {
@@ -124,7 +124,7 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		if status == http.StatusInternalServerError {
 			s.log.Error("run failed", "request_id", st.requestID, "err", err)
 		}
-		st.emitLocked(&api.Event{Event: api.EventError, Message: e.Error, Code: e.Code})
+		st.emitLocked(&api.Event{Event: api.EventError, Message: e.Text(), Code: e.Code})
 		return
 	}
 	v := api.VerdictOf(res)
@@ -265,7 +265,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	spec, err := req.Spec()
 	if err != nil {
 		s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
-		s.writeRunError(w, r, err)
+		s.writeRunError(w, r, err, frontEnd == "raw")
 		return nil, false
 	}
 	ctx := r.Context()
@@ -285,8 +285,9 @@ func (s *Server) reject(w http.ResponseWriter, r *http.Request, reason string, s
 	writeError(w, status, e)
 }
 
-// writeRunError answers a failed run (or a spec refused before it).
-func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error) {
+// writeRunError answers a failed run (or a spec refused before it); raw
+// answers /raw before its stream started (see rawRefusal).
+func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error, raw bool) {
 	id := requestIDFromContext(r.Context())
 	status, e := s.classify(err, id)
 	switch status {
@@ -308,7 +309,23 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 	// daemon's shutdown rather than the client leaving, and writing to a
 	// client that left merely fails.
 	s.setWriteDeadline(w)
+	if raw {
+		e.Message = e.Text()
+		writeJSON(w, status, &rawRefusal{Event: api.EventError, ErrorResponse: e})
+		return
+	}
 	writeError(w, status, e)
+}
+
+// rawRefusal is /raw's answer to a run refused before its stream started
+// (invalid, denied by the policy, busy): the error answer /run would give,
+// with its HTTP status, which is also one line of an NDJSON stream ending
+// in an error event, {"event":"error","message":...}. A client that reads
+// the status gets the usual answer, and one written for the policy-runner
+// convention's /raw, which reads events, gets the error event.
+type rawRefusal struct {
+	Event string `json:"event"`
+	*api.ErrorResponse
 }
 
 // classify maps a run error to its HTTP status and answer. The detail of a
@@ -316,7 +333,7 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 // gets the request id to quote.
 func (s *Server) classify(err error, requestID string) (int, *api.ErrorResponse) {
 	o := api.ErrorOutcome(err)
-	e := &api.ErrorResponse{Error: err.Error(), Code: o.Code}
+	e := api.NewErrorResponse(o.Code, err.Error())
 	var ie *jail.InvalidError
 	if errors.As(err, &ie) {
 		e.Field = api.FieldOf(ie)

@@ -3,8 +3,10 @@ package server_test
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,9 +66,7 @@ func TestPolicy(t *testing.T) {
 				continue
 			}
 			if c.status != 200 {
-				if e := decodeError(t, body); e.Code != api.CodePolicyDenied || !strings.HasPrefix(e.Error, c.msg) {
-					t.Errorf("%s %s: %+v, want policy_denied %q", path, c.body, e, c.msg)
-				}
+				checkDenial(t, path, body, c.msg)
 			}
 		}
 	}
@@ -89,15 +89,47 @@ func TestPolicyDenyAll(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir+"/main.rego", "package sandbox.main\nallow if {") // does not parse
 	ts, f, _ := policyServer(t, dir)
-	resp, body := post(t, ts.URL+"/run", `{"executable":"echo"}`)
-	if e := decodeError(t, body); resp.StatusCode != 403 || !strings.HasPrefix(e.Error, "Policy deny-all is active: ") {
-		t.Errorf("status %d: %s", resp.StatusCode, body)
+	for _, path := range []string{"/run", "/raw"} {
+		resp, body := post(t, ts.URL+path, `{"executable":"echo"}`)
+		if resp.StatusCode != 403 {
+			t.Errorf("%s: status %d: %s", path, resp.StatusCode, body)
+		}
+		checkDenial(t, path, body, "Policy deny-all is active: parse main.rego")
 	}
 	if resp, body := get(t, ts.URL+"/healthz"); resp.StatusCode != http.StatusServiceUnavailable || !bytes.Contains(body, []byte(`"policy"`)) {
 		t.Errorf("/healthz in deny-all: %d %s", resp.StatusCode, body)
 	}
 	if len(f.Calls()) != 0 {
 		t.Error("a run reached the jail under deny-all")
+	}
+}
+
+// checkDenial checks a policy denial's body: the policy-runner
+// convention's {"error":"policy_denied","message":...} with the daemon's
+// code, and nothing else; on /raw also an error event of that convention,
+// {"event":"error","message":...}, which the same line is.
+func checkDenial(t *testing.T, path string, body []byte, msgPrefix string) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("%s: denial %q: %v", path, body, err)
+	}
+	keys := []string{"code", "error", "message"}
+	if path == "/raw" {
+		keys = []string{"code", "error", "event", "message"}
+		if m["event"] != "error" {
+			t.Errorf("%s: event %v, want error", path, m["event"])
+		}
+	}
+	if got := slices.Sorted(maps.Keys(m)); !slices.Equal(got, keys) {
+		t.Errorf("%s: denial keys %v, want %v: %s", path, got, keys, body)
+	}
+	msg, _ := m["message"].(string)
+	if m["error"] != "policy_denied" || m["code"] != api.CodePolicyDenied || !strings.HasPrefix(msg, msgPrefix) {
+		t.Errorf("%s: denial %s, want policy_denied and a message starting %q", path, body, msgPrefix)
+	}
+	if e := decodeError(t, body); e.Text() != msg {
+		t.Errorf("%s: ErrorResponse.Text() %q, want the message %q", path, e.Text(), msg)
 	}
 }
 
