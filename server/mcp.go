@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -54,6 +55,14 @@ type MCPOptions struct {
 	// Shell runs the bash tool's command as Shell -c COMMAND inside the
 	// sandbox; empty means "/bin/bash".
 	Shell string
+	// Tools are the tools served, of MCPTools; nil means DefaultMCPTools
+	// (bash and execute). Names that are not tools are skipped: check
+	// them with CheckMCPTools.
+	Tools []string
+	// NetworkMaxOutput is what run_network_tool keeps of each stream
+	// before it appends "...truncated..."; zero means
+	// NetworkToolMaxOutput (1 MiB).
+	NetworkMaxOutput int64
 	// AllowedOrigins are browser origins ("https://app.example.com")
 	// accepted by the HTTP handler in addition to loopback ones. Requests
 	// without an Origin header (non-browser clients) are always accepted.
@@ -87,6 +96,12 @@ func (o MCPOptions) withDefaults() MCPOptions {
 	}
 	if o.Shell == "" {
 		o.Shell = "/bin/bash"
+	}
+	if o.Tools == nil {
+		o.Tools = DefaultMCPTools
+	}
+	if o.NetworkMaxOutput <= 0 {
+		o.NetworkMaxOutput = NetworkToolMaxOutput
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = DefaultMCPHeartbeat
@@ -155,21 +170,28 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
 		// since jaild logs on its own side, never into the model's context.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 	})
-	mcp.AddTool(s, &mcp.Tool{
-		Name:         "bash",
-		Title:        "Run a shell command in a sandbox",
-		Description:  t.bashDescription(),
-		InputSchema:  t.bashSchema(),
-		OutputSchema: outputSchema(),
-		Annotations:  toolAnnotations(),
-	}, t.bash)
-	mcp.AddTool(s, &mcp.Tool{
-		Name:         "execute",
-		Title:        "Run a program in a sandbox",
-		Description:  t.executeDescription(),
-		InputSchema:  t.executeSchema(),
-		OutputSchema: outputSchema(),
-		Annotations:  toolAnnotations(),
-	}, t.execute)
+	if slices.Contains(o.Tools, ToolBash) {
+		mcp.AddTool(s, &mcp.Tool{
+			Name:         ToolBash,
+			Title:        "Run a shell command in a sandbox",
+			Description:  t.bashDescription(),
+			InputSchema:  t.bashSchema(),
+			OutputSchema: outputSchema(),
+			Annotations:  toolAnnotations(),
+		}, t.bash)
+	}
+	if slices.Contains(o.Tools, ToolExecute) {
+		mcp.AddTool(s, &mcp.Tool{
+			Name:         ToolExecute,
+			Title:        "Run a program in a sandbox",
+			Description:  t.executeDescription(),
+			InputSchema:  t.executeSchema(),
+			OutputSchema: outputSchema(),
+			Annotations:  toolAnnotations(),
+		}, t.execute)
+	}
+	if slices.Contains(o.Tools, ToolRunNetworkTool) {
+		t.addNetworkTool(s)
+	}
 	return s
 }

@@ -25,8 +25,9 @@ var mcpCommand = &cli.Command{
 	Name:  "mcp",
 	Usage: command.MCPUsage,
 	Description: `Speaks the Model Context Protocol on stdin/stdout for clients that launch
-their tools as subprocesses. Tools: bash (a shell command line) and execute
-(a program and its arguments, with optional stdin); every call runs in a fresh
+their tools as subprocesses. Tools (--mcp-tools): bash (a shell command line),
+execute (a program and its arguments, with optional stdin), and if listed
+run_network_tool (the policy-runner convention's); every call runs in a fresh
 sandbox with the limits below. Only protocol messages go to stdout; logs go to
 stderr. jaild mcp exits when stdin closes, or on SIGINT/SIGTERM, after killing
 and cleaning up every running sandbox. It needs root, like every command that
@@ -39,7 +40,8 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
 		&cli.DurationFlag{Name: "timeout", Value: server.DefaultMCPTimeout, EnvVars: []string{"JAILD_MCP_TIMEOUT"}, Usage: "timeout of a tool call that gives none"},
 		&cli.DurationFlag{Name: "max-timeout", Value: server.MaxMCPTimeout, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "ceiling for the timeout a tool call asks for (at most 10m)"},
-		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT"}, Usage: "bytes of each stream a tool result keeps; beyond it head and tail are kept with a marker"},
+		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT", "MCP_EXEC_MAX_OUTPUT_BYTES"}, Usage: "bytes of each stream a bash or execute result keeps; beyond it head and tail are kept with a marker (run_network_tool keeps 1 MiB, its convention's cap)"},
+		mcpToolsFlag(),
 		&cli.IntFlag{Name: "max-concurrent", Value: run.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once; further calls wait in a queue"},
 		&cli.IntFlag{Name: "pool", Value: 1, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time, so that a call does not wait for one to be built (0: none)"},
 		&cli.IntFlag{Name: "queue", Aliases: []string{"max-queue"}, Value: 100, EnvVars: []string{"JAILD_QUEUE", "JAILD_MAX_QUEUE"}, Usage: "calls that may wait for a sandbox; beyond it a call fails at once with \"busy\""},
@@ -87,7 +89,13 @@ func mcpAction(c *cli.Context) error {
 	// keeps them from starting more sandboxes than the host can run.
 	// The same chain as the daemon's: the flags' limits are the maxima
 	// (a tool call never asks for more), admission control, audit log.
-	adm, err := admitOptions(c, opts.MaxOutput)
+	// The most output a call may keep: run_network_tool's 1 MiB, if
+	// served, is not --max-output's.
+	maxOutput := opts.MaxOutput
+	if slices.Contains(opts.Tools, server.ToolRunNetworkTool) {
+		maxOutput = max(maxOutput, server.NetworkToolMaxOutput)
+	}
+	adm, err := admitOptions(c, maxOutput)
 	if err != nil {
 		return err
 	}
@@ -103,7 +111,7 @@ func mcpAction(c *cli.Context) error {
 	}
 	defer closePolicy()
 	runner, err := run.Chain(w, run.ChainOptions{
-		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: opts.MaxOutput},
+		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: maxOutput},
 		Admission: adm,
 		Audit:     audit,
 		Policy:    pol,
@@ -133,6 +141,9 @@ func mcpOptions(c *cli.Context) (server.MCPOptions, error) {
 		return o, command.UsageError("--timeout and --max-timeout must be positive, --max-timeout at most %v", server.MaxMCPTimeout)
 	}
 	o.Shell = c.String("shell-path")
+	if o.Tools, err = mcpTools(c); err != nil {
+		return o, err
+	}
 	level := slog.LevelInfo
 	if c.Bool("debug") {
 		level = slog.LevelDebug

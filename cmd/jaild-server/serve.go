@@ -90,6 +90,8 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"JAILD_LOG_FORMAT"}, Usage: `format of the daemon's log on stderr: "text" or "json"`},
 		&cli.BoolFlag{Name: "mcp", Value: true, EnvVars: []string{"JAILD_MCP"}, Usage: "serve MCP (Streamable HTTP) at /mcp; --mcp=false turns it off"},
 		&cli.StringFlag{Name: "shell-path", Value: "/bin/bash", EnvVars: []string{"JAILD_SHELL_PATH"}, Usage: "shell inside the sandbox that runs the MCP bash tool's command lines"},
+		mcpToolsFlag(),
+		&cli.StringFlag{Name: "mcp-max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT", "MCP_EXEC_MAX_OUTPUT_BYTES"}, Usage: "bytes of each stream an MCP bash or execute result keeps, at most --max-output; beyond it head and tail are kept with a marker"},
 		&cli.StringSliceFlag{Name: "allowed-origin", Aliases: []string{"mcp-allowed-origin"}, EnvVars: []string{"JAILD_ALLOWED_ORIGINS", "JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin (https://app.example.com) allowed to call the API besides loopback ones (repeatable)"},
 		&cli.StringSliceFlag{Name: "allowed-host", EnvVars: []string{"JAILD_ALLOWED_HOSTS"}, Usage: "host name requests may address the daemon by, besides loopback names, IP addresses and the --listen name (repeatable; \"*\": any); against DNS rebinding"},
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running requests may take (each holds twice its max output until answered); beyond it requests queue"},
@@ -124,6 +126,14 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	limitHeap(adm.MaxOutputMemory)
+	var mcpOpts *server.MCPOptions
+	if c.Bool("mcp") {
+		o, err := serveMCPOptions(c, max, log)
+		if err != nil {
+			return err
+		}
+		mcpOpts = &o
+	}
 	if c.Duration("grace") <= 0 || c.Int("max-conns") <= 0 {
 		return command.UsageError("--max-conns and --grace must be positive")
 	}
@@ -192,10 +202,7 @@ func serveAction(c *cli.Context) error {
 			MaxConnsPerPeer: perPeer,
 		},
 	}
-	if c.Bool("mcp") {
-		o := serveMCPOptions(c, max, log)
-		cfg.MCP = &o
-	}
+	cfg.MCP = mcpOpts
 	ctx, kill, stop := signalContexts(log, c.Duration("grace"))
 	defer stop()
 	if err := cfg.Run(ctx, kill, ln); err != nil {
@@ -267,16 +274,29 @@ func serveMaxima(c *cli.Context) (run.Maxima, error) {
 // serveMCPOptions gives MCP tool calls the limits an HTTP request gets when
 // it asks for none, so that both front ends agree and the chain's maxima
 // never refuse a tool call.
-func serveMCPOptions(c *cli.Context, max run.Maxima, log *slog.Logger) server.MCPOptions {
+func serveMCPOptions(c *cli.Context, max run.Maxima, log *slog.Logger) (server.MCPOptions, error) {
 	limits, _, _ := max.Defaults()
-	return server.MCPOptions{
-		Limits:         limits,
-		MaxTimeout:     min(max.Timeout, server.MaxMCPTimeout),
-		MaxOutput:      min(max.MaxOutput, server.DefaultMCPMaxOutput),
-		Shell:          c.String("shell-path"),
-		AllowedOrigins: c.StringSlice("allowed-origin"),
-		Logger:         log.With("front", "mcp"),
+	tools, err := mcpTools(c)
+	if err != nil {
+		return server.MCPOptions{}, err
 	}
+	maxOutput, err := command.SizeFlag(c, "mcp-max-output")
+	if err != nil {
+		return server.MCPOptions{}, err
+	}
+	if maxOutput <= 0 {
+		return server.MCPOptions{}, command.UsageError("--mcp-max-output must be positive")
+	}
+	return server.MCPOptions{
+		Limits:           limits,
+		MaxTimeout:       min(max.Timeout, server.MaxMCPTimeout),
+		MaxOutput:        min(max.MaxOutput, maxOutput),
+		NetworkMaxOutput: min(max.MaxOutput, server.NetworkToolMaxOutput),
+		Shell:            c.String("shell-path"),
+		Tools:            tools,
+		AllowedOrigins:   c.StringSlice("allowed-origin"),
+		Logger:           log.With("front", "mcp"),
+	}, nil
 }
 
 // serveListener opens the unix socket or the TCP address, the latter with

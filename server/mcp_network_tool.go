@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jaild/jaild/jail"
+)
+
+// The run_network_tool tool: the policy-runner convention's one MCP tool,
+// in its shapes, so that its clients switch to jaild unchanged. It runs
+// through the same chain as bash and execute (front end
+// "mcp:run_network_tool"), so the operator's policy decides it.
+
+// MCP tool names, for MCPOptions.Tools.
+const (
+	ToolBash           = "bash"
+	ToolExecute        = "execute"
+	ToolRunNetworkTool = "run_network_tool"
+)
+
+// MCPTools are the tools MCPOptions.Tools may list; DefaultMCPTools those
+// served when it lists none.
+var (
+	MCPTools        = []string{ToolBash, ToolExecute, ToolRunNetworkTool}
+	DefaultMCPTools = []string{ToolBash, ToolExecute}
+)
+
+// NetworkToolMaxOutput is what run_network_tool keeps of each stream, as
+// the convention caps it (1 MiB); beyond it the stream is cut and
+// NetworkToolTruncated appended.
+const (
+	NetworkToolMaxOutput = 1 << 20
+	NetworkToolTruncated = "...truncated..."
+)
+
+// CheckMCPTools reports the first name that is no tool, or an empty list.
+func CheckMCPTools(names []string) error {
+	if len(names) == 0 {
+		return errors.New("no MCP tool listed")
+	}
+	for _, n := range names {
+		if !slices.Contains(MCPTools, n) {
+			return fmt.Errorf("unknown MCP tool %q (known: %s)", n, strings.Join(MCPTools, ", "))
+		}
+	}
+	return nil
+}
+
+// NetworkToolInput is run_network_tool's argument, as the convention has
+// it: cwd and env may be null.
+type NetworkToolInput struct {
+	Executable string            `json:"executable" jsonschema:"The program to run, looked up in PATH inside the sandbox or an absolute path. No shell is involved."`
+	Args       []string          `json:"args,omitempty" jsonschema:"Arguments passed to the program as they are."`
+	Cwd        *string           `json:"cwd,omitempty" jsonschema:"Working directory inside the sandbox: /work (the default), /tmp, or below them."`
+	Env        map[string]string `json:"env,omitempty" jsonschema:"Environment variables to forward, NAME: value; the policy sees them as input.env."`
+}
+
+// NetworkToolOutput is run_network_tool's structured result, as the
+// convention has it.
+type NetworkToolOutput struct {
+	Stdout string `json:"stdout" jsonschema:"Standard output, cut at 1 MiB with ...truncated... appended."`
+	Stderr string `json:"stderr" jsonschema:"Standard error, cut like stdout."`
+	// ExitCode is null when the command did not exit by itself: killed by
+	// a signal, the timeout or the OOM killer.
+	ExitCode *int `json:"exitCode" jsonschema:"The exit status; null if the command was killed (signal, timeout, out of memory)."`
+}
+
+func (t *mcpTools) networkToolDescription() string {
+	return "Run one program with the given arguments, cwd and environment, without a shell, as the operator's " +
+		"policy allows, and return its stdout, stderr and exitCode. Output is capped at 1 MiB per stream; " +
+		"truncated output ends with ...truncated.... " + t.sandboxText()
+}
+
+func (t *mcpTools) networkToolSchema() *jsonschema.Schema {
+	s := mustSchema[NetworkToolInput]()
+	s.Properties["executable"].MinLength = jsonschema.Ptr(1)
+	env := s.Properties["env"]
+	env.PropertyNames = &jsonschema.Schema{Type: "string", Pattern: `^[^=\x00]+$`}
+	env.Type, env.Types = "", []string{"null", "object"} // the convention's object<string,string> | null
+	return s
+}
+
+func (t *mcpTools) addNetworkTool(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{
+		Name:         ToolRunNetworkTool,
+		Title:        "Run a program in a sandbox, as the policy allows",
+		Description:  t.networkToolDescription(),
+		InputSchema:  t.networkToolSchema(),
+		OutputSchema: mustSchema[NetworkToolOutput](),
+		Annotations:  toolAnnotations(),
+	}, t.networkTool)
+}
+
+// networkTool runs a call of run_network_tool. A command that ran is a
+// result, whatever its exit status (the convention's clients read
+// exitCode); a call that did not run (invalid, denied by the policy, not
+// found) is a tool error with the message.
+func (t *mcpTools) networkTool(ctx context.Context, req *mcp.CallToolRequest, in NetworkToolInput) (*mcp.CallToolResult, *NetworkToolOutput, error) {
+	if in.Executable == "" {
+		return nil, nil, errors.New("invalid arguments: executable is empty")
+	}
+	env := make([]string, 0, len(in.Env))
+	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, nil, fmt.Errorf("invalid arguments: env name %q must be non-empty without '=' or NUL", k)
+		}
+		env = append(env, k+"="+in.Env[k])
+	}
+	limit := t.opts.NetworkMaxOutput
+	stdout, stderr := &headWriter{max: limit}, &headWriter{max: limit}
+	cmd := jail.Command{
+		Args:   append([]string{in.Executable}, in.Args...),
+		Env:    env,
+		Stdout: stdout,
+		Stderr: stderr,
+		// The jail's own copy is a bound only: the result is the heads.
+		MaxOutput: limit,
+	}
+	if in.Cwd != nil {
+		cmd.Dir = *in.Cwd
+	}
+	r, _, err := t.runTool(ctx, req, ToolRunNetworkTool, "", "", 0, cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := &NetworkToolOutput{Stdout: stdout.String(), Stderr: stderr.String()}
+	if r.Signal == "" && r.ExitCode >= 0 && !r.TimedOut && !r.OOMKilled {
+		code := r.ExitCode
+		out.ExitCode = &code
+	}
+	// Content is left to the SDK: the structured result as JSON text.
+	return nil, out, nil
+}
+
+// headWriter keeps the first max bytes written to it and counts the rest.
+// The jail writes from its own goroutine; String is called after the run.
+type headWriter struct {
+	mu    sync.Mutex
+	max   int64
+	buf   []byte
+	total int64
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if room := h.max - int64(len(h.buf)); room > 0 {
+		h.buf = append(h.buf, p[:min(int64(len(p)), room)]...)
+	}
+	h.total += int64(len(p))
+	return len(p), nil
+}
+
+// String is the head, with NetworkToolTruncated appended if there was more.
+// A cut inside a UTF-8 sequence is moved back to its start, so the text
+// does not end in a broken character.
+func (h *headWriter) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.total <= int64(len(h.buf)) {
+		return string(h.buf)
+	}
+	b := h.buf
+	for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				b = b[:len(b)-i]
+			}
+			break
+		}
+	}
+	return string(b) + NetworkToolTruncated
+}
