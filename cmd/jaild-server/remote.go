@@ -46,12 +46,12 @@ token is never sent over plain http:// to a host other than loopback, unless
 Limits left unset get the daemon's defaults; a request may only ask for less
 than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
 	Flags: []cli.Flag{
-		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", EnvVars: []string{"JAILD_SERVER", "RUN_REMOTE_SERVER"}, Usage: "daemon URL"},
+		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", EnvVars: []string{"JAILD_SERVER", "RUN_REMOTE_SERVER"}, Usage: "daemon URL; a /raw or /run path is dropped, so RUN_REMOTE_SERVER, the policy-runner convention's full /raw URL, works as it is"},
 		&cli.StringFlag{Name: "socket", EnvVars: []string{"JAILD_SOCKET"}, Usage: "daemon unix socket; wins over --server"},
 		&cli.StringFlag{Name: "token-file", EnvVars: []string{"JAILD_TOKEN_FILE"}, Usage: "file holding the bearer token (TOKEN or NAME:TOKEN on its first line)"},
 		&cli.StringFlag{Name: "ca-file", EnvVars: []string{"JAILD_CA_FILE"}, Usage: "trust only the CA certificates in this PEM file for an https:// --server (default: the system's)"},
 		&cli.BoolFlag{Name: "insecure-plaintext", EnvVars: []string{"JAILD_INSECURE_PLAINTEXT"}, Usage: "send the token over plain http:// to a host that is not loopback"},
-		&cli.StringSliceFlag{Name: "keep-env", EnvVars: []string{"JAILD_KEEP_ENV"}, Usage: "pass these local environment variables on, e.g. CI,LANG (repeatable)"},
+		&cli.StringSliceFlag{Name: "keep-env", EnvVars: []string{"JAILD_KEEP_ENV"}, Usage: "pass these local environment variables on: --keep-env=CI,LANG or --keep-env CI (repeatable); unset ones are skipped; a policy sees them as input.env"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
 		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit (default: the daemon's, " + jail.DefaultTimeout.String() + " unless it caps lower)"},
 		&cli.StringFlag{Name: "cwd", EnvVars: []string{"JAILD_CWD"}, Usage: "working directory, under /work or /tmp (default /work)"},
