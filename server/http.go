@@ -212,6 +212,10 @@ type rawWriter struct {
 }
 
 func (sw rawWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		// An event without data_b64 is none of the convention's shapes.
+		return 0, nil
+	}
 	sw.st.mu.Lock()
 	defer sw.st.mu.Unlock()
 	if err := sw.st.startLocked(); err != nil {
