@@ -45,6 +45,9 @@ type Decision struct {
 	// Input is what the policy saw.
 	Input *Input
 	Eval  time.Duration
+	// Cached is true when the answer is the set's earlier one to the same
+	// input (see decisioncache.go).
+	Cached bool
 }
 
 // Decide completes in (see Complete) and evaluates the policy on it. id is
@@ -57,7 +60,7 @@ func (e *Engine) Decide(ctx context.Context, id string, in Input) Decision {
 	if st.set != nil {
 		d.Revision = st.set.revision
 	}
-	d.Result, d.Message = e.decide(ctx, st, &in)
+	d.Result, d.Message, d.Cached = e.decide(ctx, st, &in)
 	d.Eval = time.Since(start)
 	d.Allow = d.Result == Allowed || d.Shadow
 	if e.opts.Observer != nil {
@@ -69,29 +72,44 @@ func (e *Engine) Decide(ctx context.Context, id string, in Input) Decision {
 	return d
 }
 
-func (e *Engine) decide(ctx context.Context, st *state, in *Input) (Result, string) {
+func (e *Engine) decide(ctx context.Context, st *state, in *Input) (Result, string, bool) {
 	name := in.Command
 	if in.Shell != nil {
 		name = in.Shell.Source
 	}
 	if st.err != nil {
-		return DenyAll, "Policy deny-all is active: " + st.err.Error()
+		return DenyAll, "Policy deny-all is active: " + st.err.Error(), false
 	}
 	if err := Complete(in, e.opts.Resolver); err != nil {
 		var pe *ParseError
 		if errors.As(err, &pe) {
-			return Unparsed, err.Error()
+			return Unparsed, err.Error(), false
 		}
-		return Unresolved, err.Error()
+		return Unresolved, err.Error(), false
 	}
-	rs, err := st.set.query.Eval(ctx, rego.EvalParsedInput(in.value()))
+	v := in.value()
+	cache := st.cache
+	var h int
+	if cache != nil && in.size() <= maxCachedInput {
+		h = v.Hash()
+		if r, msg, ok := cache.get(v, h); ok {
+			return r, msg, true
+		}
+	} else {
+		cache = nil
+	}
+	rs, err := st.set.query.Eval(ctx, rego.EvalParsedInput(v))
 	if err != nil {
-		return EvalError, fmt.Sprintf("Policy evaluation failed for '%s': %s", name, unrewrite(err.Error()))
+		return EvalError, fmt.Sprintf("Policy evaluation failed for '%s': %s", name, unrewrite(err.Error())), false
 	}
+	r, msg := Allowed, ""
 	if !rs.Allowed() { // only a single boolean true allows
-		return Denied, "Command not allowed: " + name
+		r, msg = Denied, "Command not allowed: "+name
 	}
-	return Allowed, ""
+	if cache != nil {
+		cache.put(v, h, r, msg)
+	}
+	return r, msg, false
 }
 
 // decisionLog writes one JSON line per decision. Lines are written whole
@@ -113,6 +131,7 @@ type logLine struct {
 	Message   string    `json:"message,omitempty"`
 	Revision  string    `json:"revision,omitempty"`
 	EvalUS    float64   `json:"eval_us"`
+	Cached    bool      `json:"cached,omitempty"`
 }
 
 // Redacted replaces env values in the decision log without LogEnv.
@@ -130,7 +149,7 @@ func (l *decisionLog) write(id string, d *Decision) {
 	line, err := json.Marshal(logLine{
 		Time: time.Now().UTC(), RequestID: id, Caller: in.Caller, Input: &in,
 		Result: d.Result, Allow: d.Allow, Shadow: d.Shadow, Message: d.Message,
-		Revision: d.Revision, EvalUS: float64(d.Eval.Nanoseconds()) / 1e3,
+		Revision: d.Revision, EvalUS: float64(d.Eval.Nanoseconds()) / 1e3, Cached: d.Cached,
 	})
 	if err != nil {
 		return

@@ -21,6 +21,12 @@
 // simple command it would run, so that a policy can require each to be
 // allowed and deny what it cannot see (Shell.Dynamic); see ParseShell.
 //
+// Two caches keep a decision cheap, each exact: Root's resolutions, valid
+// while the directories and files they depend on are unchanged
+// (resolvecache.go), and each set's answers to recent inputs, kept only
+// for sets whose answer depends on nothing but the input
+// (decisioncache.go).
+//
 // docs/policy.md has the design notes; examples/policy a router, one module
 // per case, and their Rego unit tests.
 package policy

@@ -97,6 +97,11 @@ type state struct {
 	set    *set
 	err    error
 	loaded time.Time
+	// cache keeps the set's recent decisions; nil when nondet names a
+	// builtin that makes them depend on more than the input (see
+	// decisioncache.go).
+	cache  *decisionCache
+	nondet string
 }
 
 // Open loads opts.Dir and starts watching it. A set that fails to load is
@@ -177,12 +182,21 @@ func (e *Engine) Status() Status {
 func (e *Engine) reload() {
 	s, err := loadDir(context.Background(), e.opts.Dir)
 	st := &state{set: s, err: err, loaded: time.Now()}
+	if err == nil {
+		if st.nondet = nondeterministic(s.modules); st.nondet == "" {
+			st.cache = &decisionCache{}
+		}
+	}
 	prev := e.cur.Swap(st)
 	switch {
 	case err != nil:
 		e.log.Error("policy deny-all: the policy set does not load", "dir", e.opts.Dir, "err", err)
 	case prev == nil || prev.set == nil || prev.set.revision != s.revision:
-		e.log.Info("policy loaded", "dir", e.opts.Dir, "revision", s.revision, "files", len(s.files), "mode", e.opts.Mode)
+		args := []any{"dir", e.opts.Dir, "revision", s.revision, "files", len(s.files), "mode", e.opts.Mode}
+		if st.nondet != "" {
+			args = append(args, "decisions_cached", false, "because", st.nondet)
+		}
+		e.log.Info("policy loaded", args...)
 	}
 	if e.opts.Observer != nil {
 		rev := ""

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,6 +55,8 @@ type Root struct {
 
 	mu     sync.Mutex
 	hashes map[fileKey]string
+	cache  resolveCache // see resolvecache.go
+	racy   time.Duration
 }
 
 // maxHashes bounds the hash cache: a root holds a few thousand programs.
@@ -67,11 +70,30 @@ func NewRoot(dir string, binds ...string) *Root {
 		bs = append(bs, path.Clean("/"+b))
 	}
 	sort.Slice(bs, func(i, j int) bool { return len(bs[i]) > len(bs[j]) })
-	return &Root{dir: dir, binds: bs, hashes: make(map[fileKey]string)}
+	return &Root{dir: dir, binds: bs, hashes: make(map[fileKey]string), racy: racyWindow}
 }
 
-// Resolve implements Resolver.
+// Resolve implements Resolver. Answers are cached for as long as nothing
+// they depend on changes (see resolvecache.go).
 func (r *Root) Resolve(name, pathEnv, cwd string) (string, string, error) {
+	k := resolveKey{name: name, pathEnv: pathEnv, cwd: cwd}
+	if res := r.cache.get(k); res != nil {
+		if res.valid() {
+			return res.path, res.hash, res.err
+		}
+		r.cache.drop(k)
+	}
+	rec := newRecorder()
+	p, h, err := r.resolve(name, pathEnv, cwd, rec)
+	if rec.cacheable(time.Now(), r.racy) {
+		r.cache.put(k, &resolution{path: p, hash: h, err: err, deps: rec.deps})
+	}
+	return p, h, err
+}
+
+// resolve is Resolve without the cache; rec records what the answer
+// depends on.
+func (r *Root) resolve(name, pathEnv, cwd string, rec *recorder) (string, string, error) {
 	if name == "" {
 		return "", "", errors.New("empty command")
 	}
@@ -82,7 +104,7 @@ func (r *Root) Resolve(name, pathEnv, cwd string) (string, string, error) {
 		if !path.IsAbs(name) {
 			name = path.Join(cwd, name)
 		}
-		return r.resolveFile(name)
+		return r.resolveFile(name, rec)
 	}
 	if pathEnv == "" {
 		pathEnv = DefaultPath
@@ -93,7 +115,7 @@ func (r *Root) Resolve(name, pathEnv, cwd string) (string, string, error) {
 		} else if !path.IsAbs(dir) {
 			dir = path.Join(cwd, dir)
 		}
-		p, h, err := r.resolveFile(path.Join(dir, name))
+		p, h, err := r.resolveFile(path.Join(dir, name), rec)
 		if err == nil {
 			return p, h, nil
 		}
@@ -103,21 +125,24 @@ func (r *Root) Resolve(name, pathEnv, cwd string) (string, string, error) {
 
 // resolveFile resolves the absolute sandbox path p to an executable
 // regular file and hashes it.
-func (r *Root) resolveFile(p string) (string, string, error) {
-	real, err := r.realpath(p)
+func (r *Root) resolveFile(p string, rec *recorder) (string, string, error) {
+	real, err := r.realpath(p, rec)
 	if err != nil {
 		return "", "", err
 	}
 	base, rel := r.host(real)
 	f, err := openBeneath(base, rel)
 	if err != nil {
+		rec.fail()
 		return "", "", fmt.Errorf("open %s: %w", real, err)
 	}
 	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		rec.fail()
 		return "", "", fmt.Errorf("stat %s: %w", real, err)
 	}
+	rec.file(path.Join(base, rel), &st)
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return "", "", fmt.Errorf("%s is not a regular file", real)
 	}
@@ -126,6 +151,7 @@ func (r *Root) resolveFile(p string) (string, string, error) {
 	}
 	h, err := r.hash(f, &st)
 	if err != nil {
+		rec.fail()
 		return "", "", fmt.Errorf("hash %s: %w", real, err)
 	}
 	return real, h, nil
@@ -134,7 +160,7 @@ func (r *Root) resolveFile(p string) (string, string, error) {
 // realpath resolves every symlink and .. of the absolute sandbox path p in
 // the sandbox's namespace: an absolute link target starts again at the
 // sandbox's "/", and .. stops there.
-func (r *Root) realpath(p string) (string, error) {
+func (r *Root) realpath(p string, rec *recorder) (string, error) {
 	todo := strings.Split(p, "/")
 	cur := "/"
 	links := 0
@@ -149,9 +175,13 @@ func (r *Root) realpath(p string) (string, error) {
 			continue
 		}
 		next := path.Join(cur, c)
+		rec.dir(r.hostPath(cur))
 		base, rel := r.host(next)
 		var st unix.Stat_t
 		if err := unix.Lstat(path.Join(base, rel), &st); err != nil {
+			if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+				rec.fail()
+			}
 			return "", fmt.Errorf("%s: %w", next, err)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
@@ -166,6 +196,7 @@ func (r *Root) realpath(p string) (string, error) {
 		}
 		target, err := os.Readlink(path.Join(base, rel))
 		if err != nil {
+			rec.fail()
 			return "", err
 		}
 		if path.IsAbs(target) {
@@ -230,6 +261,12 @@ func (r *Root) hash(f *os.File, st *unix.Stat_t) (string, error) {
 		return "", err
 	}
 	h = hex.EncodeToString(sum.Sum(nil))
+	// A file written in the clock tick it was hashed in could change
+	// again with the same key: only still files are cached.
+	limit := unix.NsecToTimespec(time.Now().Add(-r.racy).UnixNano())
+	if !before(st.Mtim, limit) || !before(st.Ctim, limit) {
+		return h, nil
+	}
 	r.mu.Lock()
 	if len(r.hashes) >= maxHashes {
 		clear(r.hashes)

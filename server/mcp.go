@@ -164,7 +164,7 @@ type postContext func(*mcp.CallToolRequest) (context.Context, bool)
 func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
 	t := &mcpTools{run: r, opts: o, log: o.Logger, post: post}
 	s := mcp.NewServer(&mcp.Implementation{Name: "jaild", Title: "jaild sandboxed shell", Version: o.Version}, &mcp.ServerOptions{
-		Instructions: t.instructions(),
+		Instructions: t.toolInstructions(),
 		Logger:       o.Logger,
 		// Tools only: no logging capability (the SDK's historical default),
 		// since jaild logs on its own side, never into the model's context.

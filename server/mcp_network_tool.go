@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 )
 
 // The run_network_tool tool: the policy-runner convention's one MCP tool,
@@ -90,6 +92,16 @@ func (t *mcpTools) networkToolSchema() *jsonschema.Schema {
 	return s
 }
 
+// toolInstructions are the server's instructions: the bash and execute
+// tools', and a sentence on run_network_tool when it is served.
+func (t *mcpTools) toolInstructions() string {
+	if !slices.Contains(t.opts.Tools, ToolRunNetworkTool) {
+		return t.instructions()
+	}
+	return t.instructions() + " Where served, `run_network_tool` runs one program with arguments, cwd and env " +
+		"(the policy-runner convention's tool) and returns stdout, stderr and exitCode."
+}
+
 func (t *mcpTools) addNetworkTool(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name:         ToolRunNetworkTool,
@@ -118,28 +130,47 @@ func (t *mcpTools) networkTool(ctx context.Context, req *mcp.CallToolRequest, in
 	}
 	limit := t.opts.NetworkMaxOutput
 	stdout, stderr := &headWriter{max: limit}, &headWriter{max: limit}
-	cmd := jail.Command{
-		Args:   append([]string{in.Executable}, in.Args...),
-		Env:    env,
-		Stdout: stdout,
-		Stderr: stderr,
-		// The jail's own copy is a bound only: the result is the heads.
-		MaxOutput: limit,
-	}
+	cmd := jail.Command{Args: append([]string{in.Executable}, in.Args...), Env: env}
 	if in.Cwd != nil {
 		cmd.Dir = *in.Cwd
 	}
-	r, _, err := t.runTool(ctx, req, ToolRunNetworkTool, "", "", 0, cmd)
+	// The bash and execute tools' call, with the convention's cap (the
+	// jail's own copy is a bound only: the result is the heads).
+	nt := *t
+	nt.opts.MaxOutput = limit
+	nt.run = teeRunner{next: t.run, stdout: stdout, stderr: stderr}
+	_, ro, err := nt.call(ctx, req, ToolRunNetworkTool, "", "", 0, cmd)
 	if err != nil {
 		return nil, nil, err
 	}
 	out := &NetworkToolOutput{Stdout: stdout.String(), Stderr: stderr.String()}
-	if r.Signal == "" && r.ExitCode >= 0 && !r.TimedOut && !r.OOMKilled {
-		code := r.ExitCode
+	if ro.Signal == "" && ro.ExitCode >= 0 && !ro.TimedOut && !ro.OOMKilled {
+		code := ro.ExitCode
 		out.ExitCode = &code
 	}
 	// Content is left to the SDK: the structured result as JSON text.
 	return nil, out, nil
+}
+
+// teeRunner gives a run's output to stdout and stderr too, besides the
+// writers the request already has (an MCP progress stream).
+type teeRunner struct {
+	next           run.Runner
+	stdout, stderr io.Writer
+}
+
+func (r teeRunner) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+	req.Spec.Stdout = tee(r.stdout, req.Spec.Stdout)
+	req.Spec.Stderr = tee(r.stderr, req.Spec.Stderr)
+	return r.next.Run(ctx, req)
+}
+
+// tee is w, and also other when there is one.
+func tee(w, other io.Writer) io.Writer {
+	if other == nil {
+		return w
+	}
+	return io.MultiWriter(w, other)
 }
 
 // headWriter keeps the first max bytes written to it and counts the rest.

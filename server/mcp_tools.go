@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"runtime/debug"
@@ -51,18 +50,8 @@ func (t *mcpTools) sandboxText() string {
 }
 
 func (t *mcpTools) instructions() string {
-	var uses []string
-	for _, tool := range t.opts.Tools {
-		switch tool {
-		case ToolBash:
-			uses = append(uses, "`bash` for shell command lines")
-		case ToolExecute:
-			uses = append(uses, "`execute` to run one program with exact arguments and optional stdin")
-		case ToolRunNetworkTool:
-			uses = append(uses, "`run_network_tool` to run one program with arguments, cwd and env")
-		}
-	}
-	return "jaild runs commands in sandboxes. Use " + strings.Join(uses, ", ") + ". " + t.sandboxText()
+	return "jaild runs commands in sandboxes. Use `bash` for shell command lines and `execute` to run one program " +
+		"with exact arguments and optional stdin. " + t.sandboxText()
 }
 
 func (t *mcpTools) bashDescription() string {
@@ -146,53 +135,26 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 // call runs cmd and turns the outcome into a tool result. Errors it returns
 // become tool errors (isError with the message) that a model can read; an
 // error that only a cancelled call can see is returned as is.
-func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, cmd jail.Command) (*mcp.CallToolResult, *RunOutput, error) {
-	r, timeout, err := t.runTool(ctx, req, tool, desc, shell, timeoutMS, cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	out := &RunOutput{
-		ExitCode:  r.ExitCode,
-		Stdout:    r.Stdout,
-		Stderr:    r.Stderr,
-		TimeoutMS: timeout.Milliseconds(),
-		Verdict:   api.VerdictOf(r),
-	}
-	res := &mcp.CallToolResult{
-		Content: []mcp.Content{&mcp.TextContent{Text: renderText(out, t.opts.Limits.WithDefaults(), timeoutMS > timeout.Milliseconds())}},
-		// The output stays in the result either way; isError tells the
-		// model that the command did not succeed.
-		IsError: r.ExitCode != 0 || r.TimedOut || r.OOMKilled,
-	}
-	return res, out, nil
-}
-
-// runTool runs cmd for a call of tool through the runner, with the
-// timeout timeoutMS asks for (0: the default) and its progress streamed
-// when the client asked for it, and returns the result and the timeout
-// that applied. Output writers cmd already has get the output too.
-func (t *mcpTools) runTool(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, cmd jail.Command) (r *jail.Result, timeout time.Duration, err error) {
+func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, cmd jail.Command) (res *mcp.CallToolResult, out *RunOutput, err error) {
 	defer func() {
 		// A bug in a run must not take down a daemon serving other
 		// agents; the caller gets a tool error, the log the stack.
 		if p := recover(); p != nil {
 			t.log.Error("mcp tool call panicked", "tool", tool, "panic", p, "stack", string(debug.Stack()))
-			r, err = nil, errors.New("internal error in jaild; see its log")
+			res, out, err = nil, nil, errors.New("internal error in jaild; see its log")
 		}
 	}()
 	// The SDK validates against the schema; this guards a caller that
 	// bypasses it (and documents the contract).
 	if timeoutMS < 0 || timeoutMS > MaxMCPTimeout.Milliseconds() {
-		return nil, 0, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", timeoutMS, MaxMCPTimeout.Milliseconds())
+		return nil, nil, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", timeoutMS, MaxMCPTimeout.Milliseconds())
 	}
-	timeout = t.opts.DefaultTimeout
+	timeout := t.opts.DefaultTimeout
 	if timeoutMS > 0 {
 		timeout = min(time.Duration(timeoutMS)*time.Millisecond, t.opts.MaxTimeout)
 	}
 	cmd.Timeout = timeout
-	if cmd.MaxOutput == 0 {
-		cmd.MaxOutput = t.opts.MaxOutput
-	}
+	cmd.MaxOutput = t.opts.MaxOutput
 
 	// runCtx is what the runner sees. Over HTTP it carries the values of
 	// the request that brought the call (request id, authenticated
@@ -222,10 +184,10 @@ func (t *mcpTools) runTool(ctx context.Context, req *mcp.CallToolRequest, tool, 
 		// The SDK sends the result after this handler returns, so all
 		// notifications precede it.
 		defer ps.close()
-		cmd.Stdout, cmd.Stderr = tee(cmd.Stdout, ps.writer("stdout")), tee(cmd.Stderr, ps.writer("stderr"))
+		cmd.Stdout, cmd.Stderr = ps.writer("stdout"), ps.writer("stderr")
 	}
 	start := time.Now()
-	r, err = t.run.Run(runCtx, &run.Request{
+	r, err := t.run.Run(runCtx, &run.Request{
 		Spec:        &jail.Spec{Limits: t.opts.Limits, Command: cmd},
 		Caller:      CallerFromContext(runCtx),
 		RequestID:   requestIDFromContext(runCtx),
@@ -244,24 +206,29 @@ func (t *mcpTools) runTool(ctx context.Context, req *mcp.CallToolRequest, tool, 
 	case runCtx.Err() != nil:
 		// Cancelled or disconnected: nobody reads this answer.
 		t.log.Info("mcp tool call cancelled", append(logArgs, "after", time.Since(start).Round(time.Millisecond))...)
-		return nil, 0, fmt.Errorf("call cancelled: %w", context.Cause(runCtx))
+		return nil, nil, fmt.Errorf("call cancelled: %w", context.Cause(runCtx))
 	case err != nil:
 		t.log.Info("mcp tool call failed", append(logArgs, "err", err)...)
-		return nil, 0, toolError(cmd.Args[0], err)
+		return nil, nil, toolError(cmd.Args[0], err)
 	case r == nil:
-		return nil, 0, errors.New("internal error in jaild: no result")
+		return nil, nil, errors.New("internal error in jaild: no result")
+	}
+	out = &RunOutput{
+		ExitCode:  r.ExitCode,
+		Stdout:    r.Stdout,
+		Stderr:    r.Stderr,
+		TimeoutMS: timeout.Milliseconds(),
+		Verdict:   api.VerdictOf(r),
 	}
 	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
 		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
-	return r, timeout, nil
-}
-
-// tee is w and also, when not nil, first.
-func tee(first, w io.Writer) io.Writer {
-	if first == nil {
-		return w
+	res = &mcp.CallToolResult{
+		Content: []mcp.Content{&mcp.TextContent{Text: renderText(out, t.opts.Limits.WithDefaults(), timeoutMS > timeout.Milliseconds())}},
+		// The output stays in the result either way; isError tells the
+		// model that the command did not succeed.
+		IsError: r.ExitCode != 0 || r.TimedOut || r.OOMKilled,
 	}
-	return io.MultiWriter(first, w)
+	return res, out, nil
 }
 
 // toolError words a run error for a model.

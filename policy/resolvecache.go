@@ -1,0 +1,161 @@
+package policy
+
+import (
+	"path"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The resolution cache. Resolving a name walks PATH with an lstat per
+// component of every candidate, then opens and fstats the file: about 20
+// system calls for "date" and most of a decision's cost. A resolution
+// depends only on the entries of the directories it looked in (a symlink
+// cannot be retargeted, nor a file or directory replaced, without changing
+// its parent's entries) and on the type and mode of the files it found. So
+// the cache keeps, with each answer, those directories' and files'
+// identities (dev, inode, mode, size, mtime, ctime), and a hit is one
+// lstat of each (8 for "date") that must all match. Anything that would
+// make the walk turn out differently changes one of them.
+//
+// A timestamp is only as fine as the kernel's clock tick, so a change in
+// the tick in which the cache read the directory could leave its mtime as
+// it was. As git does with its index, nothing whose mtime or ctime is
+// that recent ("racily clean") is cached: the answer is cached on a later
+// lookup, once its inputs have been still for racyWindow.
+
+// maxResolutions bounds the cache: the set of names a host's requests use
+// is small; a flood of distinct names only empties it now and then.
+const maxResolutions = 4096
+
+// racyWindow is how old every mtime and ctime a resolution depends on must
+// be for it to be cached; far more than any clock tick.
+const racyWindow = 2 * time.Second
+
+type resolveKey struct{ name, pathEnv, cwd string }
+
+// resolution is one cached answer with what it depends on.
+type resolution struct {
+	path, hash string
+	err        error
+	deps       []dep
+}
+
+// dep is a host path and its identity when the resolution read it.
+type dep struct {
+	host string
+	id   statID
+}
+
+type statID struct {
+	dev, ino     uint64
+	mode         uint32
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func idOf(st *unix.Stat_t) statID {
+	return statID{dev: st.Dev, ino: st.Ino, mode: st.Mode, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// recorder collects a resolution's deps as it runs. A nil recorder
+// records nothing.
+type recorder struct {
+	deps     []dep
+	seen     map[string]bool
+	uncached bool // an outcome the deps do not determine (EACCES, EIO...)
+}
+
+func newRecorder() *recorder { return &recorder{seen: map[string]bool{}} }
+
+// dir records the directory a lookup happens in.
+func (rec *recorder) dir(host string) {
+	if rec == nil || rec.seen[host] {
+		return
+	}
+	rec.seen[host] = true
+	var st unix.Stat_t
+	if err := unix.Lstat(host, &st); err != nil {
+		rec.uncached = true
+		return
+	}
+	rec.deps = append(rec.deps, dep{host: host, id: idOf(&st)})
+}
+
+// file records a file whose type or mode decided the outcome.
+func (rec *recorder) file(host string, st *unix.Stat_t) {
+	if rec == nil || rec.seen[host] {
+		return
+	}
+	rec.seen[host] = true
+	rec.deps = append(rec.deps, dep{host: host, id: idOf(st)})
+}
+
+func (rec *recorder) fail() {
+	if rec != nil {
+		rec.uncached = true
+	}
+}
+
+// cacheable reports whether every dep has been still for window.
+func (rec *recorder) cacheable(now time.Time, window time.Duration) bool {
+	if rec.uncached {
+		return false
+	}
+	limit := unix.NsecToTimespec(now.Add(-window).UnixNano())
+	for _, d := range rec.deps {
+		if !before(d.id.mtime, limit) || !before(d.id.ctime, limit) {
+			return false
+		}
+	}
+	return true
+}
+
+func before(a, b unix.Timespec) bool {
+	return a.Sec < b.Sec || a.Sec == b.Sec && a.Nsec < b.Nsec
+}
+
+// valid reports whether every dep of res is as it was.
+func (res *resolution) valid() bool {
+	var st unix.Stat_t
+	for _, d := range res.deps {
+		if unix.Lstat(d.host, &st) != nil || idOf(&st) != d.id {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveCache maps (name, PATH, cwd) to a resolution of one Root.
+type resolveCache struct {
+	mu sync.Mutex
+	m  map[resolveKey]*resolution
+}
+
+func (c *resolveCache) get(k resolveKey) *resolution {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+func (c *resolveCache) put(k resolveKey, res *resolution) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxResolutions {
+		c.m = make(map[resolveKey]*resolution)
+	}
+	c.m[k] = res
+}
+
+func (c *resolveCache) drop(k resolveKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, k)
+}
+
+// hostPath is where the resolved sandbox path p is on the host.
+func (r *Root) hostPath(p string) string {
+	base, rel := r.host(p)
+	return path.Join(base, rel)
+}
