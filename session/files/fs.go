@@ -11,11 +11,15 @@ import (
 
 // Root is a workspace as the daemon knows it: the host path of its tmpfs
 // and the host uid and gid that its files are created with (those of the
-// sandbox user of the session's uid range; [RootOf] reads them from the
-// workspace's root directory).
+// sandbox user of the session's uid range: session.Session.HostIDs; or
+// [RootOf] reads them from the workspace's root directory).
 type Root struct {
 	Dir      string
 	UID, GID int
+	// Done, if not nil, is called once the Handler is done with the
+	// workspace (the release of a hold on the session that keeps its
+	// workspace mounted, session.Session.Use).
+	Done func()
 }
 
 // RootOf returns the Root of the workspace mounted at dir, owned by the

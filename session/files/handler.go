@@ -62,7 +62,8 @@ type Handler struct {
 
 // NewHandler returns the handler of the files endpoints. lookup finds the
 // workspace a request names (from its {id} and its caller) and is called
-// on every request before anything is read from the workspace.
+// on every request before anything is read from the workspace; the Root's
+// Done is called when the request is over.
 func NewHandler(lookup func(r *http.Request) (Root, error), o Options) *Handler {
 	if o.MaxUpload <= 0 {
 		o.MaxUpload = DefaultMaxUpload
@@ -86,6 +87,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, err)
 		}
 		return
+	}
+	if root.Done != nil {
+		defer root.Done()
 	}
 	p := r.PathValue("path")
 	if _, err := Split(p); err != nil {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -305,4 +306,39 @@ func tarOf(t *testing.T, entries ...entry) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// TestLookup: the lookup's error is answered by Options.LookupError, the
+// Root's Done is called once per request, and other methods are refused.
+func TestLookup(t *testing.T) {
+	h := newWorkspace(t, 1<<20)
+	done := 0
+	lookupErr := errors.New("no such session")
+	hd := files.NewHandler(func(r *http.Request) (files.Root, error) {
+		if r.Header.Get("X-Session") == "missing" {
+			return files.Root{}, lookupErr
+		}
+		root := h.root
+		root.Done = func() { done++ }
+		return root, nil
+	}, files.Options{LookupError: func(w http.ResponseWriter, r *http.Request, err error) {
+		if !errors.Is(err, lookupErr) {
+			t.Errorf("LookupError got %v", err)
+		}
+		w.WriteHeader(http.StatusTeapot)
+	}})
+	if w := do(hd, "GET", "", nil, "X-Session", "missing"); w.Code != http.StatusTeapot || done != 0 {
+		t.Errorf("missing session: %d, done %d", w.Code, done)
+	}
+	if w := do(hd, "PUT", "f", []byte("x")); w.Code != 204 || done != 1 {
+		t.Errorf("PUT: %d, done %d", w.Code, done)
+	}
+	if w := do(hd, "POST", "f", nil); w.Code != 405 || done != 2 || w.Header().Get("Allow") == "" {
+		t.Errorf("POST: %d, done %d", w.Code, done)
+	}
+	// Without LookupError: the handler's own mapping.
+	hd = files.NewHandler(func(*http.Request) (files.Root, error) { return files.Root{}, lookupErr }, files.Options{})
+	if w := do(hd, "GET", "", nil); w.Code != 500 {
+		t.Errorf("lookup error without LookupError: %d", w.Code)
+	}
 }
