@@ -25,6 +25,9 @@ func main() {
 		mcpCommand,
 		serveCommand,
 		remoteCommand,
+		sessionCommand,
+		jobsCommand,
+		cpCommand,
 		command.Worker,
 	)
 }
