@@ -63,7 +63,8 @@ type Handler struct {
 // NewHandler returns the handler of the files endpoints. lookup finds the
 // workspace a request names (from its {id} and its caller) and is called
 // on every request before anything is read from the workspace; the Root's
-// Done is called when the request is over.
+// Done is called when the request is over (a lookup that fails must hold
+// nothing).
 func NewHandler(lookup func(r *http.Request) (Root, error), o Options) *Handler {
 	if o.MaxUpload <= 0 {
 		o.MaxUpload = DefaultMaxUpload

@@ -176,6 +176,11 @@ c src/zero
 	if data, err := os.ReadFile(h.path("copy/sub/a")); err != nil || string(data) != "hello" {
 		t.Errorf("copy/sub/a: %q %v", data, err)
 	}
+	if orig, err := os.Stat(h.path("src/sub/a")); err != nil {
+		t.Fatal(err)
+	} else if st, err := os.Stat(h.path("copy/sub/a")); err != nil || !st.ModTime().Equal(orig.ModTime()) {
+		t.Errorf("copy/sub/a's time %v, want the archive's %v", st.ModTime(), orig.ModTime())
+	}
 	if target, err := os.Readlink(h.path("copy/etc")); err != nil || target != "/etc" {
 		t.Errorf("copy/etc: %q %v", target, err)
 	}
