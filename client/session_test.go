@@ -168,6 +168,9 @@ func TestFiles(t *testing.T) {
 	if strings.Join(names, " ") != "src/ src/a.go" {
 		t.Errorf("tar of proj: %q", names)
 	}
+	if l, err := c.ListFiles(ctx, s.ID, ""); err != nil || l.Path != "/work" || len(l.Entries) != 2 {
+		t.Errorf("ListFiles of /work: %+v, %v", l, err)
+	}
 	if _, err := c.ListFiles(ctx, s.ID, "bin/run me.sh"); err == nil {
 		t.Error("ListFiles of a file succeeded")
 	}

@@ -37,7 +37,7 @@ const canaryText = "canary: must never change\n"
 // temporary directory (not nodev, so that a test can mknod in it as
 // sandboxed code cannot in production), and unmounts it at cleanup. Next
 // to it: a canary file and an empty directory.
-func newWorkspace(t *testing.T, size int64) *host {
+func newWorkspace(t testing.TB, size int64) *host {
 	t.Helper()
 	testenv.NeedRoot(t, "the workspace is a tmpfs mounted by the test")
 	dir := t.TempDir()
@@ -67,7 +67,7 @@ func newWorkspace(t *testing.T, size int64) *host {
 	return h
 }
 
-func hashFile(t *testing.T, p string) [32]byte {
+func hashFile(t testing.TB, p string) [32]byte {
 	t.Helper()
 	data, err := os.ReadFile(p)
 	if err != nil {
@@ -77,7 +77,7 @@ func hashFile(t *testing.T, p string) [32]byte {
 }
 
 // check fails t if anything outside the workspace changed.
-func (h *host) check(t *testing.T) {
+func (h *host) check(t testing.TB) {
 	t.Helper()
 	if data, err := os.ReadFile(h.canary); err != nil || string(data) != canaryText {
 		t.Errorf("canary changed: %q, %v", data, err)
