@@ -249,17 +249,28 @@ func (c *Client) post(ctx context.Context, path string, req *api.Request) (*http
 	if err != nil {
 		return nil, fmt.Errorf("client: encode request: %w", err)
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	return c.do(ctx, http.MethodPost, path, bytes.NewReader(body), "application/json", nil)
+}
+
+// do sends a request (body may be nil) and returns a 2xx answer, or the
+// error answer as *APIError.
+func (c *Client) do(ctx context.Context, method, path string, body io.Reader, contentType string, header http.Header) (*http.Response, error) {
+	hr, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	hr.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		hr.Header[k] = v
+	}
+	if contentType != "" {
+		hr.Header.Set("Content-Type", contentType)
+	}
 	if c.token != "" {
 		hr.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.hc.Do(hr)
 	if err != nil {
-		return nil, fmt.Errorf("client: POST %s: %w", path, err)
+		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 == 2 {
 		return resp, nil

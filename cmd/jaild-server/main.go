@@ -1,5 +1,6 @@
 // Command jaild-server is the complete jaild: every command in one binary,
-// the front ends included (serve, mcp, remote) with the packages they link.
+// the front ends included (serve, mcp, and the clients remote, session,
+// jobs and cp) with the packages they link.
 // The lean jaild executes it for those commands. Its serve and mcp start the
 // lean jaild next to it as their worker (see internal/worker), which builds
 // the sandboxes, so that their init is the lean binary and not this one.
@@ -19,6 +20,9 @@ func main() {
 		serveCommand,
 		remoteCommand,
 		policyCommand,
+		sessionCommand,
+		jobsCommand,
+		cpCommand,
 	)
 }
 

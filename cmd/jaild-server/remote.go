@@ -43,14 +43,14 @@ An https:// --server is checked against the system's CAs, or only against
 token is never sent over plain http:// to a host other than loopback, unless
 --insecure-plaintext is given.
 
+With --session ID (or JAILD_SESSION; see jaild session new) the command runs
+in that session: a fresh sandbox on the session's /work, working directory
+and environment.
+
 Limits left unset get the daemon's defaults; a request may only ask for less
 than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
-	Flags: []cli.Flag{
-		&cli.StringFlag{Name: "server", Value: "http://127.0.0.1:8080", EnvVars: []string{"JAILD_SERVER", "RUN_REMOTE_SERVER"}, Usage: "daemon URL; a /raw or /run path is dropped, so RUN_REMOTE_SERVER, the policy-runner convention's full /raw URL, works as it is"},
-		&cli.StringFlag{Name: "socket", EnvVars: []string{"JAILD_SOCKET"}, Usage: "daemon unix socket; wins over --server"},
-		&cli.StringFlag{Name: "token-file", EnvVars: []string{"JAILD_TOKEN_FILE"}, Usage: "file holding the bearer token (TOKEN or NAME:TOKEN on its first line)"},
-		&cli.StringFlag{Name: "ca-file", EnvVars: []string{"JAILD_CA_FILE"}, Usage: "trust only the CA certificates in this PEM file for an https:// --server (default: the system's)"},
-		&cli.BoolFlag{Name: "insecure-plaintext", EnvVars: []string{"JAILD_INSECURE_PLAINTEXT"}, Usage: "send the token over plain http:// to a host that is not loopback"},
+	Flags: withConnFlags(
+		&cli.StringFlag{Name: "session", EnvVars: []string{"JAILD_SESSION"}, Usage: "run in this session (jaild session new): its /work, working directory and environment"},
 		&cli.StringSliceFlag{Name: "keep-env", EnvVars: []string{"JAILD_KEEP_ENV"}, Usage: "pass these local environment variables on: --keep-env=CI,LANG or --keep-env CI (repeatable); unset ones are skipped; a policy sees them as input.env"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
 		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit (default: the daemon's, " + jail.DefaultTimeout.String() + " unless it caps lower)"},
@@ -63,7 +63,7 @@ than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
 		&cli.BoolFlag{Name: "no-stdin", Aliases: []string{"n"}, EnvVars: []string{"JAILD_NO_STDIN"}, Usage: "do not read stdin; the command reads /dev/null"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "use /run and print the whole result as JSON instead of streaming"},
-	},
+	),
 	Action:       remoteAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -73,30 +73,9 @@ func remoteAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// --socket, when set, wins over --server (which always has a value).
-	opts := client.Options{Socket: c.String("socket"), InsecurePlaintext: c.Bool("insecure-plaintext")}
-	if opts.Socket == "" {
-		opts.Server = c.String("server")
-	}
-	if path := c.String("token-file"); path != "" {
-		if opts.Token, err = client.ReadTokenFile(path); err != nil {
-			return command.UsageError("%v", err)
-		}
-	}
-	if path := c.String("ca-file"); path != "" {
-		if opts.Socket != "" || !strings.HasPrefix(strings.ToLower(opts.Server), "https://") {
-			return command.UsageError("--ca-file is for an https:// --server")
-		}
-		if opts.RootCAs, err = client.ReadCAFile(path); err != nil {
-			return command.UsageError("--ca-file: %v", err)
-		}
-	}
-	cl, err := client.New(opts)
-	if errors.Is(err, client.ErrCleartextToken) {
-		return command.UsageError("--server %s: refusing to send the token in cleartext to a host that is not loopback; use https:// (with --ca-file for a private CA) or --insecure-plaintext", opts.Server)
-	}
+	cl, err := newClient(c)
 	if err != nil {
-		return command.UsageError("%v", err)
+		return err
 	}
 
 	// A signal closes the connection, which makes the daemon kill the
@@ -123,7 +102,7 @@ func remoteAction(c *cli.Context) error {
 
 // remoteRequest builds the request from the flags, arguments and stdin.
 func remoteRequest(c *cli.Context) (*api.Request, error) {
-	req := &api.Request{Cwd: c.String("cwd")}
+	req := &api.Request{Cwd: c.String("cwd"), SessionID: c.String("session")}
 	switch sh, args := c.String("shell"), c.Args().Slice(); {
 	case sh != "" && len(args) > 0:
 		return nil, command.UsageError("give either --shell STRING or -- COMMAND, not both")

@@ -18,15 +18,20 @@ import (
 // binary, never in PATH.
 const serverBinary = "jaild-server"
 
-// In the lean build serve, mcp, remote and policy are stand-ins that replace the
-// process with jaild-server, so the daemon keeps jaild's pid (systemd's
-// MainPID, an MCP client's child) and its stdio. Their flags and help are
+// In the lean build serve, mcp, remote, policy, session, jobs and cp are
+// stand-ins that replace the process with jaild-server, so the daemon keeps
+// jaild's pid (systemd's MainPID, an MCP client's child) and its stdio.
+// Their flags and help are
 // jaild-server's own: `jaild serve --help` prints them.
 var (
 	serveCommand  = frontEnd("serve", command.ServeUsage)
 	mcpCommand    = frontEnd("mcp", command.MCPUsage)
 	remoteCommand = frontEnd("remote", command.RemoteUsage)
 	policyCommand = frontEnd("policy", command.PolicyUsage)
+	// The session clients too: they link the HTTP client.
+	sessionCommand = frontEnd("session", command.SessionUsage)
+	jobsCommand    = frontEnd("jobs", command.JobsUsage)
+	cpCommand      = frontEnd("cp", command.CpUsage)
 )
 
 func frontEnd(name, usage string) *cli.Command {

@@ -66,7 +66,7 @@ func TestLeanBuild(t *testing.T) {
 // TestFrontEndStandIns runs the lean build's serve, mcp and remote, which
 // execute jaild-server next to it.
 func TestFrontEndStandIns(t *testing.T) {
-	for cmd, flag := range map[string]string{"serve": "--max-concurrent", "mcp": "--pool", "remote": "--token-file"} {
+	for cmd, flag := range map[string]string{"serve": "--max-concurrent", "mcp": "--pool", "remote": "--session", "session": "rm", "jobs": "--follow", "cp": "SESSION:PATH"} {
 		out, err := exec.Command(jaildBin, cmd, "--help").CombinedOutput()
 		if err != nil {
 			t.Fatalf("jaild %s --help: %v\n%s", cmd, err, out)

@@ -26,6 +26,9 @@ func main() {
 		serveCommand,
 		remoteCommand,
 		policyCommand,
+		sessionCommand,
+		jobsCommand,
+		cpCommand,
 		command.Worker,
 	)
 }

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/client"
+	"github.com/jaild/jaild/internal/command"
+)
+
+var cpCommand = &cli.Command{
+	Name:      "cp",
+	Usage:     command.CpUsage,
+	ArgsUsage: "LOCAL SESSION:PATH | SESSION:PATH LOCAL",
+	Description: `Copies between here and a session's /work, over the daemon's files API.
+PATH is /work/... or relative to /work. LOCAL "-" is stdin or stdout (a file).
+
+  jaild cp build.sh S:/work/          a file: into /work/build.sh, mode kept
+  jaild cp build.sh S:bin/b.sh        a file: to that name (parents made)
+  jaild cp ./src S:/work/src          a directory: its contents into /work/src
+  jaild cp S:/work/out.txt .          a file: into ./out.txt
+  jaild cp S:/work/dist ./dist        a directory: its contents into ./dist
+
+Directories travel as tar archives: symlinks stay symlinks (never followed,
+on either side), fifos, sockets and devices are skipped. A file over an
+existing file replaces it.
+
+Exit codes: 0, 1 if the daemon refused (no such session or file, workspace
+full), 125 for a bad command line or token, 119 if the daemon cannot be
+reached or a local file cannot be read or written.`,
+	Flags:        withConnFlags(),
+	Action:       cpAction,
+	OnUsageError: command.OnUsageError,
+}
+
+// remotePath is SESSION:PATH, with PATH relative to /work.
+type remotePath struct{ session, path string }
+
+// parseRemote reads SESSION:PATH; ok is false for a local path (one with
+// no colon, or a slash before it: ./a:b is local).
+func parseRemote(arg string) (remotePath, bool, error) {
+	id, p, ok := strings.Cut(arg, ":")
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return remotePath{}, false, nil
+	}
+	switch {
+	case p == "/work" || p == "/work/":
+		p = ""
+	case strings.HasPrefix(p, "/work/"):
+		p = strings.TrimPrefix(p, "/work/")
+	case strings.HasPrefix(p, "/"):
+		return remotePath{}, true, command.UsageError("%s: a session's files are under /work", arg)
+	}
+	return remotePath{session: id, path: p}, true, nil
+}
+
+func cpAction(c *cli.Context) error {
+	if c.NArg() != 2 {
+		return command.UsageError("usage: jaild cp LOCAL SESSION:PATH, or jaild cp SESSION:PATH LOCAL")
+	}
+	src, srcRemote, err := parseRemote(c.Args().Get(0))
+	if err != nil {
+		return err
+	}
+	dst, dstRemote, err := parseRemote(c.Args().Get(1))
+	if err != nil {
+		return err
+	}
+	if srcRemote == dstRemote {
+		return command.UsageError("one of the two paths must be SESSION:PATH and the other local")
+	}
+	cl, err := newClient(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	if dstRemote {
+		err = upload(ctx, cl, c.Args().Get(0), dst)
+	} else {
+		err = download(ctx, cl, src, c.Args().Get(1), c.App.Writer)
+	}
+	var le *localError
+	if errors.As(err, &le) {
+		return cli.Exit(le.Error(), api.ExitInternal)
+	}
+	if err != nil {
+		return callError(ctx, err)
+	}
+	return nil
+}
+
+// localError is a failure on this side of a copy.
+type localError struct{ err error }
+
+func (e *localError) Error() string { return e.err.Error() }
+func (e *localError) Unwrap() error { return e.err }
+
+// errUploadEnded stops the archive's writer once the upload is over,
+// whichever way it ended.
+var errUploadEnded = errors.New("upload ended")
+
+// upload copies the local file or directory src to dst.
+func upload(ctx context.Context, cl *client.Client, src string, dst remotePath) error {
+	if src == "-" {
+		return cl.PutFile(ctx, dst.session, dst.path, os.Stdin, nil)
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return &localError{err}
+	}
+	if st.IsDir() {
+		// The archive is written as it is sent; the writer is joined
+		// before returning.
+		pr, pw := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			err := writeLocalTar(src, pw)
+			pw.CloseWithError(err)
+			done <- err
+		}()
+		err := cl.PutFile(ctx, dst.session, dst.path, pr, &client.PutOptions{Tar: true})
+		pr.CloseWithError(errUploadEnded)
+		if terr := <-done; terr != nil && !errors.Is(terr, errUploadEnded) {
+			// The archive could not be written: the daemon's
+			// answer to the cut-off archive says less.
+			return &localError{terr}
+		}
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return &localError{fmt.Errorf("%s is not a regular file or directory", src)}
+	}
+	target := dst.path
+	if target == "" || strings.HasSuffix(dst.path, "/") {
+		target = path.Join(dst.path, filepath.Base(src))
+	}
+	err = putLocalFile(ctx, cl, src, dst.session, target, st.Mode())
+	var ae *client.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusConflict && !strings.HasSuffix(target, "/"+filepath.Base(src)) {
+		// The name is a directory there: into it, as cp does.
+		err = putLocalFile(ctx, cl, src, dst.session, path.Join(target, filepath.Base(src)), st.Mode())
+	}
+	return err
+}
+
+func putLocalFile(ctx context.Context, cl *client.Client, src, session, target string, mode fs.FileMode) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return &localError{err}
+	}
+	defer f.Close()
+	return cl.PutFile(ctx, session, target, f, &client.PutOptions{Mode: mode.Perm()})
+}
+
+// download copies src to the local path dst: a file to dst (or into it if
+// it is a directory), a directory's contents into dst.
+func download(ctx context.Context, cl *client.Client, src remotePath, dst string, stdout io.Writer) error {
+	f, err := cl.OpenFile(ctx, src.session, src.path, true)
+	if err != nil {
+		return err
+	}
+	defer f.Body.Close()
+	if f.Kind == "tar" {
+		if dst == "-" {
+			return &localError{fmt.Errorf("/work/%s is a directory: it cannot be written to stdout", src.path)}
+		}
+		if err := readLocalTar(f.Body, dst); err != nil {
+			return &localError{err}
+		}
+		return nil
+	}
+	if dst == "-" {
+		if _, err := io.Copy(stdout, f.Body); err != nil {
+			return &localError{err}
+		}
+		return nil
+	}
+	if st, err := os.Stat(dst); err == nil && st.IsDir() {
+		dst = filepath.Join(dst, path.Base("/"+src.path))
+	}
+	out, err := os.Create(dst)
+	if err != nil {
+		return &localError{err}
+	}
+	if _, err := io.Copy(out, f.Body); err != nil {
+		out.Close()
+		return &localError{fmt.Errorf("write %s: %w", dst, err)}
+	}
+	if err := out.Close(); err != nil {
+		return &localError{err}
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package files
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// WriteTar writes the directory dir (from [FS.Open]) as a tar archive to
+// w, with names relative to dir. Directories and regular files are stored
+// with their mode and time, symlinks as symlinks (never followed), a file
+// with several names in the tree once and then as hard links to it, and
+// fifos, sockets and devices are skipped. Owners are stored as 0: the
+// workspace's host ids mean nothing to the reader. A file that shrinks
+// while it is read is padded with zeros to the size its header gave.
+func WriteTar(ctx context.Context, dir *os.File, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	seen := map[uint64]string{}
+	if err := writeTree(ctx, tw, int(dir.Fd()), "", dir.Name(), seen, 0); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// writeTree writes the entries of the directory fd, named prefix in the
+// archive and p in errors.
+func writeTree(ctx context.Context, tw *tar.Writer, fd int, prefix, p string, seen map[uint64]string, depth int) error {
+	if depth >= maxDepth {
+		return &os.PathError{Op: "tar", Path: p, Err: ErrTooDeep}
+	}
+	names, err := readNames(fd, p)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := writeEntry(ctx, tw, fd, name, prefix+name, path.Join(p, name), seen, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeEntry writes the entry name of the directory fd.
+func writeEntry(ctx context.Context, tw *tar.Writer, fd int, name, arcName, p string, seen map[uint64]string, depth int) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // removed since the directory was read
+		}
+		return &os.PathError{Op: "tar", Path: p, Err: err}
+	}
+	hdr := &tar.Header{
+		Name:    arcName,
+		Mode:    int64(st.Mode & 0o7777),
+		ModTime: time.Unix(st.Mtim.Unix()),
+		Format:  tar.FormatPAX,
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "tar", Path: p, Err: err}
+		}
+		defer unix.Close(sub)
+		hdr.Typeflag, hdr.Name = tar.TypeDir, arcName+"/"
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		return writeTree(ctx, tw, sub, arcName+"/", p, seen, depth+1)
+	case unix.S_IFLNK:
+		target, err := readlinkat(fd, name)
+		if err != nil {
+			return nil // replaced since
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+		return tw.WriteHeader(hdr)
+	case unix.S_IFREG:
+		if first, ok := seen[st.Ino]; ok && st.Nlink > 1 {
+			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+			return tw.WriteHeader(hdr)
+		}
+		return writeFile(tw, fd, name, p, hdr, seen)
+	default:
+		return nil // fifos, sockets and devices are not archived
+	}
+}
+
+// writeFile writes the regular file name of the directory fd, opened
+// without following a symlink and only once it is known to be regular.
+func writeFile(tw *tar.Writer, fd int, name, p string, hdr *tar.Header, seen map[uint64]string) error {
+	pfd, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil // removed or replaced since
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
+	}
+	rfd, err := reopen(pfd, unix.O_RDONLY, &st)
+	if err != nil {
+		return &os.PathError{Op: "tar", Path: p, Err: err}
+	}
+	file := os.NewFile(uintptr(rfd), p)
+	defer file.Close()
+	if st.Nlink > 1 {
+		seen[st.Ino] = hdr.Name
+	}
+	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	n, err := io.Copy(tw, io.LimitReader(file, st.Size))
+	if err != nil {
+		return fmt.Errorf("tar %s: %w", p, err)
+	}
+	if n < st.Size {
+		_, err = io.CopyN(tw, zeros{}, st.Size-n)
+	}
+	return err
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
