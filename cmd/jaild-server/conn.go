@@ -92,7 +92,7 @@ func callError(ctx context.Context, err error) error {
 	case ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden:
 		return cli.Exit(ae.Error(), api.ExitUsage)
 	case ae.Status/100 == 4 || ae.Status == http.StatusInsufficientStorage:
-		return cli.Exit(fmt.Sprintf("%s (%s)", ae.ErrorResponse.Error, ae.Code), exitRefused)
+		return cli.Exit(fmt.Sprintf("%s (%s)", ae.Text(), ae.Code), exitRefused)
 	}
 	return cli.Exit(ae.Error(), api.ExitInternal)
 }
