@@ -25,6 +25,7 @@ const (
 	maxCPUs      = 1024
 	maxPids      = 1 << 22 // the kernel's own pid_max ceiling
 	maxTimeoutMS = int64(jail.MaxTimeout / time.Millisecond)
+	maxSessionID = 128
 )
 
 // DecodeRequest reads one JSON Request from r, strictly: an unknown field,
@@ -210,14 +211,13 @@ func checkKeys(data []byte) error {
 // [Maxima.Apply] fills them in.
 func (req *Request) Spec() (*jail.Spec, error) {
 	s := &jail.Spec{}
-	// Until the daemon serves them, these fields are refused rather than
-	// ignored: a command meant for a session or for the network must not
-	// run somewhere else.
+	// Until the daemon serves it, egress is refused rather than ignored:
+	// a command meant for the network must not run somewhere else.
 	switch {
-	case req.SessionID != "":
-		return nil, invalid("session_id", "sessions are not served by this daemon yet")
-	case req.RunInBackground:
-		return nil, invalid("run_in_background", "background jobs are not served by this daemon yet")
+	case req.RunInBackground && req.SessionID == "":
+		return nil, invalid("run_in_background", "a background job runs in a session: set session_id")
+	case len(req.SessionID) > maxSessionID || strings.IndexByte(req.SessionID, 0) >= 0:
+		return nil, invalid("session_id", "not a session id")
 	case req.Egress != nil && req.Egress.Allowed:
 		return nil, invalid("egress", "egress is not served by this daemon yet")
 	}

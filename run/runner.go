@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/session"
 )
 
 // Base runs one spec in a fresh sandbox and tears it down: the jail at the
@@ -39,6 +40,15 @@ type Request struct {
 	// Description is what the caller said the command is for (the MCP
 	// bash tool's description).
 	Description string
+
+	// SessionID, if set, runs the request in that session of Caller's
+	// (see ChainOptions.Sessions): a fresh sandbox on the session's
+	// workspace, directory and environment. Background starts it as a
+	// background job of the session instead of waiting for it: the
+	// chain then returns a nil result and sets JobID.
+	SessionID  string
+	Background bool
+	JobID      string
 
 	// OnAdmit, if not nil, is called once the run leaves the admission
 	// queue, before its sandbox is built: /raw then tells its client the
@@ -90,12 +100,19 @@ func (r *Request) ReleaseOutput() {
 
 // Direct returns a Runner that runs requests straight on base, outside any
 // chain: no maxima, admission (OnAdmit is not called), audit or metrics.
-// For tests and tools.
-func Direct(base Base) Runner { return baseRunner{base} }
+// Requests that name a session are refused. For tests and tools.
+func Direct(base Base) Runner { return baseRunner{base: base} }
 
-// baseRunner runs requests on the base: the end of the chain.
-type baseRunner struct{ base Base }
+// baseRunner runs requests on the base, or in their session: the end of
+// the chain.
+type baseRunner struct {
+	base     Base
+	sessions *session.Manager
+}
 
 func (b baseRunner) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+	if req.SessionID != "" || req.Background {
+		return runInSession(ctx, b.sessions, req)
+	}
 	return b.base.Run(ctx, req.Spec)
 }

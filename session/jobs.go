@@ -114,7 +114,7 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	go func() {
 		defer s.end()
 		defer j.cancel()
-		res, err := s.m.jail.Run(jctx, spec)
+		res, err := s.ws.Run(jctx, spec)
 		if res != nil {
 			// The output is served from the streams, which hold the
 			// same bytes with offsets.
