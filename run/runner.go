@@ -49,6 +49,10 @@ type Request struct {
 	SessionID  string
 	Background bool
 	JobID      string
+	// Owner is whose sessions the caller may use; empty means Caller.
+	// (Without tokens the caller is the peer's address with its port,
+	// the owner the address alone.)
+	Owner string
 
 	// OnAdmit, if not nil, is called once the run leaves the admission
 	// queue, before its sandbox is built: /raw then tells its client the
@@ -65,6 +69,14 @@ type Request struct {
 	mu       sync.Mutex
 	release  func()
 	released bool
+}
+
+// owner is whose session the request may run in.
+func (r *Request) owner() string {
+	if r.Owner != "" {
+		return r.Owner
+	}
+	return r.Caller
 }
 
 // admit marks the run admitted and calls OnAdmit.

@@ -1,5 +1,7 @@
 package session
 
+import "sync"
+
 // What a handler that reads and writes a session's files needs (the files
 // API, package session/files): the workspace's directory on the host, the
 // owner of the files the session's sandboxes write, and a hold on the
@@ -25,5 +27,5 @@ func (s *Session) Use() (done func(), err error) {
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
-	return s.end, nil
+	return sync.OnceFunc(s.end), nil
 }

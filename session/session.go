@@ -195,6 +195,7 @@ type Info struct {
 	// ExpiresAt is when the session expires if nothing runs in it from
 	// now on (while a call or job runs, the end of its maximum lifetime).
 	ExpiresAt      time.Time
+	TTL            time.Duration
 	Cwd            string
 	Env            []string // sorted KEY=VALUE
 	Limits         jail.Limits
@@ -486,7 +487,7 @@ func (s *Session) Info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := Info{
-		ID: s.id, Owner: s.owner, Created: s.created, Cwd: s.cwd, Env: envList(s.env),
+		ID: s.id, Owner: s.owner, Created: s.created, TTL: s.ttl, Cwd: s.cwd, Env: envList(s.env),
 		Limits: s.limits, WorkspaceBytes: s.ws.Size(), WorkspaceUsed: used, Jobs: len(s.jobs),
 	}
 	for _, j := range s.jobs {
