@@ -40,17 +40,17 @@ func (s *Server) mountSessions(mux *http.ServeMux) {
 	}
 }
 
-// owner is whose sessions the request may use: the caller, without the
-// port of a TCP peer when there are no tokens (each connection has a port
-// of its own).
-func (s *Server) owner(r *http.Request) string {
-	c := CallerFromContext(r.Context())
-	if s.opts.Tokens == nil {
-		if host, _, err := net.SplitHostPort(c); err == nil {
-			return host
-		}
+// owner is whose sessions the request may use (see ownerOf).
+func (s *Server) owner(r *http.Request) string { return ownerOf(CallerFromContext(r.Context())) }
+
+// ownerOf is the owner of a caller's sessions: the caller, without the port
+// of a TCP peer when there are no tokens (each connection has a port of its
+// own). Token names cannot hold a colon, so they are never cut.
+func ownerOf(caller string) string {
+	if host, _, err := net.SplitHostPort(caller); err == nil {
+		return host
 	}
-	return c
+	return caller
 }
 
 // withSession serves next with the caller's session {id} in the request's

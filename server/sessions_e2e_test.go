@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/testenv"
@@ -29,6 +33,7 @@ func TestSessionsE2E(t *testing.T) {
 	t.Run("ttl", func(t *testing.T) { testSessionsTTL(t, bin) })
 	t.Run("worker restart loses the sessions", func(t *testing.T) { testSessionsWorkerRestart(t, bin) })
 	t.Run("SIGKILL and restart leave nothing", func(t *testing.T) { testSessionsSigkill(t, bin) })
+	t.Run("mcp", func(t *testing.T) { testSessionsMCP(t, bin) })
 }
 
 // caller is one authenticated client of a test daemon.
@@ -395,4 +400,63 @@ func testSessionsSigkill(t *testing.T, bin string) {
 		t.Errorf("jaild serve exit: %v", err)
 	}
 
+}
+
+// testSessionsMCP: over Streamable HTTP against the real daemon, an MCP
+// session's tool calls share a jaild session (files, cd, exports, a
+// background server), and closing the MCP session removes it.
+func testSessionsMCP(t *testing.T, bin string) {
+	in := newE2EInstall(t, bin)
+	d := in.serve(t, "--audit-log", "off", "--pool", "0")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.url + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call := func(tool string, args map[string]any) (*mcp.CallToolResult, map[string]any) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		out, _ := res.StructuredContent.(map[string]any)
+		return res, out
+	}
+	if res, _ := call("bash", map[string]any{"command": "echo kept > f && mkdir d && cd d && export X=1"}); res.IsError {
+		t.Fatalf("first call: %+v", res.Content)
+	}
+	_, out := call("bash", map[string]any{"command": `cat /work/f; pwd; echo "x=$X"`})
+	if out["stdout"] != "kept\n/work/d\nx=1\n" {
+		t.Errorf("second call: %v", out)
+	}
+	_, out = call("bash", map[string]any{"command": "cd /work && exec python3 -m http.server 8124 --bind 127.0.0.1", "run_in_background": true})
+	task, _ := out["task_id"].(string)
+	if task == "" {
+		t.Fatalf("background bash: %v", out)
+	}
+	_, out = call("bash", map[string]any{"command": "for i in $(seq 100); do curl -sf http://127.0.0.1:8124/f && exit 0; sleep 0.1; done; exit 1"})
+	if out["stdout"] != "kept\n" {
+		t.Errorf("curl the task's server: %v", out)
+	}
+	if _, out = call("list_tasks", map[string]any{}); !strings.Contains(fmt.Sprint(out["tasks"]), task) {
+		t.Errorf("list_tasks: %v", out)
+	}
+	if _, out = call("task_output", map[string]any{"task_id": task, "block": false}); out["state"] != "running" {
+		t.Errorf("task_output of the server: %v", out)
+	}
+	if _, out = call("kill_task", map[string]any{"task_id": task}); out["state"] != "exited" {
+		t.Errorf("kill_task: %v", out)
+	}
+	ws := filepath.Join(in.StateDir, "workspaces")
+	if len(dirNames(ws)) != 1 {
+		t.Errorf("workspaces %v, want the MCP session's one", dirNames(ws))
+	}
+	cs.Close() // DELETE: the jaild session goes
+	eventually(t, "the MCP session's workspace to go", func() bool { return len(dirNames(ws)) == 0 })
+	if err := d.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("jaild serve exit: %v", err)
+	}
 }

@@ -48,7 +48,7 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running calls may take (each holds twice --max-output); beyond it calls queue"},
 		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per call to; "-" is stderr, "off" none`},
 		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each call's command in the audit log, not only its SHA-256"},
-	}, slices.Concat(policyFlags, command.ManagerFlags)...),
+	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, command.ManagerFlags)...),
 	Action:       mcpAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -102,11 +102,22 @@ func mcpAction(c *cli.Context) error {
 		return err
 	}
 	defer closePolicy()
+	// The session of this stdio MCP session (--mcp-session auto): its
+	// workspace is the worker's, removed before the worker stops.
+	sessions, err := newSessions(c, w, opts.Logger)
+	if err != nil {
+		return err
+	}
+	defer sessions.Close()
+	if opts.Sessions, err = mcpSessions(c, sessions); err != nil {
+		return err
+	}
 	runner, err := run.Chain(w, run.ChainOptions{
 		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: opts.MaxOutput},
 		Admission: adm,
 		Audit:     audit,
 		Policy:    pol,
+		Sessions:  sessions,
 	})
 	if err != nil {
 		return command.UsageError("%v", err)

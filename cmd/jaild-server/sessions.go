@@ -26,6 +26,20 @@ var sessionFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "max-job-timeout", Value: session.DefaultMaxJobTimeout, EnvVars: []string{"JAILD_MAX_JOB_TIMEOUT"}, Usage: "longest a background job may run, and its timeout if it asks for none"},
 }
 
+// mcpSessionFlag chooses whether each MCP session gets a jaild session.
+var mcpSessionFlag = &cli.StringFlag{Name: "mcp-session", Value: "auto", EnvVars: []string{"JAILD_MCP_SESSION"}, Usage: `"auto": each MCP session gets a session of its own at its first tool call (files, cd, exports and background tasks carry across calls); "none": every tool call is one-shot`}
+
+// mcpSessions is the session manager MCP gets under --mcp-session, or nil.
+func mcpSessions(c *cli.Context, m *session.Manager) (*session.Manager, error) {
+	switch c.String("mcp-session") {
+	case "auto":
+		return m, nil
+	case "none":
+		return nil, nil
+	}
+	return nil, command.UsageError("--mcp-session %q: want auto or none", c.String("mcp-session"))
+}
+
 // sessionConfig reads the session flags.
 func sessionConfig(c *cli.Context, log *slog.Logger) (session.Config, error) {
 	cfg := session.Config{
