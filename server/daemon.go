@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 
 	"github.com/jaild/jaild/run"
@@ -51,6 +52,10 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	srv, err := New(opts)
 	if err != nil {
 		return err
+	}
+	if c, ok := opts.MCP.(io.Closer); ok {
+		// Its MCP sessions' jaild sessions go once the server has stopped.
+		defer c.Close()
 	}
 	done := make(chan struct{})
 	defer close(done)

@@ -149,15 +149,20 @@ type RunOutput struct {
 // NewMCPServer returns an MCP server with the bash and execute tools, each
 // call run by r in a fresh sandbox. Serve it with [mcp.Server.Run] over
 // stdio, or over HTTP with [NewMCPHandler].
+//
+// With MCPOptions.Sessions the MCP session's jaild session is removed when
+// the session closes (when Run returns over stdio), by a goroutine that
+// ends then.
 func NewMCPServer(r run.Runner, opts MCPOptions) *mcp.Server {
-	return newMCPServer(r, opts.withDefaults(), nil)
+	s, _ := newMCPServer(r, opts.withDefaults(), nil)
+	return s
 }
 
 // postContext finds the context of the HTTP request that carried a tool
 // call, if any (see [mcpHandler]).
 type postContext func(*mcp.CallToolRequest) (context.Context, bool)
 
-func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
+func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *mcpTools) {
 	t := &mcpTools{run: r, opts: o, log: o.Logger, post: post}
 	if o.Sessions != nil {
 		t.sess = newMCPSessions(o.Sessions, o.Logger)
@@ -188,5 +193,5 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
 	if t.sess != nil {
 		t.addTaskTools(s)
 	}
-	return s
+	return s, t
 }

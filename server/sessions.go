@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"mime"
 	"net"
 	"net/http"
@@ -226,6 +227,10 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request) {
 	}
 	var set, unset []string
 	for k, v := range p.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			s.writeRunError(w, r, &jail.InvalidError{Field: "env", Reason: fmt.Sprintf("%q is not a variable name", k)})
+			return
+		}
 		if v == nil {
 			unset = append(unset, k)
 		} else {

@@ -30,14 +30,20 @@ type RemoteWorkspace struct {
 }
 
 // NewWorkspace asks the worker for a workspace of size bytes (zero: the
-// jail's default), as jail.Manager.NewWorkspace makes one.
+// jail's default), as jail.Manager.NewWorkspace makes one. ctx is checked
+// before asking; once asked, NewWorkspace waits for the answer (a mount and
+// a network namespace, milliseconds), so that no workspace is made for a
+// caller that left.
 func (c *Client) NewWorkspace(ctx context.Context, size int64) (*RemoteWorkspace, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	p, err := c.current()
 	if err != nil {
 		return nil, err
 	}
 	var a wsAnswer
-	if err := p.workspaceOp(ctx, wsRequest{Op: "create", Size: size}, &a); err != nil {
+	if err := p.workspaceOp(wsRequest{Op: "create", Size: size}, &a); err != nil {
 		return nil, err
 	}
 	if err := a.Err.decode(); err != nil {
@@ -46,10 +52,9 @@ func (c *Client) NewWorkspace(ctx context.Context, size int64) (*RemoteWorkspace
 	return &RemoteWorkspace{p: p, id: a.ID, dir: a.Dir, size: a.Size, uid: a.UID, gid: a.GID}, nil
 }
 
-// workspaceOp sends req on a socket of its own and reads the answer into a.
-// A ctx that ends abandons the wait (the worker still completes the
-// operation: a workspace made for nobody is closed with the worker).
-func (p *proc) workspaceOp(ctx context.Context, req wsRequest, a *wsAnswer) error {
+// workspaceOp sends req on a socket of its own and reads the answer into
+// a. It waits until the worker answers or exits.
+func (p *proc) workspaceOp(req wsRequest, a *wsAnswer) error {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("workspace socketpair: %w", err)
@@ -71,11 +76,7 @@ func (p *proc) workspaceOp(ctx context.Context, req wsRequest, a *wsAnswer) erro
 	if err := writeFrame(conn, req); err != nil {
 		return p.gone("send the workspace "+req.Op, err)
 	}
-	defer context.AfterFunc(ctx, func() { conn.Close() })()
 	if err := readFrame(conn, a); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		return p.gone("answer the workspace "+req.Op, err)
 	}
 	return nil
@@ -139,7 +140,7 @@ func (w *RemoteWorkspace) Close() error {
 	default:
 	}
 	var a wsAnswer
-	if err := w.p.workspaceOp(context.Background(), wsRequest{Op: "close", ID: w.id}, &a); err != nil {
+	if err := w.p.workspaceOp(wsRequest{Op: "close", ID: w.id}, &a); err != nil {
 		select {
 		case <-w.p.exited:
 			return nil
