@@ -152,7 +152,11 @@ func TestMCPTasks(t *testing.T) {
 	if res.IsError || out.TaskID == "" || !strings.Contains(text(res), out.TaskID) {
 		t.Fatalf("background bash: %s, %+v", text(res), out)
 	}
-	task := taskCall(t, cs, "task_output", map[string]any{"task_id": out.TaskID, "block": false})
+	var task TaskOutput
+	waitFor(t, "the task's output", func() bool {
+		task = taskCall(t, cs, "task_output", map[string]any{"task_id": out.TaskID, "block": false})
+		return task.Stdout != "" || task.State != "running"
+	})
 	if task.State != "running" || task.Stdout != "started\n" {
 		t.Errorf("task_output: %+v", task)
 	}
