@@ -22,16 +22,18 @@ func TestSessionRequestsWithoutSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
-		name  string
-		req   run.Request
-		field string
+		name       string
+		id         string
+		background bool
+		field      string
 	}{
-		{"session", run.Request{SessionID: "x"}, "session_id"},
-		{"background", run.Request{Background: true}, "session_id"},
+		{"session", "x", false, "session_id"},
+		{"background", "", true, "session_id"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.req.Spec = &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
-			_, err := r.Run(context.Background(), &tt.req)
+			req := &run.Request{SessionID: tt.id, Background: tt.background,
+				Spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}}}}
+			_, err := r.Run(context.Background(), req)
 			var ie *jail.InvalidError
 			if !errors.As(err, &ie) || ie.Field != tt.field || ran {
 				t.Errorf("err %v (ran %v), want invalid %s", err, ran, tt.field)

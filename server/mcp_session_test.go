@@ -247,7 +247,16 @@ func TestSessionEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Options{Runner: r, Sessions: m})
+	// The files handler sees the caller's session and the path.
+	files := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, ok := session.FromContext(r.Context())
+		if !ok {
+			http.Error(w, "no session", 500)
+			return
+		}
+		io.WriteString(w, sess.Dir()+" "+r.PathValue("path"))
+	})
+	srv, err := New(Options{Runner: r, Sessions: m, Files: files})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,13 +285,27 @@ func TestSessionEndpoints(t *testing.T) {
 	if code := do("POST", "/sessions", `{"env":{"A":"1","B":"2"},"cwd":"/work/x","ttl_seconds":60}`, &s); code != 201 || s.Cwd != "/work/x" || s.TTLSeconds != 60 {
 		t.Fatalf("create: %d %+v", code, s)
 	}
+	var e api.ErrorResponse
 	var patched api.Session
 	if code := do("PATCH", "/sessions/"+s.ID, `{"env":{"A":null,"C":"3"}}`, &patched); code != 200 || len(patched.Env) != 2 || patched.Env["B"] != "2" || patched.Env["C"] != "3" {
 		t.Errorf("patch: %d %+v", code, patched.Env)
 	}
-	var e api.ErrorResponse
 	if code := do("PATCH", "/sessions/"+s.ID, `{"env":{"A=":"x"}}`, &e); code != 400 || e.Field != "env" {
 		t.Errorf("bad patch: %d %+v", code, e)
+	}
+	for path, want := range map[string]string{"/files/a/b.txt": " a/b.txt", "/files": " ", "/files/": " "} {
+		resp, err := http.Get(ts.URL + "/sessions/" + s.ID + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.HasSuffix(string(body), want) || !strings.HasPrefix(string(body), "/") {
+			t.Errorf("files %s: %d %q", path, resp.StatusCode, body)
+		}
+	}
+	if code := do("GET", "/sessions/nope/files/a", "", &e); code != 404 {
+		t.Errorf("files of no session: %d", code)
 	}
 	var list api.SessionList
 	if do("GET", "/sessions", "", &list); len(list.Sessions) != 1 || list.Sessions[0].ID != s.ID {

@@ -37,7 +37,9 @@ func (s *Server) mountSessions(mux *http.ServeMux) {
 	// The files API: another package's handler (Options.Files), behind
 	// the same authentication, given the caller's session.
 	if s.opts.Files != nil {
-		mux.Handle("/sessions/{id}/files/{path...}", s.withSession(s.opts.Files))
+		files := s.withSession(s.opts.Files)
+		mux.Handle("/sessions/{id}/files", files) // /work itself: path ""
+		mux.Handle("/sessions/{id}/files/{path...}", files)
 	}
 }
 
@@ -117,6 +119,10 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		s.reject(w, r, run.RejectShutdown, http.StatusServiceUnavailable, &api.ErrorResponse{Error: "the server is shutting down", Code: api.CodeShuttingDown})
+		return
+	}
 	var req api.SessionRequest
 	if !s.decodeBody(w, r, &req) {
 		return

@@ -120,8 +120,11 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 			// same bytes with offsets.
 			res.Stdout, res.Stderr = "", ""
 		}
-		if err != nil && s.ctx.Err() != nil {
+		switch {
+		case err != nil && s.ctx.Err() != nil:
 			err = fmt.Errorf("%w: session %s was removed", ErrClosed, s.id)
+		case err != nil && s.lost():
+			err = fmt.Errorf("%w: session %s was lost: %w", ErrNotFound, s.id, err)
 		}
 		j.res, j.err, j.endedAt = res, err, time.Now()
 		close(j.done)

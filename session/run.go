@@ -91,8 +91,11 @@ func (s *Session) Run(ctx context.Context, call *Call) (*jail.Result, error) {
 			s.apply(data, callEnv)
 		}
 	}
-	if err != nil && s.ctx.Err() != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && s.ctx.Err() != nil && ctx.Err() != nil:
 		err = fmt.Errorf("%w: session %s was removed during the call", ErrClosed, s.id)
+	case err != nil && s.lost():
+		err = fmt.Errorf("%w: session %s was lost during the call: %w", ErrNotFound, s.id, err)
 	}
 	return res, err
 }
