@@ -74,6 +74,17 @@ func (t *mcpTools) addTaskTools(s *mcp.Server) {
 	}, t.listTasks)
 }
 
+// caller is who made the tool call req: the caller of the HTTP request that
+// carried it (see mcpTools.post), else of ctx.
+func (t *mcpTools) caller(ctx context.Context, req *mcp.CallToolRequest) string {
+	if t.post != nil {
+		if pctx, ok := t.post(req); ok {
+			return CallerFromContext(pctx)
+		}
+	}
+	return CallerFromContext(ctx)
+}
+
 func readOnly() *mcp.ToolAnnotations {
 	a := toolAnnotations()
 	a.ReadOnlyHint = true
@@ -81,7 +92,7 @@ func readOnly() *mcp.ToolAnnotations {
 }
 
 func (t *mcpTools) taskOutput(ctx context.Context, req *mcp.CallToolRequest, in TaskOutputInput) (*mcp.CallToolResult, *TaskOutput, error) {
-	sess, err := t.sess.lookup(req.Session)
+	sess, err := t.sess.lookup(req.Session, t.caller(ctx, req))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -104,7 +115,7 @@ func (t *mcpTools) taskOutput(ctx context.Context, req *mcp.CallToolRequest, in 
 }
 
 func (t *mcpTools) killTask(ctx context.Context, req *mcp.CallToolRequest, in KillTaskInput) (*mcp.CallToolResult, *TaskOutput, error) {
-	sess, err := t.sess.lookup(req.Session)
+	sess, err := t.sess.lookup(req.Session, t.caller(ctx, req))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -119,7 +130,7 @@ func (t *mcpTools) killTask(ctx context.Context, req *mcp.CallToolRequest, in Ki
 
 func (t *mcpTools) listTasks(ctx context.Context, req *mcp.CallToolRequest, _ ListTasksInput) (*mcp.CallToolResult, *TaskList, error) {
 	out := &TaskList{Tasks: []TaskOutput{}}
-	if sess, err := t.sess.lookup(req.Session); err == nil {
+	if sess, err := t.sess.lookup(req.Session, t.caller(ctx, req)); err == nil {
 		for _, st := range sess.Jobs() {
 			out.Tasks = append(out.Tasks, *taskOf(st))
 		}

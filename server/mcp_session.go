@@ -46,16 +46,22 @@ func newMCPSessions(m *session.Manager, log *slog.Logger) *mcpSessions {
 // get returns the jaild session of ss and its owner, making it (owned by
 // caller) at the first call. Concurrent first calls share one.
 func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, caller string) (id, owner string, err error) {
+	if caller == "" {
+		caller = "local" // jaild mcp over stdio: one client
+	}
+	owner = ownerOf(caller)
 	s.mu.Lock()
 	e, ok := s.by[ss]
 	if !ok {
-		if caller == "" {
-			caller = "local" // jaild mcp over stdio: one client
-		}
-		e = &mcpSession{made: make(chan struct{}), owner: ownerOf(caller)}
+		e = &mcpSession{made: make(chan struct{}), owner: owner}
 		s.by[ss] = e
 	}
 	s.mu.Unlock()
+	if ok && e.owner != owner {
+		// The MCP session id is not a credential: the files and tasks of
+		// its jaild session are its owner's alone.
+		return "", "", api.Mark(errors.New("this MCP session's workspace belongs to another caller"), api.ErrNoSession)
+	}
 	if ok {
 		select {
 		case <-e.made:
@@ -85,8 +91,11 @@ func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, caller str
 	return e.id, e.owner, nil
 }
 
-// lookup returns the jaild session of ss if it has one.
-func (s *mcpSessions) lookup(ss *mcp.ServerSession) (*session.Session, error) {
+// lookup returns the jaild session of ss if it has one, and caller owns it.
+func (s *mcpSessions) lookup(ss *mcp.ServerSession, caller string) (*session.Session, error) {
+	if caller == "" {
+		caller = "local"
+	}
 	s.mu.Lock()
 	e, ok := s.by[ss]
 	s.mu.Unlock()
@@ -95,6 +104,9 @@ func (s *mcpSessions) lookup(ss *mcp.ServerSession) (*session.Session, error) {
 	}
 	if !ok || e.err != nil {
 		return nil, api.Mark(errors.New("no task: this MCP session has not started any"), api.ErrNoSession)
+	}
+	if ownerOf(caller) != e.owner {
+		return nil, api.Mark(errors.New("this MCP session's workspace belongs to another caller"), api.ErrNoSession)
 	}
 	sess, err := s.m.Get(e.owner, e.id)
 	if err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -333,5 +334,45 @@ func TestSessionEndpoints(t *testing.T) {
 	}
 	if code := do("GET", "/sessions/"+s.ID, "", &e); code != 404 || j.openWorkspaces() != 0 {
 		t.Errorf("lost session: %d, %d workspaces open", code, j.openWorkspaces())
+	}
+}
+
+// TestMCPSessionOwner: an MCP session's jaild session is its first
+// caller's; another caller on the same MCP session gets none of it.
+func TestMCPSessionOwner(t *testing.T) {
+	j := &fakeJail{open: map[string]bool{}, tmpDir: t.TempDir}
+	m, err := session.New(j, session.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	srv, tools := newMCPServer(run.Direct(&FakeBase{}), MCPOptions{Sessions: m}.withDefaults(), nil)
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close(); ss.Wait(); tools.sess.wait() })
+
+	id, owner, err := tools.sess.get(ctx, ss, "127.0.0.1:4000")
+	if err != nil || owner != "127.0.0.1" {
+		t.Fatalf("get: %q %q %v", id, owner, err)
+	}
+	if id2, _, err := tools.sess.get(ctx, ss, "127.0.0.1:4001"); err != nil || id2 != id {
+		t.Errorf("the same peer on another connection: %q, %v; want %q", id2, err, id)
+	}
+	if _, _, err := tools.sess.get(ctx, ss, "bob"); !errors.Is(err, api.ErrNoSession) {
+		t.Errorf("another caller: %v, want ErrNoSession", err)
+	}
+	if _, err := tools.sess.lookup(ss, "bob"); !errors.Is(err, api.ErrNoSession) {
+		t.Errorf("another caller's lookup: %v", err)
+	}
+	if sess, err := tools.sess.lookup(ss, "127.0.0.1:4002"); err != nil || sess.ID() != id {
+		t.Errorf("owner's lookup: %v", err)
 	}
 }

@@ -217,7 +217,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	if t.sess != nil {
 		if rreq.SessionID, rreq.Owner, err = t.sess.get(runCtx, req.Session, rreq.Caller); err != nil {
-			return nil, nil, fmt.Errorf("jaild could not make this session's workspace: %w", err)
+			return nil, nil, fmt.Errorf("jaild session: %w", err)
 		}
 	}
 	r, err := t.run.Run(runCtx, rreq)
