@@ -20,6 +20,7 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 		return nil, err
 	}
 	c.Admission.Metrics = c.Metrics
+	c.Metrics.observeSessions(c.Sessions)
 	adm, err := Admit(Instrument(baseRunner{base: base, sessions: c.Sessions}, c.Metrics), c.Admission)
 	if err != nil {
 		return nil, err

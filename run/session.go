@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
@@ -91,4 +93,21 @@ func SessionError(err error) error {
 		return api.Mark(fmt.Errorf("%w (the session is gone)", err), api.ErrNoSession)
 	}
 	return err
+}
+
+// observeSessions adds the sessions' gauges to m.
+func (m *Metrics) observeSessions(s *session.Manager) {
+	if m == nil || s == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "jaild", Name: "sessions",
+			Help: "Sessions (workspaces kept across calls).",
+		}, func() float64 { n, _ := s.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "jaild", Name: "jobs_running",
+			Help: "Background jobs running in sessions (they hold no admission slot).",
+		}, func() float64 { _, n := s.Stats(); return float64(n) }),
+	)
 }

@@ -246,6 +246,12 @@ func testSessionsHTTP(t *testing.T, bin string) {
 				t.Fatalf("job %d: %d %s", i, code, data)
 			}
 		}
+		_, metrics := alice.do("GET", "/metrics", "", nil)
+		for _, want := range []string{"\njaild_sessions 3\n", "\njaild_jobs_running 3\n", `jaild_runs_total{verdict="started"}`} {
+			if !bytes.Contains(metrics, []byte(want)) {
+				t.Errorf("metrics lack %q", want)
+			}
+		}
 		body := fmt.Sprintf(`{"command":"true","session_id":%q,"run_in_background":true}`, id2)
 		if code, data := alice.do("POST", "/run", body, nil); code != 409 || !bytes.Contains(data, []byte("jobs per session")) {
 			t.Errorf("fourth running job: %d %s", code, data)

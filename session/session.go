@@ -472,6 +472,26 @@ func (s *Session) expired(now time.Time) bool {
 	return !now.Before(s.deadline) || (s.active == 0 && !now.Before(s.lastUsed.Add(s.ttl)))
 }
 
+// Stats counts the sessions and their running jobs, for metrics.
+func (m *Manager) Stats() (sessions, runningJobs int) {
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		s.mu.Lock()
+		for _, j := range s.jobs {
+			if !j.isEnded() {
+				runningJobs++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return len(all), runningJobs
+}
+
 // MaxJobTimeout is the longest a background job may run (Config.MaxJobTimeout).
 func (m *Manager) MaxJobTimeout() time.Duration { return m.cfg.MaxJobTimeout }
 
