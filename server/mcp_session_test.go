@@ -149,6 +149,20 @@ func TestMCPSessions(t *testing.T) {
 func TestMCPTasks(t *testing.T) {
 	s := newSessionServer(t)
 	cs, _ := s.connect(t)
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range tools.Tools {
+		names = append(names, tool.Name)
+		if schema, _ := json.Marshal(tool.InputSchema); tool.Name == "bash" && !strings.Contains(string(schema), `"run_in_background"`) {
+			t.Errorf("bash schema without run_in_background: %s", schema)
+		}
+	}
+	if got := strings.Join(names, ","); got != "bash,execute,kill_task,list_tasks,task_output" {
+		t.Errorf("tools %s", got)
+	}
 	res, out := call(t, cs, "bash", map[string]any{"command": "block", "run_in_background": true})
 	if res.IsError || out.TaskID == "" || !strings.Contains(text(res), out.TaskID) {
 		t.Fatalf("background bash: %s, %+v", text(res), out)

@@ -86,7 +86,7 @@ func TestMCPListTools(t *testing.T) {
 		t.Fatalf("tools = %v, want bash and execute", names)
 	}
 	wantProps := map[string][]string{
-		"bash":    {"command", "description", "timeout", "cwd", "env", "run_in_background"},
+		"bash":    {"command", "description", "timeout", "cwd", "env"},
 		"execute": {"command", "args", "stdin", "timeout_ms"},
 	}
 	for _, tool := range res.Tools {

@@ -85,6 +85,14 @@ func (t *mcpTools) bashSchema() *jsonschema.Schema {
 	s.Properties["command"].MinLength = jsonschema.Ptr(1)
 	t.timeoutSchema(s.Properties["timeout"])
 	s.Properties["env"].PropertyNames = &jsonschema.Schema{Type: "string", Pattern: `^[^=\x00]+$`}
+	if t.sess == nil {
+		// One-shot calls: no tasks to start.
+		delete(s.Properties, "run_in_background")
+	} else {
+		s.Properties["cwd"].Description = "Working directory of this call only: /work or below (or /tmp). " +
+			"Default: the session's directory, where the last cd of a previous call left it."
+		s.Properties["env"].Description += " For this call only; variables exported by a previous call are set already."
+	}
 	return s
 }
 
