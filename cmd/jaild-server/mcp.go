@@ -61,6 +61,14 @@ func mcpAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	sessCfg, err := sessionConfig(c, opts.Logger)
+	if err != nil {
+		return err
+	}
+	mcpSess, err := mcpSessionsOn(c)
+	if err != nil {
+		return err
+	}
 	// The protocol gets its own descriptor for stdout, and fd 1 becomes
 	// stderr: nothing but protocol messages can reach the client, even if
 	// some library prints.
@@ -104,13 +112,13 @@ func mcpAction(c *cli.Context) error {
 	defer closePolicy()
 	// The session of this stdio MCP session (--mcp-session auto): its
 	// workspace is the worker's, removed before the worker stops.
-	sessions, err := newSessions(c, w, opts.Logger)
+	sessions, err := newSessions(sessCfg, w)
 	if err != nil {
 		return err
 	}
 	defer sessions.Close()
-	if opts.Sessions, err = mcpSessions(c, sessions); err != nil {
-		return err
+	if mcpSess {
+		opts.Sessions = sessions
 	}
 	runner, err := run.Chain(w, run.ChainOptions{
 		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: opts.MaxOutput},

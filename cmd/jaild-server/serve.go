@@ -124,6 +124,14 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	limitHeap(adm.MaxOutputMemory)
+	sessCfg, err := sessionConfig(c, log)
+	if err != nil {
+		return err
+	}
+	mcpSess, err := mcpSessionsOn(c)
+	if err != nil {
+		return err
+	}
 	if c.Duration("grace") <= 0 || c.Int("max-conns") <= 0 {
 		return command.UsageError("--max-conns and --grace must be positive")
 	}
@@ -173,7 +181,7 @@ func serveAction(c *cli.Context) error {
 
 	// The sessions' workspaces are the worker's; they are removed before
 	// the worker stops.
-	sessions, err := newSessions(c, w, log)
+	sessions, err := newSessions(sessCfg, w)
 	if err != nil {
 		return err
 	}
@@ -199,8 +207,8 @@ func serveAction(c *cli.Context) error {
 	}
 	if c.Bool("mcp") {
 		o := serveMCPOptions(c, max, log)
-		if o.Sessions, err = mcpSessions(c, sessions); err != nil {
-			return err
+		if mcpSess {
+			o.Sessions = sessions
 		}
 		cfg.MCP = &o
 	}

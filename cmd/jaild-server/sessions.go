@@ -29,15 +29,15 @@ var sessionFlags = []cli.Flag{
 // mcpSessionFlag chooses whether each MCP session gets a jaild session.
 var mcpSessionFlag = &cli.StringFlag{Name: "mcp-session", Value: "auto", EnvVars: []string{"JAILD_MCP_SESSION"}, Usage: `"auto": each MCP session gets a session of its own at its first tool call (files, cd, exports and background tasks carry across calls); "none": every tool call is one-shot`}
 
-// mcpSessions is the session manager MCP gets under --mcp-session, or nil.
-func mcpSessions(c *cli.Context, m *session.Manager) (*session.Manager, error) {
+// mcpSessionsOn reads --mcp-session: whether MCP sessions get sessions.
+func mcpSessionsOn(c *cli.Context) (bool, error) {
 	switch c.String("mcp-session") {
 	case "auto":
-		return m, nil
+		return true, nil
 	case "none":
-		return nil, nil
+		return false, nil
 	}
-	return nil, command.UsageError("--mcp-session %q: want auto or none", c.String("mcp-session"))
+	return false, command.UsageError("--mcp-session %q: want auto or none", c.String("mcp-session"))
 }
 
 // sessionConfig reads the session flags.
@@ -74,11 +74,7 @@ func sessionConfig(c *cli.Context, log *slog.Logger) (session.Config, error) {
 
 // newSessions starts the session manager over the worker: its workspaces
 // are the worker's. Close it before the worker.
-func newSessions(c *cli.Context, w *worker.Client, log *slog.Logger) (*session.Manager, error) {
-	cfg, err := sessionConfig(c, log)
-	if err != nil {
-		return nil, err
-	}
+func newSessions(cfg session.Config, w *worker.Client) (*session.Manager, error) {
 	m, err := session.New(workerJail{w}, cfg)
 	if err != nil {
 		return nil, command.UsageError("%v", err)
