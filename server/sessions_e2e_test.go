@@ -127,6 +127,24 @@ func testSessionsHTTP(t *testing.T, bin string) {
 		}
 	})
 
+	t.Run("latency", func(t *testing.T) {
+		// Logged, not asserted: a session call against a one-shot run
+		// (both without a pool), on this machine's load.
+		const n = 10
+		var inSession, oneShot time.Duration
+		for range n {
+			t0 := time.Now()
+			alice.run(id, "true")
+			inSession += time.Since(t0)
+			t0 = time.Now()
+			if code, data := alice.do("POST", "/run", `{"command":"true"}`, nil); code != 200 {
+				t.Fatalf("one-shot: %d %s", code, data)
+			}
+			oneShot += time.Since(t0)
+		}
+		t.Logf("mean of %d calls: in a session %v, one-shot %v", n, inSession/n, oneShot/n)
+	})
+
 	var server string
 	t.Run("background server reached from a later call", func(t *testing.T) {
 		var acc api.JobAccepted
