@@ -80,6 +80,11 @@ var outcomes = []struct {
 	{isErr(ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
 	{isErr(ErrDenied), Outcome{CodePolicyDenied, VerdictDenied, 403, ExitUsage}},
 	{isErr(jail.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 422, ExitNotFound}},
+	// After the command's not_found: CodeOutcome (a client's view of a
+	// code) takes the first row of a code, and a command not found is
+	// what jaild run and remote report with 127.
+	{isErr(ErrNoSession), Outcome{CodeNotFound, VerdictNotFound, 404, ExitUsage}},
+	{isErr(ErrLimit), Outcome{CodeLimit, VerdictRejected, 409, ExitUsage}},
 	{isErr(jail.ErrNotExecutable), Outcome{CodeNotExecutable, VerdictNotExecutable, 422, ExitNotExecutable}},
 	// A run ended by its caller, or by the daemon closing under it.
 	{isErr(context.Canceled), Outcome{CodeCanceled, VerdictCanceled, 503, ExitInternal}},

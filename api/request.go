@@ -25,6 +25,7 @@ const (
 	maxCPUs      = 1024
 	maxPids      = 1 << 22 // the kernel's own pid_max ceiling
 	maxTimeoutMS = int64(jail.MaxTimeout / time.Millisecond)
+	maxSessionID = 128
 )
 
 // DecodeRequest reads one JSON Request from r, strictly: an unknown field,
@@ -36,36 +37,45 @@ const (
 // the same bytes than jaild runs.) It does not check the request's meaning;
 // see [Request.Spec].
 func DecodeRequest(r io.Reader) (*Request, error) {
+	var req Request
+	if err := Decode(r, &req); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+// Decode reads one JSON object from r into v, a pointer to a struct, as
+// strictly as [DecodeRequest] does (its session bodies use it).
+func Decode(r io.Reader, v any) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return nil, fmt.Errorf("read request: %w", err)
+		return fmt.Errorf("read request: %w", err)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("empty body: expected a JSON object")
+		return errors.New("empty body: expected a JSON object")
 	}
 	// encoding/json would turn invalid UTF-8 and lone UTF-16 surrogates
 	// into U+FFFD and run something other than what was sent.
 	if err := checkText(data); err != nil {
-		return nil, fmt.Errorf("decode request: %w", err)
+		return fmt.Errorf("decode request: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var req Request
-	if err := dec.Decode(&req); err != nil {
-		return nil, fmt.Errorf("decode request: %w", err)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode request: %w", err)
 	}
 	// A body must hold exactly one object: "{...}{...}" or "{...} x"
 	// would otherwise be silently half-read.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if err == nil {
-			return nil, errors.New("decode request: unexpected data after the JSON object")
+			return errors.New("decode request: unexpected data after the JSON object")
 		}
-		return nil, fmt.Errorf("decode request: after the JSON object: %w", err)
+		return fmt.Errorf("decode request: after the JSON object: %w", err)
 	}
-	if err := checkKeys(data); err != nil {
-		return nil, fmt.Errorf("decode request: %w", err)
+	if err := checkKeys(data, jsonFields(reflect.TypeOf(v).Elem())); err != nil {
+		return fmt.Errorf("decode request: %w", err)
 	}
-	return &req, nil
+	return nil
 }
 
 // checkText refuses a body that is not valid UTF-8 or whose strings escape
@@ -130,22 +140,31 @@ func hex4(b []byte) (rune, bool) {
 	return r, true
 }
 
-// requestFields are Request's JSON names, computed on first use (not at
-// init: the binary re-execs itself for every sandbox).
-var requestFields = sync.OnceValue(func() map[string]bool {
-	m := map[string]bool{}
-	rt := reflect.TypeFor[Request]()
-	for i := range rt.NumField() {
-		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
-		m[name] = true
+// fieldsOf caches the JSON names of the types Decode decodes into,
+// computed on first use (not at init: the binary re-execs itself for every
+// sandbox).
+var fieldsOf sync.Map // reflect.Type -> map[string]bool
+
+// jsonFields are the JSON names of struct type rt's fields.
+func jsonFields(rt reflect.Type) map[string]bool {
+	if m, ok := fieldsOf.Load(rt); ok {
+		return m.(map[string]bool)
 	}
+	m := map[string]bool{}
+	if rt.Kind() == reflect.Struct {
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			m[name] = true
+		}
+	}
+	fieldsOf.Store(rt, m)
 	return m
-})
+}
 
 // checkKeys walks data, which json.Unmarshal already accepted as one
 // object, and refuses duplicate keys in any object and top-level keys that
 // are not spelled exactly as documented.
-func checkKeys(data []byte) error {
+func checkKeys(data []byte, fields map[string]bool) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	type frame struct {
@@ -174,7 +193,7 @@ func checkKeys(data []byte) error {
 			if top.keys[key] {
 				return fmt.Errorf("duplicate key %q", key)
 			}
-			if len(stack) == 1 && !requestFields()[key] {
+			if len(stack) == 1 && !fields[key] {
 				return fmt.Errorf("json: unknown field %q", key)
 			}
 			top.keys[key] = true
@@ -210,14 +229,13 @@ func checkKeys(data []byte) error {
 // [Maxima.Apply] fills them in.
 func (req *Request) Spec() (*jail.Spec, error) {
 	s := &jail.Spec{}
-	// Until the daemon serves them, these fields are refused rather than
-	// ignored: a command meant for a session or for the network must not
-	// run somewhere else.
+	// Until the daemon serves it, egress is refused rather than ignored:
+	// a command meant for the network must not run somewhere else.
 	switch {
-	case req.SessionID != "":
-		return nil, invalid("session_id", "sessions are not served by this daemon yet")
-	case req.RunInBackground:
-		return nil, invalid("run_in_background", "background jobs are not served by this daemon yet")
+	case req.RunInBackground && req.SessionID == "":
+		return nil, invalid("run_in_background", "a background job runs in a session: set session_id")
+	case len(req.SessionID) > maxSessionID || strings.IndexByte(req.SessionID, 0) >= 0:
+		return nil, invalid("session_id", "not a session id")
 	case req.Egress != nil && req.Egress.Allowed:
 		return nil, invalid("egress", "egress is not served by this daemon yet")
 	}

@@ -316,12 +316,13 @@ func TestEgressJSON(t *testing.T) {
 }
 
 // TestRequestSpecRefusesUnserved: fields the daemon does not serve yet are
-// refused with the field named, never ignored.
+// refused with the field named, never ignored, and so is a background job
+// outside a session.
 func TestRequestSpecRefusesUnserved(t *testing.T) {
 	for _, body := range []string{
-		`{"command":"true","session_id":"x"}`,
 		`{"command":"true","run_in_background":true}`,
 		`{"command":"true","egress":true}`,
+		`{"command":"true","session_id":"a\u0000b"}`,
 	} {
 		req, err := api.DecodeRequest(strings.NewReader(body))
 		if err != nil {
@@ -332,5 +333,12 @@ func TestRequestSpecRefusesUnserved(t *testing.T) {
 		if !errors.As(err, &ie) {
 			t.Errorf("%s: err = %v, want an InvalidError", body, err)
 		}
+	}
+	req, err := api.DecodeRequest(strings.NewReader(`{"command":"true","session_id":"x","run_in_background":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := req.Spec(); err != nil {
+		t.Errorf("a background job in a session: %v", err)
 	}
 }

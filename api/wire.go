@@ -191,7 +191,8 @@ const (
 	CodeTooLarge         = "too_large"              // 413: body above the limit
 	CodeUnsupportedMedia = "unsupported_media_type" // 415: not application/json
 	CodeBodyTimeout      = "body_timeout"           // 408: body not sent in time
-	CodeNotFound         = "not_found"              // 422: command not found in the sandbox
+	CodeNotFound         = "not_found"              // 422: command not found in the sandbox; 404: no such session or job
+	CodeLimit            = "limit"                  // 409: too many sessions, or jobs in a session
 	CodeNotExecutable    = "not_executable"         // 422: command not executable
 	CodeBusy             = "busy"                   // 429: admission queue full or wait expired
 	CodeShuttingDown     = "shutting_down"          // 503: the daemon is stopping
@@ -229,6 +230,9 @@ const (
 	VerdictNotExecutable = "not_executable"
 	VerdictDenied        = "denied" // refused by the operator's policy
 	VerdictError         = "error"
+	// VerdictStarted: a background job was started (its end is not
+	// audited: GET the job for its verdict).
+	VerdictStarted = "started"
 	// VerdictRejected: the HTTP request was refused before it became a
 	// run (bad body, authentication, Host or Origin, draining); the
 	// record's reason says which.
@@ -253,10 +257,14 @@ type AuditRecord struct {
 	EnvKeys []string `json:"env_keys,omitempty"`
 	// Description is what the caller said the command is for (the MCP
 	// bash tool's description).
-	Description string      `json:"description,omitempty"`
-	Cwd         string      `json:"cwd,omitempty"`
-	StdinBytes  int64       `json:"stdin_bytes,omitempty"`
-	Limits      AuditLimits `json:"limits"`
+	Description string `json:"description,omitempty"`
+	// SessionID is the session the run was in; JobID the background
+	// job it started, if it was one.
+	SessionID  string      `json:"session_id,omitempty"`
+	JobID      string      `json:"job_id,omitempty"`
+	Cwd        string      `json:"cwd,omitempty"`
+	StdinBytes int64       `json:"stdin_bytes,omitempty"`
+	Limits     AuditLimits `json:"limits"`
 
 	Verdict string `json:"verdict"`
 	// Reason is, for VerdictRejected, the requests_rejected_total reason

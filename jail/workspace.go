@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -148,6 +149,23 @@ func (w *Workspace) Size() int64 { return w.size }
 // path walks as root (a symlink would lead out of it); use openat2 with
 // RESOLVE_IN_ROOT on a descriptor of Dir, or do the I/O in a sandbox.
 func (w *Workspace) Dir() string { return w.dir }
+
+// HostIDs are the host uid and gid of the sandbox user (uid and gid
+// SandboxUID and SandboxGID inside) of every sandbox on the workspace: the
+// owner of the files they write in /work. A front end that writes files
+// into Dir on their behalf gives them these ids.
+func (w *Workspace) HostIDs() (uid, gid int) {
+	host := w.slot.hostID()
+	return host + SandboxUID, host + SandboxGID
+}
+
+// Run runs spec in a fresh sandbox on the workspace, as [Manager.Run] does
+// with spec.Workspace set to w (spec itself is left alone).
+func (w *Workspace) Run(ctx context.Context, spec *Spec) (*Result, error) {
+	s := *spec
+	s.Workspace = w
+	return w.m.Run(ctx, &s)
+}
 
 // Used reports how many bytes of the workspace are in use.
 func (w *Workspace) Used() (int64, error) {

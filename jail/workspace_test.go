@@ -61,6 +61,14 @@ func TestWorkspacePersists(t *testing.T) {
 	if st.Uid < 1<<30 {
 		t.Errorf("workspace file owned by host uid %d, want one of a sandbox range", st.Uid)
 	}
+	// HostIDs names that owner, for a front end that writes files there.
+	if uid, gid := ws.HostIDs(); st.Uid != uint32(uid) || st.Gid != uint32(gid) {
+		t.Errorf("file owned by %d:%d, HostIDs %d:%d", st.Uid, st.Gid, uid, gid)
+	}
+	// Workspace.Run is Manager.Run on the workspace.
+	if res, err := ws.Run(context.Background(), sh("cat /work/f")); err != nil || res.Stdout != "one\ntwo\n" {
+		t.Errorf("Workspace.Run: %+v, %v", res, err)
+	}
 	if used, err := ws.Used(); err != nil || used <= 0 {
 		t.Errorf("Used = %d, %v", used, err)
 	}

@@ -147,7 +147,9 @@ func auditRecordOf(req *Request, res *jail.Result, err error, logCommand bool) *
 			TimeoutMS:      spec.Timeout.Milliseconds(),
 			MaxOutputBytes: spec.MaxOutput,
 		},
-		Verdict: api.RunOutcome(res, err).Verdict,
+		Verdict:   verdict(req, res, err),
+		SessionID: req.SessionID,
+		JobID:     req.JobID,
 	}
 	if logCommand {
 		rec.Command = spec.Args
@@ -174,6 +176,15 @@ func auditRecordOf(req *Request, res *jail.Result, err error, logCommand bool) *
 		}
 	}
 	return rec
+}
+
+// verdict is a run's verdict: "started" for a background job that
+// started.
+func verdict(req *Request, res *jail.Result, err error) string {
+	if req.Background && res == nil && err == nil {
+		return api.VerdictStarted
+	}
+	return api.RunOutcome(res, err).Verdict
 }
 
 // CommandHash is the hex SHA-256 of args joined by NUL bytes: NUL cannot

@@ -1,10 +1,14 @@
 package run
 
-import "github.com/jaild/jaild/policy"
+import (
+	"github.com/jaild/jaild/policy"
+	"github.com/jaild/jaild/session"
+)
 
-// Chain builds the daemon's runner chain around base (the jail):
+// Chain builds the daemon's runner chain around base (the jail), and the
+// session manager for requests that name a session:
 //
-//	Enforce(max) -> Audit -> Decide(policy) -> Admit -> Instrument -> base
+//	Enforce(max) -> Audit -> Decide(policy) -> Admit -> Instrument -> base, or the session
 //
 // Enforce comes first so that invalid requests are refused before they wait
 // for a slot and audit records and the policy see effective limits; Audit
@@ -16,7 +20,8 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 		return nil, err
 	}
 	c.Admission.Metrics = c.Metrics
-	adm, err := Admit(Instrument(baseRunner{base}, c.Metrics), c.Admission)
+	c.Metrics.observeSessions(c.Sessions)
+	adm, err := Admit(Instrument(baseRunner{base: base, sessions: c.Sessions}, c.Metrics), c.Admission)
 	if err != nil {
 		return nil, err
 	}
@@ -27,7 +32,7 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 	if c.Audit != nil {
 		r = Audit(r, c.Audit)
 	}
-	return &enforcer{next: r, max: c.Max, audit: c.Audit}, nil
+	return &enforcer{next: r, max: c.Max, audit: c.Audit, sessions: c.Sessions}, nil
 }
 
 // ChainOptions configure [Chain]. Audit may be nil (no audit log), and so
@@ -38,4 +43,7 @@ type ChainOptions struct {
 	Audit     *AuditLog
 	Policy    *policy.Engine
 	Metrics   *Metrics
+	// Sessions runs the requests that name a session (Request.SessionID,
+	// Background); nil refuses them.
+	Sessions *session.Manager
 }

@@ -1,7 +1,7 @@
 // Package run is the chain every front end runs a request through, built by
 // [Chain] around the jail:
 //
-//	Enforce (operator maxima) -> Audit -> Admit (concurrency, queue, output memory) -> Instrument (metrics) -> jail
+//	Enforce (operator maxima) -> Audit -> Decide (policy) -> Admit (concurrency, queue, output memory) -> Instrument (metrics) -> jail, or the session
 //
 // HTTP, MCP over HTTP and MCP over stdio all build it with Chain, so every
 // run gets the same limits, admission control, audit record and metrics.
@@ -10,6 +10,13 @@
 // policy's input), and the front end's hooks, explicit fields rather than
 // context values (OnAdmit, when the run leaves the queue; KeepOutput, to
 // hold the output memory until the answer is written).
+// A request that names a session (Request.SessionID) goes through the same
+// links and ends in the session manager (ChainOptions.Sessions) rather than
+// the jail: Enforce first checks that the session is the caller's (or its
+// Owner's) and gives the request the session's limits where it set none; a
+// background job (Request.Background) is admitted, decided and audited at
+// its start (verdict "started", Request.JobID), and gives its admission
+// slot back once started.
 // A refusal by the maxima is audited too; requests refused before they
 // become runs are audited by the front end through [AuditLog.Rejected].
 package run

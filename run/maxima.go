@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/session"
 )
 
 // Maxima are the operator's upper bounds on what a request may ask for. A
@@ -102,14 +103,20 @@ func Enforce(r Runner, max Maxima) Runner {
 }
 
 type enforcer struct {
-	next  Runner
-	max   Maxima
-	audit *AuditLog // records refusals, which never reach the chain's auditor
+	next     Runner
+	max      Maxima
+	audit    *AuditLog // records refusals, which never reach the chain's auditor
+	sessions *session.Manager
 }
 
 func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) {
 	s := *req.Spec
-	if err := e.max.Apply(&s); err != nil {
+	max := e.max
+	err := sessionSpec(e.sessions, req, &s, &max)
+	if err == nil {
+		err = max.Apply(&s)
+	}
+	if err != nil {
 		e.audit.refused(req, err)
 		return nil, err
 	}

@@ -201,7 +201,7 @@ func (i *instrumented) Run(ctx context.Context, req *Request) (*jail.Result, err
 	i.m.running.Inc()
 	defer i.m.running.Dec()
 	res, err := i.next.Run(ctx, req)
-	i.m.runs.WithLabelValues(api.RunOutcome(res, err).Verdict).Inc()
+	i.m.runs.WithLabelValues(verdict(req, res, err)).Inc()
 	if res != nil {
 		i.m.duration.Observe(res.Duration.Seconds())
 		i.m.cpu.Observe(res.CPUTime.Seconds())

@@ -36,10 +36,12 @@ func (d *decider) Run(ctx context.Context, req *Request) (*jail.Result, error) {
 func policyInput(req *Request) policy.Input {
 	s := req.Spec
 	in := policy.Input{
-		Env:      map[string]string{},
-		Cwd:      s.Dir,
-		Caller:   req.Caller,
-		FrontEnd: req.FrontEnd,
+		Env:        map[string]string{},
+		Cwd:        s.Dir,
+		Caller:     req.Caller,
+		FrontEnd:   req.FrontEnd,
+		SessionID:  req.SessionID,
+		Background: req.Background,
 		Limits: map[string]any{
 			"memory_bytes":     s.Limits.Memory,
 			"pids":             s.Limits.Pids,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/session"
 )
 
 // Base runs one spec in a fresh sandbox and tears it down: the jail at the
@@ -40,6 +41,19 @@ type Request struct {
 	// bash tool's description).
 	Description string
 
+	// SessionID, if set, runs the request in that session of Caller's
+	// (see ChainOptions.Sessions): a fresh sandbox on the session's
+	// workspace, directory and environment. Background starts it as a
+	// background job of the session instead of waiting for it: the
+	// chain then returns a nil result and sets JobID.
+	SessionID  string
+	Background bool
+	JobID      string
+	// Owner is whose sessions the caller may use; empty means Caller.
+	// (Without tokens the caller is the peer's address with its port,
+	// the owner the address alone.)
+	Owner string
+
 	// OnAdmit, if not nil, is called once the run leaves the admission
 	// queue, before its sandbox is built: /raw then tells its client the
 	// run started, and until then may still answer "busy" with a status.
@@ -55,6 +69,14 @@ type Request struct {
 	mu       sync.Mutex
 	release  func()
 	released bool
+}
+
+// owner is whose session the request may run in.
+func (r *Request) owner() string {
+	if r.Owner != "" {
+		return r.Owner
+	}
+	return r.Caller
 }
 
 // admit marks the run admitted and calls OnAdmit.
@@ -90,12 +112,19 @@ func (r *Request) ReleaseOutput() {
 
 // Direct returns a Runner that runs requests straight on base, outside any
 // chain: no maxima, admission (OnAdmit is not called), audit or metrics.
-// For tests and tools.
-func Direct(base Base) Runner { return baseRunner{base} }
+// Requests that name a session are refused. For tests and tools.
+func Direct(base Base) Runner { return baseRunner{base: base} }
 
-// baseRunner runs requests on the base: the end of the chain.
-type baseRunner struct{ base Base }
+// baseRunner runs requests on the base, or in their session: the end of
+// the chain.
+type baseRunner struct {
+	base     Base
+	sessions *session.Manager
+}
 
 func (b baseRunner) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+	if req.SessionID != "" || req.Background {
+		return runInSession(ctx, b.sessions, req)
+	}
 	return b.base.Run(ctx, req.Spec)
 }

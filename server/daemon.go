@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 
 	"github.com/jaild/jaild/run"
+	"github.com/jaild/jaild/session"
 )
 
 // Config is a whole daemon: the run chain around the jail and the HTTP
@@ -16,6 +18,10 @@ type Config struct {
 	Base run.Base
 	// Chain configures the run chain every front end shares.
 	Chain run.ChainOptions
+	// Sessions, if not nil, serves sessions (the HTTP endpoints and runs
+	// with session_id) over the chain; Run sets Chain.Sessions to it.
+	// The caller closes it once Run has returned.
+	Sessions *session.Manager
 	// MCP, if not nil, serves the MCP tools at /mcp over the same chain.
 	MCP *MCPOptions
 	// Server configures the HTTP server; Run sets its Runner, Metrics,
@@ -29,6 +35,7 @@ type Config struct {
 // returns when every run it started has ended.
 func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	c.Chain.Metrics = c.Server.Metrics
+	c.Chain.Sessions = c.Sessions
 	if c.Chain.Metrics == nil {
 		c.Chain.Metrics = run.NewMetrics()
 	}
@@ -38,12 +45,17 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	}
 	opts := c.Server
 	opts.Runner, opts.Metrics, opts.Audit = runner, c.Chain.Metrics, c.Chain.Audit
+	opts.Sessions, opts.SessionMaxLimits = c.Sessions, c.Chain.Max.Limits
 	if c.MCP != nil {
 		opts.MCP = NewMCPHandler(runner, *c.MCP)
 	}
 	srv, err := New(opts)
 	if err != nil {
 		return err
+	}
+	if c, ok := opts.MCP.(io.Closer); ok {
+		// Its MCP sessions' jaild sessions go once the server has stopped.
+		defer c.Close()
 	}
 	done := make(chan struct{})
 	defer close(done)

@@ -7,6 +7,9 @@
 //	POST /raw          the same request, answered as an NDJSON event stream
 //	GET  /healthz      liveness, and whether sandboxes work on this host
 //	GET  /metrics      Prometheus metrics from the server's own registry
+//	     /sessions...  sessions and their background jobs (Options.Sessions;
+//	                   sessions.go, jobs.go), and a mount point for the
+//	                   files API (Options.Files)
 //	     /mcp          optional MCP endpoint (Options.MCP), behind the same auth
 //
 // The work is done by a [run.Runner], normally the chain of package run,
@@ -16,4 +19,8 @@
 // tokens, Host and Origin checks against DNS rebinding (origin.go),
 // connection limits (conns.go), strict request reading, and writing
 // results as they are encoded (result.go). The wire format is package api.
+//
+// With a session manager, each MCP session gets a jaild session of its own
+// at its first tool call (mcp_session.go), and the MCP front end gains the
+// background task tools (mcp_jobs.go).
 package server

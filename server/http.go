@@ -66,6 +66,10 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	req.KeepOutput = true
 	defer req.ReleaseOutput()
 	res, err := s.opts.Runner.Run(r.Context(), req)
+	if err == nil && res == nil && req.Background && req.JobID != "" {
+		writeJSON(w, http.StatusAccepted, jobAccepted(req))
+		return
+	}
 	if err == nil && res == nil {
 		err = errNoResult
 	}
@@ -272,9 +276,16 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 		s.writeRunError(w, r, err, frontEnd == "raw")
 		return nil, false
 	}
+	if req.RunInBackground && frontEnd != "run" {
+		err := &jail.InvalidError{Field: "run_in_background", Reason: "only POST /run starts background jobs"}
+		s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
+		s.writeRunError(w, r, err, true)
+		return nil, false
+	}
 	ctx := r.Context()
 	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx),
-		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd}, true
+		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd,
+		SessionID: req.SessionID, Background: req.RunInBackground, Owner: s.owner(r)}, true
 }
 
 // reject answers a request refused before it became a run, counts it and

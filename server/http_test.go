@@ -690,7 +690,9 @@ func TestOpenAPI(t *testing.T) {
 		t.Fatalf("status %d: %.80s", resp.StatusCode, doc)
 	}
 	// Every wire field is documented (the document is hand-written).
-	for _, v := range []any{api.Request{}, api.Response{}, api.Verdict{}, api.Event{}, api.ErrorResponse{}, api.Health{}} {
+	for _, v := range []any{api.Request{}, api.Response{}, api.Verdict{}, api.Event{}, api.ErrorResponse{}, api.Health{},
+		api.SessionRequest{}, api.SessionLimits{}, api.SessionPatch{}, api.Session{}, api.SessionList{},
+		api.JobAccepted{}, api.Job{}, api.JobList{}, api.FileList{}, api.FileInfo{}} {
 		rt := reflect.TypeOf(v)
 		for i := range rt.NumField() {
 			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
@@ -704,8 +706,8 @@ func TestOpenAPI(t *testing.T) {
 		}
 	}
 	for _, code := range []string{api.CodeInvalid, api.CodeBadJSON, api.CodeUnauthorized, api.CodeTooLarge,
-		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeNotExecutable, api.CodeBusy,
-		api.CodeShuttingDown, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal} {
+		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeNotExecutable, api.CodeLimit, api.CodeBusy,
+		api.CodeShuttingDown, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal, api.CodeFileNotFound, api.CodeConflict, api.CodeNoSpace} {
 		if !regexp.MustCompile(`enum: \[[^]]*\b` + code + `\b`).Match(doc) {
 			t.Errorf("openapi.yaml does not list error code %s", code)
 		}

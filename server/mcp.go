@@ -12,6 +12,7 @@ import (
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
+	"github.com/jaild/jaild/session"
 )
 
 // Defaults of [MCPOptions].
@@ -78,6 +79,13 @@ type MCPOptions struct {
 	// Version is reported to clients in serverInfo; empty means the
 	// module version from the build info.
 	Version string
+	// Sessions, if not nil, gives every MCP session a jaild session of
+	// its own at its first tool call (see mcp_session.go), so that files,
+	// the working directory, exported variables and background tasks
+	// carry across its calls, and adds bash's run_in_background and the
+	// task_output, kill_task and list_tasks tools. Nil: every call is
+	// one-shot.
+	Sessions *session.Manager
 	// Logger receives one line per tool call (never its output) and the
 	// SDK's messages; nil discards them.
 	Logger *slog.Logger
@@ -129,6 +137,8 @@ type BashInput struct {
 	Timeout     int64             `json:"timeout,omitempty" jsonschema:"Timeout in milliseconds. The sandbox is killed when it expires and the result still carries the output produced so far."`
 	Cwd         string            `json:"cwd,omitempty" jsonschema:"Working directory inside the sandbox: /work (the default, empty at the start of every call), /tmp, or a directory below them."`
 	Env         map[string]string `json:"env,omitempty" jsonschema:"Extra environment variables, as an object of NAME: value. PATH, HOME=/work, USER and LANG are set already and may be overridden."`
+	// RunInBackground is served only with MCPOptions.Sessions.
+	RunInBackground bool `json:"run_in_background,omitempty" jsonschema:"Start the command as a background task and return its task_id at once (for servers and long jobs); read it with task_output, stop it with kill_task. Only where this server keeps sessions."`
 }
 
 // ExecuteInput is the argument of the execute tool: a program and its
@@ -147,22 +157,31 @@ type RunOutput struct {
 	Stdout    string `json:"stdout" jsonschema:"Standard output. Beyond the output limit its middle is replaced by a line '[... jaild: N bytes of output elided ...]'."`
 	Stderr    string `json:"stderr" jsonschema:"Standard error, elided like stdout."`
 	TimeoutMS int64  `json:"timeout_ms" jsonschema:"The timeout that applied, in milliseconds, after the default and the operator's maximum."`
+	TaskID    string `json:"task_id,omitempty" jsonschema:"With run_in_background: the id of the task started (nothing else is set)."`
 	api.Verdict
 }
 
 // NewMCPServer returns an MCP server with the bash and execute tools, each
 // call run by r in a fresh sandbox. Serve it with [mcp.Server.Run] over
 // stdio, or over HTTP with [NewMCPHandler].
+//
+// With MCPOptions.Sessions the MCP session's jaild session is removed when
+// the session closes (when Run returns over stdio), by a goroutine that
+// ends then.
 func NewMCPServer(r run.Runner, opts MCPOptions) *mcp.Server {
-	return newMCPServer(r, opts.withDefaults(), nil)
+	s, _ := newMCPServer(r, opts.withDefaults(), nil)
+	return s
 }
 
 // postContext finds the context of the HTTP request that carried a tool
 // call, if any (see [mcpHandler]).
 type postContext func(*mcp.CallToolRequest) (context.Context, bool)
 
-func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
+func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *mcpTools) {
 	t := &mcpTools{run: r, opts: o, log: o.Logger, post: post}
+	if o.Sessions != nil {
+		t.sess = newMCPSessions(o.Sessions, o.Logger)
+	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "jaild", Title: "jaild sandboxed shell", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: t.toolInstructions(),
 		Logger:       o.Logger,
@@ -193,5 +212,8 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
 	if slices.Contains(o.Tools, ToolRunNetworkTool) {
 		t.addNetworkTool(s)
 	}
-	return s
+	if t.sess != nil {
+		t.addTaskTools(s)
+	}
+	return s, t
 }

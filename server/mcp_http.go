@@ -34,7 +34,8 @@ func NewMCPHandler(r run.Runner, opts MCPOptions) http.Handler {
 		posts:      map[string]context.Context{},
 		maxTimeout: o.MaxTimeout,
 	}
-	srv := newMCPServer(r, o, h.postContext)
+	srv, tools := newMCPServer(r, o, h.postContext)
+	h.srv, h.tools = srv, tools
 	h.sdk = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Logger:         o.Logger,
 		SessionTimeout: max(o.SessionTimeout, 0),
@@ -49,11 +50,27 @@ const postIDHeader = "Jaild-Internal-Post-Id"
 
 type mcpHandler struct {
 	sdk        *mcp.StreamableHTTPHandler
+	srv        *mcp.Server
+	tools      *mcpTools
 	origins    originPolicy
 	maxTimeout time.Duration
 
 	mu    sync.Mutex
 	posts map[string]context.Context
+}
+
+// Close closes the MCP sessions still open, which removes their jaild
+// sessions, and waits until that is done. The daemon calls it once the
+// server has stopped.
+func (h *mcpHandler) Close() error {
+	if h.tools.sess == nil {
+		return nil
+	}
+	for ss := range h.srv.Sessions() {
+		_ = ss.Close()
+	}
+	h.tools.sess.wait()
+	return nil
 }
 
 func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -139,7 +139,7 @@ func (t *mcpTools) networkTool(ctx context.Context, req *mcp.CallToolRequest, in
 	nt := *t
 	nt.opts.MaxOutput = limit
 	nt.run = teeRunner{next: t.run, stdout: stdout, stderr: stderr}
-	_, ro, err := nt.call(ctx, req, ToolRunNetworkTool, "", "", 0, cmd)
+	_, ro, err := nt.call(ctx, req, ToolRunNetworkTool, "", "", 0, cmd, false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -760,8 +760,8 @@ func post(t *testing.T, ctx context.Context, url, session string, hdr map[string
 
 const initMsg = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 
-// session initializes a Streamable HTTP session and returns its id.
-func session(t *testing.T, url string) string {
+// initMCPSession initializes a Streamable HTTP session and returns its id.
+func initMCPSession(t *testing.T, url string) string {
 	t.Helper()
 	resp, body := post(t, context.Background(), url, "", nil, initMsg)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"protocolVersion"`) {
@@ -834,7 +834,7 @@ func TestMCPHTTPClient(t *testing.T) {
 
 func TestMCPHTTPUnknownMethod(t *testing.T) {
 	url := httpMCP(t, &FakeBase{}, MCPOptions{})
-	id := session(t, url)
+	id := initMCPSession(t, url)
 	for _, tt := range []struct{ name, session, msg string }{
 		{"in a session", id, `{"jsonrpc":"2.0","id":7,"method":"no/such/method","params":{}}`},
 		{"before initialize", "", `{"jsonrpc":"2.0","id":7,"method":"no/such/method","params":{}}`},
@@ -865,7 +865,7 @@ func TestMCPHTTPUnknownMethod(t *testing.T) {
 func TestMCPHTTPDisconnectKillsRun(t *testing.T) {
 	b := NewGate()
 	url := httpMCP(t, b, MCPOptions{})
-	id := session(t, url)
+	id := initMCPSession(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -930,7 +930,7 @@ func TestMCPHTTPRunContextIsTheCallsRequest(t *testing.T) {
 		h.ServeHTTP(w, r.WithContext(withCaller(r.Context(), r.Header.Get("X-Caller"))))
 	}))
 	t.Cleanup(srv.Close)
-	id := session(t, srv.URL) // opened without X-Caller
+	id := initMCPSession(t, srv.URL) // opened without X-Caller
 	for i, caller := range []string{"alice", "bob"} {
 		msg := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"}}}`, 10+i)
 		if resp, body := post(t, context.Background(), srv.URL, id, map[string]string{"X-Caller": caller}, msg); resp.StatusCode != http.StatusOK {

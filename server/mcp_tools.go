@@ -33,13 +33,13 @@ type mcpTools struct {
 	opts MCPOptions
 	log  *slog.Logger
 	post postContext
+	sess *mcpSessions // nil: one-shot calls
 }
 
 func (t *mcpTools) sandboxText() string {
 	l := t.opts.Limits.WithDefaults()
 	return fmt.Sprintf("Every call runs in a fresh, throwaway Linux sandbox: no network (loopback only), "+
-		"a read-only root filesystem, and empty writable /work (the default working directory and HOME) and /tmp; "+
-		"nothing persists between calls, so chain dependent steps in one call (e.g. with &&). "+
+		"a read-only root filesystem, and "+t.persistence()+
 		"The command runs as an unprivileged user with %s of memory, %d processes and %g CPUs. "+
 		"stdout and stderr are kept up to %d bytes each; beyond that the middle is replaced by a line "+
 		"'[... jaild: N bytes of output elided ...]'. A non-zero exit code, a timeout or an out-of-memory kill "+
@@ -47,6 +47,18 @@ func (t *mcpTools) sandboxText() string {
 		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it).",
 		humanBytes(l.Memory), l.Pids, l.CPUs, t.opts.MaxOutput,
 		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds())
+}
+
+// persistence says what outlives a call.
+func (t *mcpTools) persistence() string {
+	if t.sess == nil {
+		return "empty writable /work (the default working directory and HOME) and /tmp; " +
+			"nothing persists between calls, so chain dependent steps in one call (e.g. with &&). "
+	}
+	return "writable /work (the default working directory and HOME) and /tmp; " +
+		"/work's files, the working directory (cd), exported variables and servers listening on loopback " +
+		"persist across the calls of this session, while /tmp and processes are fresh in every call; " +
+		"run servers and long jobs with bash's run_in_background. "
 }
 
 func (t *mcpTools) instructions() string {
@@ -73,6 +85,14 @@ func (t *mcpTools) bashSchema() *jsonschema.Schema {
 	s.Properties["command"].MinLength = jsonschema.Ptr(1)
 	t.timeoutSchema(s.Properties["timeout"])
 	s.Properties["env"].PropertyNames = &jsonschema.Schema{Type: "string", Pattern: `^[^=\x00]+$`}
+	if t.sess == nil {
+		// One-shot calls: no tasks to start.
+		delete(s.Properties, "run_in_background")
+	} else {
+		s.Properties["cwd"].Description = "Working directory of this call only: /work or below (or /tmp). " +
+			"Default: the session's directory, where the last cd of a previous call left it."
+		s.Properties["env"].Description += " For this call only; variables exported by a previous call are set already."
+	}
 	return s
 }
 
@@ -118,7 +138,10 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 		Env:  env,
 		Dir:  in.Cwd,
 	}
-	return t.call(ctx, req, "bash", in.Description, in.Command, in.Timeout, cmd)
+	if in.RunInBackground && t.sess == nil {
+		return nil, nil, errors.New("invalid arguments: run_in_background needs sessions, which this server does not keep")
+	}
+	return t.call(ctx, req, "bash", in.Description, in.Command, in.Timeout, cmd, in.RunInBackground)
 }
 
 func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in ExecuteInput) (*mcp.CallToolResult, *RunOutput, error) {
@@ -129,13 +152,13 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 	if in.Stdin != "" {
 		cmd.Stdin = strings.NewReader(in.Stdin)
 	}
-	return t.call(ctx, req, "execute", "", "", in.TimeoutMS, cmd)
+	return t.call(ctx, req, "execute", "", "", in.TimeoutMS, cmd, false)
 }
 
 // call runs cmd and turns the outcome into a tool result. Errors it returns
 // become tool errors (isError with the message) that a model can read; an
 // error that only a cancelled call can see is returned as is.
-func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, cmd jail.Command) (res *mcp.CallToolResult, out *RunOutput, err error) {
+func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, cmd jail.Command, background bool) (res *mcp.CallToolResult, out *RunOutput, err error) {
 	defer func() {
 		// A bug in a run must not take down a daemon serving other
 		// agents; the caller gets a tool error, the log the stack.
@@ -154,6 +177,10 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		timeout = min(time.Duration(timeoutMS)*time.Millisecond, t.opts.MaxTimeout)
 	}
 	cmd.Timeout = timeout
+	if background && timeoutMS == 0 {
+		// A task runs until it ends, up to the sessions' maximum.
+		cmd.Timeout, timeout = 0, t.opts.Sessions.MaxJobTimeout()
+	}
 	cmd.MaxOutput = t.opts.MaxOutput
 
 	// runCtx is what the runner sees. Over HTTP it carries the values of
@@ -187,14 +214,32 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		cmd.Stdout, cmd.Stderr = ps.writer("stdout"), ps.writer("stderr")
 	}
 	start := time.Now()
-	r, err := t.run.Run(runCtx, &run.Request{
+	rreq := &run.Request{
 		Spec:        &jail.Spec{Limits: t.opts.Limits, Command: cmd},
 		Caller:      CallerFromContext(runCtx),
 		RequestID:   requestIDFromContext(runCtx),
 		FrontEnd:    "mcp:" + tool,
 		Shell:       shell,
 		Description: desc,
-	})
+		Background:  background,
+	}
+	if t.sess != nil {
+		if rreq.SessionID, rreq.Owner, err = t.sess.get(runCtx, req.Session, rreq.Caller); err != nil {
+			return nil, nil, fmt.Errorf("jaild session: %w", err)
+		}
+	}
+	r, err := t.run.Run(runCtx, rreq)
+	if t.sess != nil && errors.Is(err, api.ErrNoSession) {
+		// Expired or lost: the next call starts a new one.
+		t.sess.forget(req.Session, rreq.SessionID)
+		err = fmt.Errorf("%w; this session's files, directory and tasks are gone, and the next call starts afresh", err)
+	}
+	if err == nil && r == nil && background && rreq.JobID != "" {
+		out = &RunOutput{TaskID: rreq.JobID, TimeoutMS: timeout.Milliseconds()}
+		t.log.Info("mcp background task started", "tool", tool, "task", rreq.JobID, "session", rreq.SessionID)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
+			"Started background task %s. Read its output with task_output (task_id %q); stop it with kill_task.", rreq.JobID, rreq.JobID)}}}, out, nil
+	}
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
 	if id := req.Session.ID(); id != "" {
 		logArgs = append(logArgs, "session", id)

@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
+	"github.com/jaild/jaild/session"
 )
 
 // Defaults of Options; every zero field of Options means the default here.
@@ -58,6 +60,20 @@ type Options struct {
 	// its state ("ok rev ..." or "deny-all: ...") and whether runs can
 	// be allowed at all (false in deny-all, which makes /healthz 503).
 	Policy func() (state string, ok bool)
+
+	// Sessions, if non-nil, serves the session endpoints (/sessions...,
+	// see sessions.go) and runs with session_id; pass the same Manager
+	// as to the chain (run.ChainOptions.Sessions). SessionMaxLimits are
+	// the operator's maxima, which a session's limits must be within.
+	Sessions         *session.Manager
+	SessionMaxLimits jail.Limits
+	// Files, if non-nil (and Sessions too), serves
+	// /sessions/{id}/files/{path...}: it is called behind the same
+	// authentication, with the caller's session in the request's
+	// context (session.FromContext; held with Session.Use until it
+	// returns) and the path inside /work in r.PathValue("path"). Another
+	// caller's or an unknown session is answered 404 before it.
+	Files http.Handler
 
 	// MCP, if non-nil, is mounted at /mcp behind the same authentication
 	// as /run; build it with NewMCPHandler over the same runner chain.
@@ -209,6 +225,9 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /run", s.handleRun)
 	mux.HandleFunc("POST /raw", s.handleRaw)
 	mux.Handle("GET /metrics", s.metrics.Handler())
+	if opts.Sessions != nil {
+		s.mountSessions(mux)
+	}
 	if opts.MCP != nil {
 		mux.Handle("/mcp", opts.MCP)
 		mux.Handle("/mcp/", opts.MCP)

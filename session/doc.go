@@ -52,6 +52,20 @@
 // [Session.Wait] blocks until it ends, [Session.Kill] kills it. A running
 // job keeps its session from expiring for idleness.
 //
+// # Where the workspaces are
+//
+// A [Manager] makes workspaces through a [Jail]: [Local] over a
+// *jail.Manager in the same process, or the daemon's worker client, whose
+// workspaces live in the worker process while their directory is reached
+// from this one. A workspace that goes from under its session (the worker
+// died: [Workspace.Lost]) takes the session with it: the next Get says it
+// was lost, and the expiry goroutine removes the rest.
+//
+// Work done on a session's files outside its sandboxes (the files API)
+// holds the session with [Session.Use] and works below [Session.Dir],
+// writing as [Session.HostIDs]; a front end hands the session to such a
+// handler with [NewContext].
+//
 // # Lifetime
 //
 // A session expires when it has been idle (no call or job running) for its

@@ -114,14 +114,17 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	go func() {
 		defer s.end()
 		defer j.cancel()
-		res, err := s.m.jail.Run(jctx, spec)
+		res, err := s.ws.Run(jctx, spec)
 		if res != nil {
 			// The output is served from the streams, which hold the
 			// same bytes with offsets.
 			res.Stdout, res.Stderr = "", ""
 		}
-		if err != nil && s.ctx.Err() != nil {
+		switch {
+		case err != nil && s.ctx.Err() != nil:
 			err = fmt.Errorf("%w: session %s was removed", ErrClosed, s.id)
+		case err != nil && s.lost():
+			err = fmt.Errorf("%w: session %s was lost: %w", ErrNotFound, s.id, err)
 		}
 		j.res, j.err, j.endedAt = res, err, time.Now()
 		close(j.done)

@@ -64,7 +64,7 @@ func setup(t testing.TB, cfg session.Config) (*session.Manager, *jail.Manager, *
 			t.Errorf("jail Close: %v", err)
 		}
 	})
-	m, err := session.New(jm, cfg)
+	m, err := session.New(session.Local(jm), cfg)
 	if err != nil {
 		t.Fatalf("session.New: %v", err)
 	}
@@ -84,7 +84,7 @@ func helperSession() {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
-	m, err := session.New(jm, session.Config{})
+	m, err := session.New(session.Local(jm), session.Config{})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)

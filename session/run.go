@@ -82,7 +82,7 @@ func (s *Session) Run(ctx context.Context, call *Call) (*jail.Result, error) {
 
 	ctx, cancel := s.bind(ctx)
 	defer cancel()
-	res, err := s.m.jail.Run(ctx, spec)
+	res, err := s.ws.Run(ctx, spec)
 	if stateW != nil {
 		// The sandbox is gone: closing our end gives the reader EOF.
 		stateW.Close()
@@ -91,8 +91,11 @@ func (s *Session) Run(ctx context.Context, call *Call) (*jail.Result, error) {
 			s.apply(data, callEnv)
 		}
 	}
-	if err != nil && s.ctx.Err() != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && s.ctx.Err() != nil && ctx.Err() != nil:
 		err = fmt.Errorf("%w: session %s was removed during the call", ErrClosed, s.id)
+	case err != nil && s.lost():
+		err = fmt.Errorf("%w: session %s was lost during the call: %w", ErrNotFound, s.id, err)
 	}
 	return res, err
 }
@@ -122,7 +125,7 @@ func (s *Session) spec(call *Call, shell bool) (*jail.Spec, map[string]string) {
 		k, v, _ := strings.Cut(kv, "=")
 		callEnv[k] = v
 	}
-	spec := &jail.Spec{Limits: limits, Workspace: s.ws, Command: call.Command}
+	spec := &jail.Spec{Limits: limits, Command: call.Command}
 	if call.Limits != (jail.Limits{}) {
 		spec.Limits = call.Limits
 	}

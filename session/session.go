@@ -27,12 +27,6 @@ const (
 	DefaultReapInterval   = 5 * time.Second
 )
 
-// Jail is what sessions need of a [jail.Manager].
-type Jail interface {
-	NewWorkspace(size int64) (*jail.Workspace, error)
-	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
-}
-
 // Config configures a [Manager]; each zero field means its Default*.
 type Config struct {
 	// MaxSessions caps the sessions of the whole daemon.
@@ -172,7 +166,7 @@ type Session struct {
 	m        *Manager
 	id       string
 	owner    string
-	ws       *jail.Workspace
+	ws       Workspace
 	limits   jail.Limits
 	ttl      time.Duration
 	created  time.Time
@@ -201,6 +195,7 @@ type Info struct {
 	// ExpiresAt is when the session expires if nothing runs in it from
 	// now on (while a call or job runs, the end of its maximum lifetime).
 	ExpiresAt      time.Time
+	TTL            time.Duration
 	Cwd            string
 	Env            []string // sorted KEY=VALUE
 	Limits         jail.Limits
@@ -232,7 +227,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 	if err := m.reserve(opts.Owner); err != nil {
 		return nil, err
 	}
-	ws, err := m.jail.NewWorkspace(opts.WorkspaceBytes)
+	ws, err := m.jail.NewWorkspace(ctx, opts.WorkspaceBytes)
 	if err != nil {
 		m.unreserve(opts.Owner, nil)
 		return nil, fmt.Errorf("create session: %w", err)
@@ -315,14 +310,42 @@ func (m *Manager) unreserve(owner string, s *Session) bool {
 	return true
 }
 
-// Get returns owner's session id; another owner's is ErrNotFound.
+// Get returns owner's session id; another owner's is ErrNotFound, and so
+// is a session whose workspace was lost (it is removed then, and the error
+// says so).
 func (m *Manager) Get(owner, id string) (*Session, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s, ok := m.sessions[id]; ok && s.owner == owner {
+	s, ok := m.sessions[id]
+	if !ok || s.owner != owner {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: session %q", ErrNotFound, id)
+	}
+	if !s.lost() {
+		m.mu.Unlock()
 		return s, nil
 	}
-	return nil, fmt.Errorf("%w: session %q", ErrNotFound, id)
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	m.dropLost(s)
+	return nil, fmt.Errorf("%w: session %q was lost: the jaild worker that held its workspace exited", ErrNotFound, id)
+}
+
+// lost reports whether s's workspace went from under it.
+func (s *Session) lost() bool {
+	select {
+	case <-s.ws.Lost():
+		return true
+	default:
+		return false
+	}
+}
+
+// dropLost removes a lost session, which the caller took out of the map.
+func (m *Manager) dropLost(s *Session) {
+	m.log.Warn("session lost with its workspace", "id", s.id, "owner", s.owner)
+	if err := s.remove(); err != nil {
+		m.log.Warn("removing lost session", "id", s.id, "err", err)
+	}
 }
 
 // List describes owner's sessions, oldest first.
@@ -330,7 +353,7 @@ func (m *Manager) List(owner string) []Info {
 	m.mu.Lock()
 	var mine []*Session
 	for _, s := range m.sessions {
-		if s.owner == owner {
+		if s.owner == owner && !s.lost() {
 			mine = append(mine, s)
 		}
 	}
@@ -346,11 +369,14 @@ func (m *Manager) List(owner string) []Info {
 // Delete removes owner's session id: it kills its calls and jobs, waits for
 // their sandboxes to go, then removes its workspace and network namespace.
 func (m *Manager) Delete(owner, id string) error {
+	s, err := m.Get(owner, id)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
-	s, ok := m.sessions[id]
-	if !ok || s.owner != owner {
+	if m.sessions[id] != s {
 		m.mu.Unlock()
-		return fmt.Errorf("%w: session %q", ErrNotFound, id)
+		return fmt.Errorf("%w: session %q", ErrNotFound, id) // removed meanwhile
 	}
 	delete(m.sessions, id)
 	m.mu.Unlock()
@@ -417,14 +443,21 @@ func (m *Manager) reap() {
 // expire removes the sessions that are expired at now.
 func (m *Manager) expire(now time.Time) {
 	m.mu.Lock()
-	var dead []*Session
+	var dead, lost []*Session
 	for id, s := range m.sessions {
-		if s.expired(now) {
+		switch {
+		case s.lost():
+			lost = append(lost, s)
+			delete(m.sessions, id)
+		case s.expired(now):
 			dead = append(dead, s)
 			delete(m.sessions, id)
 		}
 	}
 	m.mu.Unlock()
+	for _, s := range lost {
+		m.dropLost(s)
+	}
 	for _, s := range dead {
 		m.log.Info("session expired", "id", s.id, "owner", s.owner)
 		if err := s.remove(); err != nil {
@@ -439,6 +472,29 @@ func (s *Session) expired(now time.Time) bool {
 	return !now.Before(s.deadline) || (s.active == 0 && !now.Before(s.lastUsed.Add(s.ttl)))
 }
 
+// Stats counts the sessions and their running jobs, for metrics.
+func (m *Manager) Stats() (sessions, runningJobs int) {
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		s.mu.Lock()
+		for _, j := range s.jobs {
+			if !j.isEnded() {
+				runningJobs++
+			}
+		}
+		s.mu.Unlock()
+	}
+	return len(all), runningJobs
+}
+
+// MaxJobTimeout is the longest a background job may run (Config.MaxJobTimeout).
+func (m *Manager) MaxJobTimeout() time.Duration { return m.cfg.MaxJobTimeout }
+
 // ID is the session's id.
 func (s *Session) ID() string { return s.id }
 
@@ -451,7 +507,7 @@ func (s *Session) Info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := Info{
-		ID: s.id, Owner: s.owner, Created: s.created, Cwd: s.cwd, Env: envList(s.env),
+		ID: s.id, Owner: s.owner, Created: s.created, TTL: s.ttl, Cwd: s.cwd, Env: envList(s.env),
 		Limits: s.limits, WorkspaceBytes: s.ws.Size(), WorkspaceUsed: used, Jobs: len(s.jobs),
 	}
 	for _, j := range s.jobs {

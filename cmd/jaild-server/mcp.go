@@ -50,7 +50,7 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running calls may take (each holds twice --max-output); beyond it calls queue"},
 		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per call to; "-" is stderr, "off" none`},
 		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each call's command in the audit log, not only its SHA-256"},
-	}, slices.Concat(policyFlags, command.ManagerFlags)...),
+	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, command.ManagerFlags)...),
 	Action:       mcpAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -60,6 +60,14 @@ func mcpAction(c *cli.Context) error {
 		return command.UsageError("jaild mcp takes no arguments")
 	}
 	opts, err := mcpOptions(c)
+	if err != nil {
+		return err
+	}
+	sessCfg, err := sessionConfig(c, opts.Logger)
+	if err != nil {
+		return err
+	}
+	mcpSess, err := mcpSessionsOn(c)
 	if err != nil {
 		return err
 	}
@@ -110,11 +118,22 @@ func mcpAction(c *cli.Context) error {
 		return err
 	}
 	defer closePolicy()
+	// The session of this stdio MCP session (--mcp-session auto): its
+	// workspace is the worker's, removed before the worker stops.
+	sessions, err := newSessions(sessCfg, w)
+	if err != nil {
+		return err
+	}
+	defer sessions.Close()
+	if mcpSess {
+		opts.Sessions = sessions
+	}
 	runner, err := run.Chain(w, run.ChainOptions{
 		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: maxOutput},
 		Admission: adm,
 		Audit:     audit,
 		Policy:    pol,
+		Sessions:  sessions,
 	})
 	if err != nil {
 		return command.UsageError("%v", err)

@@ -95,7 +95,7 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringSliceFlag{Name: "allowed-origin", Aliases: []string{"mcp-allowed-origin"}, EnvVars: []string{"JAILD_ALLOWED_ORIGINS", "JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin (https://app.example.com) allowed to call the API besides loopback ones (repeatable)"},
 		&cli.StringSliceFlag{Name: "allowed-host", EnvVars: []string{"JAILD_ALLOWED_HOSTS"}, Usage: "host name requests may address the daemon by, besides loopback names, IP addresses and the --listen name (repeatable; \"*\": any); against DNS rebinding"},
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running requests may take (each holds twice its max output until answered); beyond it requests queue"},
-	}, slices.Concat(policyFlags, command.ManagerFlags)...),
+	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag, maxUploadFlag}, command.ManagerFlags)...),
 	Action:       serveAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -126,6 +126,18 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	limitHeap(adm.MaxOutputMemory)
+	sessCfg, err := sessionConfig(c, log)
+	if err != nil {
+		return err
+	}
+	fh, err := filesHandler(c, log)
+	if err != nil {
+		return err
+	}
+	mcpSess, err := mcpSessionsOn(c)
+	if err != nil {
+		return err
+	}
 	var mcpOpts *server.MCPOptions
 	if c.Bool("mcp") {
 		o, err := serveMCPOptions(c, max, log)
@@ -184,14 +196,24 @@ func serveAction(c *cli.Context) error {
 	}
 	defer closePolicy()
 
+	// The sessions' workspaces are the worker's; they are removed before
+	// the worker stops.
+	sessions, err := newSessions(sessCfg, w)
+	if err != nil {
+		return err
+	}
+	defer sessions.Close()
+
 	cfg := server.Config{
-		Base:  w,
-		Chain: run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol},
+		Base:     w,
+		Sessions: sessions,
+		Chain:    run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol},
 		Server: server.Options{
 			Tokens:         tokens,
 			Metrics:        metrics,
 			Health:         runnerHealth(w),
 			Policy:         healthOfPolicy(pol),
+			Files:          fh,
 			AllowedHosts:   allowedHosts(c),
 			AllowedOrigins: c.StringSlice("allowed-origin"),
 			Logger:         log,
@@ -202,11 +224,19 @@ func serveAction(c *cli.Context) error {
 			MaxConnsPerPeer: perPeer,
 		},
 	}
-	cfg.MCP = mcpOpts
+	if mcpOpts != nil {
+		if mcpSess {
+			mcpOpts.Sessions = sessions
+		}
+		cfg.MCP = mcpOpts
+	}
 	ctx, kill, stop := signalContexts(log, c.Duration("grace"))
 	defer stop()
 	if err := cfg.Run(ctx, kill, ln); err != nil {
 		return cli.Exit(fmt.Sprintf("serve: %v", err), api.ExitInternal)
+	}
+	if err := sessions.Close(); err != nil {
+		log.Warn("removing sessions", "err", err)
 	}
 	if err := w.Close(); err != nil {
 		return cli.Exit(fmt.Sprintf("clean up sandboxes: %v", err), api.ExitInternal)

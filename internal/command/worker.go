@@ -153,7 +153,13 @@ func workerAction(c *cli.Context) error {
 	}()
 
 	// Until the front end closes the connection or dies.
-	serr := worker.Serve(c.Context, ctl, base, log)
+	serr := worker.Serve(c.Context, ctl, base, func(size int64) (worker.Workspace, error) {
+		ws, err := m.NewWorkspace(size)
+		if err != nil {
+			return nil, err
+		}
+		return ws, nil
+	}, log)
 	close(sweepDone)
 	<-sweepStopped
 	if pool != nil {

@@ -279,7 +279,12 @@ func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
 	if err != nil {
 		return nil, err
 	}
-	res, err := p.run(ctx, spec)
+	return runOn(ctx, p, spec, "")
+}
+
+// runOn runs spec on p, on the workspace wsID if it is not empty.
+func runOn(ctx context.Context, p *proc, spec *jail.Spec, wsID string) (*jail.Result, error) {
+	res, err := p.run(ctx, spec, wsID)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The worker's run was cancelled because ctx ended; say why.
 		err = ctx.Err()
@@ -288,7 +293,10 @@ func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
 }
 
 // run sends one run to the worker and collects its answer.
-func (p *proc) run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Result, error) {
+	if len(spec.ExtraFiles) > maxExtra {
+		return nil, &jail.InvalidError{Field: "extra files", Reason: fmt.Sprintf("%d: at most %d through the worker", len(spec.ExtraFiles), maxExtra)}
+	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("run socketpair: %w", err)
@@ -355,7 +363,17 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 			tee(t.dst, r)
 		}()
 	}
-	if _, _, err := p.ctl.WriteMsgUnix([]byte{flags}, unix.UnixRights(send...), nil); err != nil {
+	msg := []byte{flags}
+	if n := len(spec.ExtraFiles); n > 0 {
+		// The caller keeps its own: the message holds references of
+		// its own until the worker has them.
+		msg[0] |= hasExtra
+		msg = append(msg, byte(n))
+		for _, f := range spec.ExtraFiles {
+			send = append(send, int(f.Fd()))
+		}
+	}
+	if _, _, err := p.ctl.WriteMsgUnix(msg, unix.UnixRights(send...), nil); err != nil {
 		return nil, p.gone("send the run", err)
 	}
 	for _, f := range sent {
@@ -367,7 +385,7 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 
 	ws := wireSpec{
 		Limits: spec.Limits, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
-		Timeout: spec.Timeout, MaxOutput: spec.MaxOutput,
+		Timeout: spec.Timeout, MaxOutput: spec.MaxOutput, Workspace: wsID,
 	}
 	if err := writeFrame(conn, ws); err != nil {
 		return nil, p.gone("send the spec", err)

@@ -24,6 +24,18 @@
 // run's socket to cancel the run, as its context ends; the worker kills the
 // sandbox and still answers.
 //
+// A run may also carry the command's ExtraFiles (a session's state pipe,
+// fd 3), counted in the message's second byte, and name a workspace the
+// worker holds. Workspaces (a session's /work, network namespace and uid
+// range, see jail.Workspace) are made and closed by messages that carry only
+// a socket, on which the front end sends the operation (create with a size,
+// or close with an id) and the worker answers (the workspace's id, host
+// directory, size and the host uid and gid of its sandbox user, or the
+// error). The front end reaches the directory itself: both processes share
+// the mount namespace. The worker closes the workspaces it still holds when
+// it stops; those of a worker that dies go with it ([RemoteWorkspace.Lost]),
+// swept by its watchdog or by the next worker's start.
+//
 // The worker's life is tied to the front end's: when the control
 // connection reaches EOF (the front end closed it, or died, even by
 // SIGKILL), the worker cancels every run, closes its pool and Manager, which

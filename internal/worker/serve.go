@@ -55,24 +55,47 @@ func Ready(ctl *net.UnixConn, err error) error {
 	return writeFrame(ctl, ready{Err: encodeError(err)})
 }
 
+// Workspace is a workspace the worker holds for the front end: a
+// *jail.Workspace.
+type Workspace interface {
+	ID() string
+	Dir() string
+	Size() int64
+	HostIDs() (uid, gid int)
+	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+	Close() error
+}
+
+// Workspaces makes workspaces: with a *jail.Manager m,
+// func(size int64) (Workspace, error) { return m.NewWorkspace(size) }, with
+// the nil check that converting a nil *jail.Workspace needs.
+type Workspaces func(size int64) (Workspace, error)
+
+// ErrNoWorkspace: a run or a close names a workspace the worker does not
+// hold (it was closed, or another worker made it), or the worker makes none.
+var ErrNoWorkspace = errors.New("jaild worker: no such workspace")
+
 // Serve runs with base every run the front end sends on ctl, each in a
-// goroutine of its own, until ctl reaches EOF (the front end closed it or
-// died) or ctx ends. It then cancels the runs in flight, which kills their
-// sandboxes, and returns once each has answered.
-func Serve(ctx context.Context, ctl *net.UnixConn, base Runner, log *slog.Logger) error {
+// goroutine of its own, and makes workspaces with ws (nil: none), until
+// ctl reaches EOF (the front end closed it or died) or ctx ends. It then
+// cancels the runs in flight, which kills their sandboxes, and returns
+// once each has answered, after closing the workspaces it still holds.
+func Serve(ctx context.Context, ctl *net.UnixConn, base Runner, ws Workspaces, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	w := &served{base: base, make: ws, held: map[string]Workspace{}, log: log}
 	ctx, cancel := context.WithCancel(ctx)
 	var runs sync.WaitGroup
 	defer func() {
 		cancel()
 		runs.Wait()
+		w.closeAll()
 	}()
 	stop := context.AfterFunc(ctx, func() { ctl.Close() })
 	defer stop()
 	buf := make([]byte, 16)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	oob := make([]byte, unix.CmsgSpace(4*(4+maxExtra)))
 	for {
 		n, oobn, flags, _, err := ctl.ReadMsgUnix(buf, oob)
 		if err != nil || (n == 0 && oobn == 0) {
@@ -85,8 +108,12 @@ func Serve(ctx context.Context, ctl *net.UnixConn, base Runner, log *slog.Logger
 		if perr == nil && flags&unix.MSG_CTRUNC != 0 {
 			perr = errors.New("descriptors truncated")
 		}
-		if perr == nil && (n != 1 || len(fds) != 1+bits.OnesCount8(buf[0]&(hasStdin|hasStdout|hasStderr))) {
-			perr = fmt.Errorf("run message of %d bytes with %d descriptors", n, len(fds))
+		var want int
+		if perr == nil {
+			want, perr = descriptors(buf[:n])
+		}
+		if perr == nil && len(fds) != want {
+			perr = fmt.Errorf("message of %d bytes with %d descriptors, want %d", n, len(fds), want)
 		}
 		if perr != nil {
 			for _, fd := range fds {
@@ -95,14 +122,141 @@ func Serve(ctx context.Context, ctl *net.UnixConn, base Runner, log *slog.Logger
 			log.Error("bad message from the front end", "err", perr)
 			continue
 		}
+		msg := append([]byte(nil), buf[:n]...)
 		runs.Add(1)
-		go func(flags byte) {
+		go func() {
 			defer runs.Done()
-			if err := serveRun(ctx, flags, fds, base); err != nil {
+			if msg[0] == opWorkspace {
+				if err := w.serveWorkspace(fds[0]); err != nil {
+					log.Warn("answering a workspace operation", "err", err)
+				}
+				return
+			}
+			if err := w.serveRun(ctx, msg, fds); err != nil {
 				log.Warn("answering a run", "err", err)
 			}
-		}(buf[0])
+		}()
 	}
+}
+
+// descriptors checks a control message and says how many descriptors it
+// must carry.
+func descriptors(msg []byte) (int, error) {
+	f := msg[0]
+	switch {
+	case f == opWorkspace && len(msg) == 1:
+		return 1, nil
+	case f&^(hasStdin|hasStdout|hasStderr|hasExtra) != 0:
+		return 0, fmt.Errorf("unknown flags %#x", f)
+	case f&hasExtra == 0 && len(msg) == 1:
+		return 1 + bits.OnesCount8(f), nil
+	case f&hasExtra != 0 && len(msg) == 2 && msg[1] >= 1 && msg[1] <= maxExtra:
+		return 1 + bits.OnesCount8(f&^hasExtra) + int(msg[1]), nil
+	}
+	return 0, fmt.Errorf("run message of %d bytes with flags %#x", len(msg), f)
+}
+
+// served is what Serve keeps: the workspaces it holds, by id.
+type served struct {
+	base Runner
+	make Workspaces
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	held map[string]Workspace
+	done bool // closeAll ran: no more workspaces
+}
+
+func (w *served) workspace(id string) (Workspace, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws, ok := w.held[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoWorkspace, id)
+	}
+	return ws, nil
+}
+
+// serveWorkspace answers one workspace operation on the socket fd.
+func (w *served) serveWorkspace(fd int) error {
+	conn, err := fdConn(fd)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var req wsRequest
+	if err := readFrame(conn, &req); err != nil {
+		return fmt.Errorf("read workspace request: %w", err)
+	}
+	var a wsAnswer
+	switch req.Op {
+	case "create":
+		ws, err := w.create(req.Size)
+		if err != nil {
+			a.Err = encodeError(err)
+			break
+		}
+		a.ID, a.Dir, a.Size = ws.ID(), ws.Dir(), ws.Size()
+		a.UID, a.GID = ws.HostIDs()
+	case "close":
+		w.mu.Lock()
+		ws, ok := w.held[req.ID]
+		delete(w.held, req.ID)
+		w.mu.Unlock()
+		if !ok {
+			a.Err = encodeError(fmt.Errorf("%w: %q", ErrNoWorkspace, req.ID))
+			break
+		}
+		a.Err = encodeError(ws.Close())
+	default:
+		a.Err = encodeError(fmt.Errorf("unknown workspace operation %q", req.Op))
+	}
+	if err := writeFrame(conn, a); err != nil {
+		return fmt.Errorf("answer workspace %s: %w", req.Op, err)
+	}
+	return nil
+}
+
+func (w *served) create(size int64) (Workspace, error) {
+	if w.make == nil {
+		return nil, fmt.Errorf("%w: this worker makes no workspaces", ErrNoWorkspace)
+	}
+	ws, err := w.make(size)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		_ = ws.Close()
+		return nil, jail.ErrClosed
+	}
+	w.held[ws.ID()] = ws
+	return ws, nil
+}
+
+// closeAll closes every workspace still held, once no run is in flight.
+func (w *served) closeAll() {
+	w.mu.Lock()
+	w.done = true
+	held := w.held
+	w.held = map[string]Workspace{}
+	w.mu.Unlock()
+	for id, ws := range held {
+		if err := ws.Close(); err != nil {
+			w.log.Warn("closing workspace", "id", id, "err", err)
+		}
+	}
+}
+
+func fdConn(fd int) (*net.UnixConn, error) {
+	sock := os.NewFile(uintptr(fd), "run")
+	nc, err := net.FileConn(sock)
+	sock.Close()
+	if err != nil {
+		return nil, fmt.Errorf("run socket: %w", err)
+	}
+	return nc.(*net.UnixConn), nil
 }
 
 func parseRights(oob []byte) ([]int, error) {
@@ -123,8 +277,9 @@ func parseRights(oob []byte) ([]int, error) {
 
 // serveRun serves one run: fds are its socket and the descriptors flags
 // announce, in order.
-func serveRun(ctx context.Context, flags byte, fds []int, base Runner) error {
-	var files []*os.File // the command's stdio, closed once it ends
+func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
+	flags := msg[0]
+	var files []*os.File // the command's stdio and extra files, closed once it ends
 	spec := &jail.Spec{}
 	i := 1
 	for _, s := range []struct {
@@ -146,6 +301,14 @@ func serveRun(ctx context.Context, flags byte, fds []int, base Runner) error {
 			spec.Stderr = f
 		}
 	}
+	if flags&hasExtra != 0 {
+		for range int(msg[1]) {
+			f := os.NewFile(uintptr(fds[i]), "extra")
+			i++
+			files = append(files, f)
+			spec.ExtraFiles = append(spec.ExtraFiles, f)
+		}
+	}
 	closeFiles := func() {
 		for _, f := range files {
 			f.Close()
@@ -153,13 +316,10 @@ func serveRun(ctx context.Context, flags byte, fds []int, base Runner) error {
 		files = nil
 	}
 	defer closeFiles()
-	sock := os.NewFile(uintptr(fds[0]), "run")
-	nc, err := net.FileConn(sock)
-	sock.Close()
+	conn, err := fdConn(fds[0])
 	if err != nil {
-		return fmt.Errorf("run socket: %w", err)
+		return err
 	}
-	conn := nc.(*net.UnixConn)
 	defer conn.Close()
 
 	var ws wireSpec
@@ -181,7 +341,14 @@ func serveRun(ctx context.Context, flags byte, fds []int, base Runner) error {
 		_, _ = conn.Read(b[:])
 		cancel()
 	}()
-	res, err := base.Run(runCtx, spec)
+	var res *jail.Result
+	if ws.Workspace == "" {
+		res, err = w.base.Run(runCtx, spec)
+	} else if wsp, werr := w.workspace(ws.Workspace); werr != nil {
+		err = werr
+	} else {
+		res, err = wsp.Run(runCtx, spec)
+	}
 	// The live streams end here, before the answer, so that the front
 	// end has delivered all of them when it returns the result.
 	closeFiles()

@@ -12,13 +12,40 @@ import (
 	"github.com/jaild/jaild/jail"
 )
 
-// The flags of a run's control message: which descriptors follow the run's
-// socket, in this order.
+// The flags of a control message, its first byte: which descriptors follow
+// the run's socket, in this order, or that it is a workspace operation.
 const (
 	hasStdin  = 1 << iota // a descriptor to read the command's stdin from
 	hasStdout             // the write end of a pipe for live stdout
 	hasStderr             // the same for stderr
+	hasExtra              // the second byte counts the command's ExtraFiles, which follow
+	// opWorkspace: the message carries only a socket, on which the front
+	// end sends a wsRequest and the worker answers a wsAnswer.
+	opWorkspace = 1 << 6
 )
+
+// maxExtra bounds a run's ExtraFiles (a session passes one).
+const maxExtra = 8
+
+// wsRequest is a workspace operation: "create" a workspace of Size bytes,
+// or "close" the workspace ID.
+type wsRequest struct {
+	Op   string `json:"op"`
+	Size int64  `json:"size,omitempty"`
+	ID   string `json:"id,omitempty"`
+}
+
+// wsAnswer is the worker's answer to a wsRequest: the workspace made (its
+// id, host directory, size and the host uid and gid of its sandbox user),
+// or the error.
+type wsAnswer struct {
+	ID   string     `json:"id,omitempty"`
+	Dir  string     `json:"dir,omitempty"`
+	Size int64      `json:"size,omitempty"`
+	UID  int        `json:"uid,omitempty"`
+	GID  int        `json:"gid,omitempty"`
+	Err  *wireError `json:"err,omitempty"`
+}
 
 // maxFrame bounds a JSON frame. A spec's size is bounded by the front end
 // (its request body limit), a result's header is small; the bound keeps a
@@ -38,6 +65,9 @@ type wireSpec struct {
 	Dir       string        `json:"dir,omitempty"`
 	Timeout   time.Duration `json:"timeout"`
 	MaxOutput int64         `json:"max_output"`
+	// Workspace, if set, is the id of a workspace the worker holds (see
+	// wsRequest): the run is on it.
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // answer is the worker's reply to a run. The kept output follows it on the
@@ -71,6 +101,7 @@ var sentinels = []struct {
 	{"rootfs", jail.ErrRootfs},
 	{"untrusted", jail.ErrUntrusted},
 	{"canceled", context.Canceled},
+	{"no_workspace", ErrNoWorkspace},
 	{"deadline", context.DeadlineExceeded},
 }
 

@@ -60,6 +60,12 @@ func (fake) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 // on the other end, as Start would after the ready message.
 func pair(t *testing.T, base Runner) *proc {
 	t.Helper()
+	return pairWith(t, base, nil)
+}
+
+// pairWith is pair with workspaces made by ws.
+func pairWith(t *testing.T, base Runner, ws Workspaces) *proc {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +81,7 @@ func pair(t *testing.T, base Runner) *proc {
 	}
 	front, back := conn(fds[0]), conn(fds[1])
 	served := make(chan error, 1)
-	go func() { served <- Serve(context.Background(), back, base, nil) }()
+	go func() { served <- Serve(context.Background(), back, base, ws, nil) }()
 	t.Cleanup(func() {
 		front.Close() // EOF: Serve returns
 		if err := <-served; err != nil {
@@ -115,7 +121,7 @@ func TestRunCrossesTheWire(t *testing.T) {
 			Stdin: strings.NewReader(big), Stdout: &out, Stderr: &errs, MaxOutput: 2 << 20,
 		},
 	}
-	res, err := p.run(context.Background(), spec)
+	res, err := p.run(context.Background(), spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +140,7 @@ func TestRunCrossesTheWire(t *testing.T) {
 	}
 	defer f.Close()
 	want, _ := os.ReadFile("/proc/self/cmdline")
-	res, err = p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"echo"}, Stdin: f}})
+	res, err = p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"echo"}, Stdin: f}}, "")
 	if err != nil || res.Stdout != string(want) {
 		t.Errorf("file stdin: %v, %q", err, res.Stdout)
 	}
@@ -159,7 +165,7 @@ func TestErrorsKeepTheirIdentity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{tt.name}}})
+			res, err := p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{tt.name}}}, "")
 			if res != nil || !tt.check(err) || err.Error() != tt.msg {
 				t.Errorf("got %v, %v (%T); want %q with its identity", res, err, err, tt.msg)
 			}
@@ -246,14 +252,14 @@ func TestServeEndsRunsAtEOF(t *testing.T) {
 		return nil, ctx.Err()
 	})
 	served := make(chan error, 1)
-	go func() { served <- Serve(context.Background(), back, base, nil) }()
+	go func() { served <- Serve(context.Background(), back, base, nil, nil) }()
 	p := &proc{ctl: front, exited: make(chan struct{})}
 	started := make(chan struct{})
 	go func() {
 		_, _ = p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"x"}, Stdout: writerFunc(func(b []byte) (int, error) {
 			close(started)
 			return len(b), nil
-		})}})
+		})}}, "")
 	}()
 	<-started
 	front.Close()

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/jaild/jaild/internal/command"
+	"github.com/jaild/jaild/internal/worker"
+	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/session"
+	"github.com/jaild/jaild/session/files"
+)
+
+// sessionFlags configure the sessions of serve and mcp (docs/sessions.md).
+// There is no --workspace-root: workspaces live in the state dir's
+// workspaces/, the one place the sweep derives their paths from, so that a
+// slot record can never make a sweep unmount or remove anything else.
+var sessionFlags = []cli.Flag{
+	&cli.IntFlag{Name: "max-sessions", Value: session.DefaultMaxSessions, EnvVars: []string{"JAILD_MAX_SESSIONS"}, Usage: "sessions of the whole daemon at most; beyond it POST /sessions answers 409"},
+	&cli.IntFlag{Name: "max-sessions-per-caller", Value: session.DefaultMaxPerOwner, EnvVars: []string{"JAILD_MAX_SESSIONS_PER_CALLER"}, Usage: "sessions of one caller (token, unix uid or TCP peer address) at most"},
+	&cli.DurationFlag{Name: "session-ttl", Value: session.DefaultTTL, EnvVars: []string{"JAILD_SESSION_TTL"}, Usage: "idle time (nothing running) after which a session and its workspace are removed; a session may ask for its own, up to --session-max-lifetime"},
+	&cli.DurationFlag{Name: "session-max-lifetime", Value: session.DefaultMaxLifetime, EnvVars: []string{"JAILD_SESSION_MAX_LIFETIME"}, Usage: "age at which a session is removed whatever runs in it"},
+	&cli.StringFlag{Name: "workspace-size", Value: "1G", EnvVars: []string{"JAILD_WORKSPACE_SIZE"}, Usage: "size of a session's /work (a tmpfs counted as memory), the default and the most a session may ask for"},
+	&cli.IntFlag{Name: "max-jobs", Value: session.DefaultMaxJobs, EnvVars: []string{"JAILD_MAX_JOBS"}, Usage: "background jobs a session keeps, running or ended (the oldest ended one makes room); beyond it 409"},
+	&cli.DurationFlag{Name: "max-job-timeout", Value: session.DefaultMaxJobTimeout, EnvVars: []string{"JAILD_MAX_JOB_TIMEOUT"}, Usage: "longest a background job may run, and its timeout if it asks for none"},
+}
+
+// maxUploadFlag bounds the files API's uploads (serve only: jaild mcp has
+// no files API).
+var maxUploadFlag = &cli.StringFlag{Name: "max-upload", Value: "1G", EnvVars: []string{"JAILD_MAX_UPLOAD"}, Usage: "largest PUT body of the files API (a file or a tar); beyond it 413 (the workspace's quota applies anyway: 507)"}
+
+// mcpSessionFlag chooses whether each MCP session gets a jaild session.
+var mcpSessionFlag = &cli.StringFlag{Name: "mcp-session", Value: "auto", EnvVars: []string{"JAILD_MCP_SESSION"}, Usage: `"auto": each MCP session gets a session of its own at its first tool call (files, cd, exports and background tasks carry across calls); "none": every tool call is one-shot`}
+
+// mcpSessionsOn reads --mcp-session: whether MCP sessions get sessions.
+func mcpSessionsOn(c *cli.Context) (bool, error) {
+	switch c.String("mcp-session") {
+	case "auto":
+		return true, nil
+	case "none":
+		return false, nil
+	}
+	return false, command.UsageError("--mcp-session %q: want auto or none", c.String("mcp-session"))
+}
+
+// sessionConfig reads the session flags.
+func sessionConfig(c *cli.Context, log *slog.Logger) (session.Config, error) {
+	cfg := session.Config{
+		MaxSessions:   c.Int("max-sessions"),
+		MaxPerOwner:   c.Int("max-sessions-per-caller"),
+		MaxJobs:       c.Int("max-jobs"),
+		TTL:           c.Duration("session-ttl"),
+		MaxLifetime:   c.Duration("session-max-lifetime"),
+		MaxJobTimeout: c.Duration("max-job-timeout"),
+		Logger:        log.With("front", "sessions"),
+	}
+	ws, err := command.SizeFlag(c, "workspace-size")
+	if err != nil {
+		return cfg, err
+	}
+	cfg.WorkspaceBytes = ws
+	switch {
+	case cfg.MaxSessions <= 0 || cfg.MaxPerOwner <= 0 || cfg.MaxJobs <= 0:
+		return cfg, command.UsageError("--max-sessions, --max-sessions-per-caller and --max-jobs must be positive")
+	case cfg.TTL <= 0 || cfg.MaxLifetime <= 0 || cfg.MaxJobTimeout <= 0 || ws <= 0:
+		return cfg, command.UsageError("--session-ttl, --session-max-lifetime, --max-job-timeout and --workspace-size must be positive")
+	case cfg.MaxJobTimeout > jail.MaxTimeout:
+		return cfg, command.UsageError("--max-job-timeout %v: at most %v", cfg.MaxJobTimeout, jail.MaxTimeout)
+	case cfg.TTL > cfg.MaxLifetime:
+		return cfg, command.UsageError("--session-ttl %v exceeds --session-max-lifetime %v", cfg.TTL, cfg.MaxLifetime)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, command.UsageError("%v", err)
+	}
+	return cfg, nil
+}
+
+// filesHandler is the files API of serve (session/files), mounted by the
+// server behind its authentication with the caller's session, held for the
+// request, in the request's context.
+func filesHandler(c *cli.Context, log *slog.Logger) (*files.Handler, error) {
+	max, err := command.SizeFlag(c, "max-upload")
+	if err != nil {
+		return nil, err
+	}
+	if max <= 0 {
+		return nil, command.UsageError("--max-upload must be positive")
+	}
+	return files.NewHandler(func(r *http.Request) (files.Root, error) {
+		s, ok := session.FromContext(r.Context())
+		if !ok {
+			return files.Root{}, errors.New("files: no session in the request's context")
+		}
+		uid, gid := s.HostIDs()
+		return files.Root{Dir: s.Dir(), UID: uid, GID: gid}, nil
+	}, files.Options{MaxUpload: max, Logger: log.With("front", "files")}), nil
+}
+
+// newSessions starts the session manager over the worker: its workspaces
+// are the worker's. Close it before the worker.
+func newSessions(cfg session.Config, w *worker.Client) (*session.Manager, error) {
+	m, err := session.New(workerJail{w}, cfg)
+	if err != nil {
+		return nil, command.UsageError("%v", err)
+	}
+	return m, nil
+}
+
+// workerJail makes the sessions' workspaces in the worker.
+type workerJail struct{ w *worker.Client }
+
+func (j workerJail) NewWorkspace(ctx context.Context, size int64) (session.Workspace, error) {
+	ws, err := j.w.NewWorkspace(ctx, size)
+	if err != nil {
+		return nil, err
+	}
+	return ws, nil
+}

@@ -1,0 +1,113 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/session"
+)
+
+// sessionSpec prepares the spec s of a request that names a session, before
+// the maxima apply: the session must be the caller's; the limits the
+// request leaves unset are the session's; a background job's timeout
+// defaults to, and may reach, the sessions' maximum job timeout rather than
+// the maximum timeout of a call (max is changed to say so).
+func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) error {
+	if req.SessionID == "" && !req.Background {
+		return nil
+	}
+	switch {
+	case m == nil:
+		return &jail.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
+	case req.SessionID == "":
+		return &jail.InvalidError{Field: "run_in_background", Reason: "a background job runs in a session: set session_id"}
+	}
+	sess, err := m.Get(req.owner(), req.SessionID)
+	if err != nil {
+		return SessionError(err)
+	}
+	l := sess.Info().Limits
+	fill := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	fill(&s.Limits.Memory, l.Memory)
+	fill(&s.Limits.Pids, l.Pids)
+	fill(&s.Limits.TmpfsSize, l.TmpfsSize)
+	if s.Limits.CPUs == 0 {
+		s.Limits.CPUs = l.CPUs
+	}
+	if req.Background {
+		if s.Timeout == 0 {
+			s.Timeout = m.MaxJobTimeout()
+		}
+		max.Timeout = m.MaxJobTimeout()
+	}
+	return nil
+}
+
+// runInSession runs req in its session: a call, or the start of a
+// background job (whose id goes to req.JobID; the result is then nil).
+func runInSession(ctx context.Context, m *session.Manager, req *Request) (*jail.Result, error) {
+	if m == nil || req.SessionID == "" {
+		return nil, &jail.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
+	}
+	sess, err := m.Get(req.owner(), req.SessionID)
+	if err != nil {
+		return nil, SessionError(err)
+	}
+	spec := req.Spec
+	call := &session.Call{Command: spec.Command, Limits: spec.Limits}
+	if req.Shell != "" {
+		call.Shell, call.Args = req.Shell, nil
+	}
+	if req.Background {
+		id, err := sess.Start(ctx, call)
+		if err != nil {
+			return nil, SessionError(err)
+		}
+		req.JobID = id
+		return nil, nil
+	}
+	res, err := sess.Run(ctx, call)
+	return res, SessionError(err)
+}
+
+// SessionError marks an error of package session with the api error a
+// front end answers it with: no such session (404) or a limit (409).
+func SessionError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, session.ErrNotFound):
+		return api.Mark(err, api.ErrNoSession)
+	case errors.Is(err, session.ErrLimit):
+		return api.Mark(err, api.ErrLimit)
+	case errors.Is(err, session.ErrClosed):
+		return api.Mark(fmt.Errorf("%w (the session is gone)", err), api.ErrNoSession)
+	}
+	return err
+}
+
+// observeSessions adds the sessions' gauges to m.
+func (m *Metrics) observeSessions(s *session.Manager) {
+	if m == nil || s == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "jaild", Name: "sessions",
+			Help: "Sessions (workspaces kept across calls).",
+		}, func() float64 { n, _ := s.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "jaild", Name: "jobs_running",
+			Help: "Background jobs running in sessions (they hold no admission slot).",
+		}, func() float64 { _, n := s.Stats(); return float64(n) }),
+	)
+}

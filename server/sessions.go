@@ -1,0 +1,292 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
+	"github.com/jaild/jaild/session"
+)
+
+// The session endpoints (api/session.go lists them). A session belongs to
+// its creator: the token's name or, without tokens, the peer (a unix
+// socket's uid, a TCP peer's address without its port). Another caller's
+// session is 404, like one that does not exist. Runs in a session go
+// through the run chain (POST /run and /raw with session_id); these
+// endpoints manage sessions and read jobs, which runs nothing.
+
+// mountSessions adds the session endpoints to mux.
+func (s *Server) mountSessions(mux *http.ServeMux) {
+	mux.HandleFunc("POST /sessions", s.createSession)
+	mux.HandleFunc("GET /sessions", s.listSessions)
+	mux.HandleFunc("GET /sessions/{id}", s.getSession)
+	mux.HandleFunc("PATCH /sessions/{id}", s.patchSession)
+	mux.HandleFunc("DELETE /sessions/{id}", s.deleteSession)
+	mux.HandleFunc("GET /sessions/{id}/jobs", s.listJobs)
+	mux.HandleFunc("GET /sessions/{id}/jobs/{job}", s.getJob)
+	mux.HandleFunc("DELETE /sessions/{id}/jobs/{job}", s.killJob)
+	// The files API: another package's handler (Options.Files), behind
+	// the same authentication, given the caller's session.
+	if s.opts.Files != nil {
+		files := s.withSession(s.opts.Files)
+		mux.Handle("/sessions/{id}/files", files) // /work itself: path ""
+		mux.Handle("/sessions/{id}/files/{path...}", files)
+	}
+}
+
+// owner is whose sessions the request may use (see ownerOf).
+func (s *Server) owner(r *http.Request) string { return ownerOf(CallerFromContext(r.Context())) }
+
+// ownerOf is the owner of a caller's sessions: the caller, without the port
+// of a TCP peer when there are no tokens (each connection has a port of its
+// own). Token names cannot hold a colon, so they are never cut.
+func ownerOf(caller string) string {
+	if host, _, err := net.SplitHostPort(caller); err == nil {
+		return host
+	}
+	return caller
+}
+
+// withSession serves next with the caller's session {id} in the request's
+// context (session.FromContext), held (Session.Use) until next returns.
+func (s *Server) withSession(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, ok := s.session(w, r)
+		if !ok {
+			return
+		}
+		done, err := sess.Use()
+		if err != nil {
+			s.writeSessionError(w, r, err)
+			return
+		}
+		defer done()
+		next.ServeHTTP(w, r.WithContext(session.NewContext(r.Context(), sess)))
+	})
+}
+
+// session finds the caller's session {id}, or answers 404.
+func (s *Server) session(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
+	sess, err := s.opts.Sessions.Get(s.owner(r), r.PathValue("id"))
+	if err != nil {
+		s.writeSessionError(w, r, err)
+		return nil, false
+	}
+	return sess, true
+}
+
+func (s *Server) writeSessionError(w http.ResponseWriter, r *http.Request, err error) {
+	s.writeRunError(w, r, run.SessionError(err), false)
+}
+
+// decodeBody reads a JSON body into v as strictly as /run's: 415 for
+// another content type, 400 naming the field for bad input.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	if !jsonContent(r) {
+		s.reject(w, r, run.RejectMedia, http.StatusUnsupportedMediaType, &api.ErrorResponse{
+			Error: "Content-Type must be application/json (charset utf-8, if given)", Code: api.CodeUnsupportedMedia})
+		return false
+	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	err := api.Decode(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), v)
+	if err == nil {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		s.reject(w, r, run.RejectTooLarge, http.StatusRequestEntityTooLarge, &api.ErrorResponse{
+			Error: err.Error(), Code: api.CodeTooLarge})
+		return false
+	}
+	e := &api.ErrorResponse{Error: err.Error(), Code: api.CodeBadJSON}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		e.Field = te.Field
+	}
+	s.reject(w, r, run.RejectBadJSON, http.StatusBadRequest, e)
+	return false
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		s.reject(w, r, run.RejectShutdown, http.StatusServiceUnavailable, &api.ErrorResponse{Error: "the server is shutting down", Code: api.CodeShuttingDown})
+		return
+	}
+	var req api.SessionRequest
+	if !s.decodeBody(w, r, &req) {
+		return
+	}
+	opts, err := s.sessionOptions(r, &req)
+	if err == nil {
+		var sess *session.Session
+		if sess, err = s.opts.Sessions.Create(r.Context(), opts); err == nil {
+			w.Header().Set("Location", "/sessions/"+sess.ID())
+			writeJSON(w, http.StatusCreated, sessionOf(sess.Info()))
+			return
+		}
+	}
+	var ie *jail.InvalidError
+	if errors.As(err, &ie) {
+		// Named as the request names them.
+		if f, ok := sessionFields[ie.Field]; ok {
+			err = &jail.InvalidError{Field: f, Reason: ie.Reason}
+		}
+	}
+	s.writeSessionError(w, r, err)
+}
+
+// sessionFields are SessionRequest's names of the fields package session
+// names otherwise.
+var sessionFields = map[string]string{"ttl": "ttl_seconds", "workspace bytes": "workspace_bytes"}
+
+// sessionOptions checks a SessionRequest, naming the field at fault, and
+// turns it into the session's options; its limits must be within the
+// operator's maxima, as each call's.
+func (s *Server) sessionOptions(r *http.Request, req *api.SessionRequest) (session.Options, error) {
+	o := session.Options{Owner: s.owner(r), Cwd: req.Cwd}
+	bad := func(field, reason string) (session.Options, error) {
+		return o, &jail.InvalidError{Field: field, Reason: reason}
+	}
+	if req.TTLSeconds != nil {
+		if *req.TTLSeconds <= 0 || *req.TTLSeconds > int64(jail.MaxTimeout/time.Second)*1000 {
+			return bad("ttl_seconds", "must be positive")
+		}
+		o.TTL = time.Duration(*req.TTLSeconds) * time.Second
+	}
+	if req.WorkspaceBytes != nil {
+		if *req.WorkspaceBytes <= 0 {
+			return bad("workspace_bytes", "must be positive")
+		}
+		o.WorkspaceBytes = *req.WorkspaceBytes
+	}
+	keys := make([]string, 0, len(req.Env))
+	for k := range req.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		o.Env = append(o.Env, k+"="+req.Env[k])
+	}
+	if l := req.Limits; l != nil {
+		for _, f := range []struct {
+			name string
+			p    *int64
+			dst  *int64
+		}{
+			{"memory_bytes", l.MemoryBytes, &o.Limits.Memory},
+			{"pids", l.Pids, &o.Limits.Pids},
+			{"tmpfs_size_bytes", l.TmpfsSizeBytes, &o.Limits.TmpfsSize},
+		} {
+			if f.p != nil {
+				if *f.p <= 0 {
+					return bad("limits."+f.name, "must be positive")
+				}
+				*f.dst = *f.p
+			}
+		}
+		if l.CPUs != nil {
+			if !(*l.CPUs > 0) {
+				return bad("limits.cpus", "must be positive")
+			}
+			o.Limits.CPUs = *l.CPUs
+		}
+		if err := o.Limits.Within(s.opts.SessionMaxLimits); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	list := api.SessionList{Sessions: []api.Session{}}
+	for _, in := range s.opts.Sessions.List(s.owner(r)) {
+		list.Sessions = append(list.Sessions, *sessionOf(in))
+	}
+	writeJSON(w, http.StatusOK, &list)
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	if sess, ok := s.session(w, r); ok {
+		writeJSON(w, http.StatusOK, sessionOf(sess.Info()))
+	}
+}
+
+func (s *Server) patchSession(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	var p api.SessionPatch
+	if !s.decodeBody(w, r, &p) {
+		return
+	}
+	var set, unset []string
+	for k, v := range p.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			s.writeRunError(w, r, &jail.InvalidError{Field: "env", Reason: fmt.Sprintf("%q is not a variable name", k)}, false)
+			return
+		}
+		if v == nil {
+			unset = append(unset, k)
+		} else {
+			set = append(set, k+"="+*v)
+		}
+	}
+	if err := sess.SetEnv(set, unset); err != nil {
+		s.writeSessionError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionOf(sess.Info()))
+}
+
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	if err := s.opts.Sessions.Delete(s.owner(r), r.PathValue("id")); err != nil {
+		if !isLostCleanup(err) {
+			s.writeSessionError(w, r, err)
+			return
+		}
+		s.log.Warn("removing a session", "request_id", requestIDFromContext(r.Context()), "err", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// isLostCleanup reports whether err is a failure of removing a session
+// that is gone all the same (logged by the session manager): the caller's
+// DELETE did what it asked.
+func isLostCleanup(err error) bool {
+	return !errors.Is(err, session.ErrNotFound) && !errors.Is(err, session.ErrLimit) && !jail.IsInvalid(err)
+}
+
+// jsonContent reports whether r's body is JSON, in UTF-8 if it says.
+func jsonContent(r *http.Request) bool {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if cs, ok := params["charset"]; err == nil && ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return false
+	}
+	return err == nil && mt == "application/json"
+}
+
+// sessionOf is the wire form of a session.
+func sessionOf(in session.Info) *api.Session {
+	out := &api.Session{
+		ID: in.ID, CreatedAt: in.Created, ExpiresAt: in.ExpiresAt, TTLSeconds: int64(in.TTL / time.Second),
+		Cwd: in.Cwd, Env: map[string]string{}, WorkspaceBytesMax: in.WorkspaceBytes,
+		WorkspaceBytesUsed: in.WorkspaceUsed, Jobs: in.Jobs, RunningJobs: in.RunningJobs,
+	}
+	for _, kv := range in.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		out.Env[k] = v
+	}
+	return out
+}
