@@ -211,16 +211,15 @@ func checkKeys(data []byte) error {
 func (req *Request) Spec() (*jail.Spec, error) {
 	s := &jail.Spec{}
 	// Until the daemon serves them, these fields are refused rather than
-	// ignored: a command meant for a session or for the network must not
-	// run somewhere else.
+	// ignored: a command meant for a session must not run somewhere else.
 	switch {
 	case req.SessionID != "":
 		return nil, invalid("session_id", "sessions are not served by this daemon yet")
 	case req.RunInBackground:
 		return nil, invalid("run_in_background", "background jobs are not served by this daemon yet")
-	case req.Egress != nil && req.Egress.Allowed:
-		return nil, invalid("egress", "egress is not served by this daemon yet")
 	}
+	// Egress is not part of the spec: the run chain's egress link (package
+	// run) decides it from the request's field and the operator's lists.
 	switch {
 	case req.Command != "" && req.Executable != "":
 		return nil, invalid("command", "command (shell mode) and executable (argv mode) are mutually exclusive")

@@ -321,7 +321,6 @@ func TestRequestSpecRefusesUnserved(t *testing.T) {
 	for _, body := range []string{
 		`{"command":"true","session_id":"x"}`,
 		`{"command":"true","run_in_background":true}`,
-		`{"command":"true","egress":true}`,
 	} {
 		req, err := api.DecodeRequest(strings.NewReader(body))
 		if err != nil {

@@ -4,7 +4,7 @@ import "github.com/jaild/jaild/policy"
 
 // Chain builds the daemon's runner chain around base (the jail):
 //
-//	Enforce(max) -> Audit -> Decide(policy) -> Admit -> Instrument -> base
+//	Enforce(max) -> Audit -> Egress -> Decide(policy) -> Admit -> Instrument -> base
 //
 // Enforce comes first so that invalid requests are refused before they wait
 // for a slot and audit records and the policy see effective limits; Audit
@@ -24,6 +24,9 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 	if c.Policy != nil {
 		r = Decide(r, c.Policy)
 	}
+	// Always linked: without a proxy it refuses the requests that ask
+	// for egress rather than run them without.
+	r = Egress(r, c.Egress)
 	if c.Audit != nil {
 		r = Audit(r, c.Audit)
 	}
@@ -38,4 +41,7 @@ type ChainOptions struct {
 	Audit     *AuditLog
 	Policy    *policy.Engine
 	Metrics   *Metrics
+	// Egress is the daemon's egress configuration; the zero value gives
+	// no run any network.
+	Egress EgressOptions
 }

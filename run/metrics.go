@@ -46,6 +46,7 @@ type Metrics struct {
 	rejects  *prometheus.CounterVec
 	gaveUp   prometheus.Counter
 	conns    *prometheus.CounterVec
+	egress   *egressMetrics
 }
 
 // NewMetrics creates the metrics and their registry, with the Go runtime
@@ -104,6 +105,7 @@ func NewMetrics() *Metrics {
 		RejectBodyTimeout, RejectUnauthorized, RejectShutdown, RejectForbidden} {
 		m.rejects.WithLabelValues(r)
 	}
+	m.egress = newEgressMetrics(m.reg)
 	m.conns.WithLabelValues(ConnReclaimed)
 	m.conns.WithLabelValues(ConnPeerLimit)
 	return m
@@ -201,6 +203,7 @@ func (i *instrumented) Run(ctx context.Context, req *Request) (*jail.Result, err
 	if res != nil {
 		i.m.duration.Observe(res.Duration.Seconds())
 		i.m.cpu.Observe(res.CPUTime.Seconds())
+		i.m.egress.observe(res.Egress)
 	}
 	return res, err
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -39,6 +40,9 @@ type Request struct {
 	// Description is what the caller said the command is for (the MCP
 	// bash tool's description).
 	Description string
+	// Egress is the request's egress field: nil for none given (the
+	// daemon's --egress-default decides), else what it asks for.
+	Egress *api.Egress
 
 	// OnAdmit, if not nil, is called once the run leaves the admission
 	// queue, before its sandbox is built: /raw then tells its client the

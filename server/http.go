@@ -270,7 +270,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	}
 	ctx := r.Context()
 	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx),
-		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd}, true
+		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress}, true
 }
 
 // reject answers a request refused before it became a run, counts it and

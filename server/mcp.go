@@ -54,6 +54,10 @@ type MCPOptions struct {
 	// Shell runs the bash tool's command as Shell -c COMMAND inside the
 	// sandbox; empty means "/bin/bash".
 	Shell string
+	// Egress lets a tool call ask for network access through the egress
+	// proxy ("egress": true, the operator's allowlist); without it the
+	// tools' schemas have no egress argument and a call giving one fails.
+	Egress bool
 	// AllowedOrigins are browser origins ("https://app.example.com")
 	// accepted by the HTTP handler in addition to loopback ones. Requests
 	// without an Origin header (non-browser clients) are always accepted.
@@ -114,6 +118,7 @@ type BashInput struct {
 	Timeout     int64             `json:"timeout,omitempty" jsonschema:"Timeout in milliseconds. The sandbox is killed when it expires and the result still carries the output produced so far."`
 	Cwd         string            `json:"cwd,omitempty" jsonschema:"Working directory inside the sandbox: /work (the default, empty at the start of every call), /tmp, or a directory below them."`
 	Env         map[string]string `json:"env,omitempty" jsonschema:"Extra environment variables, as an object of NAME: value. PATH, HOME=/work, USER and LANG are set already and may be overridden."`
+	Egress      bool              `json:"egress,omitempty" jsonschema:"Give the sandbox network access, through jaild's HTTP proxy, to the destinations the operator allows (HTTP_PROXY and HTTPS_PROXY are set; there is no DNS otherwise)."`
 }
 
 // ExecuteInput is the argument of the execute tool: a program and its
@@ -123,6 +128,7 @@ type ExecuteInput struct {
 	Args      []string `json:"args,omitempty" jsonschema:"Arguments passed to the program as they are, one per element, without shell quoting or expansion."`
 	Stdin     string   `json:"stdin,omitempty" jsonschema:"Text fed to the program's standard input; empty means no input (/dev/null)."`
 	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"Timeout in milliseconds. The sandbox is killed when it expires and the result still carries the output produced so far."`
+	Egress    bool     `json:"egress,omitempty" jsonschema:"Give the sandbox network access, through jaild's HTTP proxy, to the destinations the operator allows (HTTP_PROXY and HTTPS_PROXY are set; there is no DNS otherwise)."`
 }
 
 // RunOutput is the structured result of both tools: the output and the

@@ -46,7 +46,15 @@ func (t *mcpTools) sandboxText() string {
 		"marks the result as an error, with the output still returned. "+
 		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it).",
 		humanBytes(l.Memory), l.Pids, l.CPUs, t.opts.MaxOutput,
-		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds())
+		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds()) + t.egressText()
+}
+
+func (t *mcpTools) egressText() string {
+	if !t.opts.Egress {
+		return ""
+	}
+	return " With \"egress\": true the sandbox may reach the destinations the operator allows, through an HTTP proxy " +
+		"(HTTP_PROXY/HTTPS_PROXY are set; there is no DNS, and other destinations get HTTP 403)."
 }
 
 func (t *mcpTools) instructions() string {
@@ -73,6 +81,7 @@ func (t *mcpTools) bashSchema() *jsonschema.Schema {
 	s.Properties["command"].MinLength = jsonschema.Ptr(1)
 	t.timeoutSchema(s.Properties["timeout"])
 	s.Properties["env"].PropertyNames = &jsonschema.Schema{Type: "string", Pattern: `^[^=\x00]+$`}
+	t.egressSchema(s)
 	return s
 }
 
@@ -80,7 +89,16 @@ func (t *mcpTools) executeSchema() *jsonschema.Schema {
 	s := mustSchema[ExecuteInput]()
 	s.Properties["command"].MinLength = jsonschema.Ptr(1)
 	t.timeoutSchema(s.Properties["timeout_ms"])
+	t.egressSchema(s)
 	return s
+}
+
+// egressSchema drops the egress argument unless the operator lets calls
+// ask for network.
+func (t *mcpTools) egressSchema(s *jsonschema.Schema) {
+	if !t.opts.Egress {
+		delete(s.Properties, "egress")
+	}
 }
 
 func (t *mcpTools) timeoutSchema(p *jsonschema.Schema) {
@@ -118,7 +136,7 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 		Env:  env,
 		Dir:  in.Cwd,
 	}
-	return t.call(ctx, req, "bash", in.Description, in.Command, in.Timeout, cmd)
+	return t.call(ctx, req, "bash", in.Description, in.Command, in.Timeout, in.Egress, cmd)
 }
 
 func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in ExecuteInput) (*mcp.CallToolResult, *RunOutput, error) {
@@ -129,13 +147,13 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 	if in.Stdin != "" {
 		cmd.Stdin = strings.NewReader(in.Stdin)
 	}
-	return t.call(ctx, req, "execute", "", "", in.TimeoutMS, cmd)
+	return t.call(ctx, req, "execute", "", "", in.TimeoutMS, in.Egress, cmd)
 }
 
 // call runs cmd and turns the outcome into a tool result. Errors it returns
 // become tool errors (isError with the message) that a model can read; an
 // error that only a cancelled call can see is returned as is.
-func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, cmd jail.Command) (res *mcp.CallToolResult, out *RunOutput, err error) {
+func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, egress bool, cmd jail.Command) (res *mcp.CallToolResult, out *RunOutput, err error) {
 	defer func() {
 		// A bug in a run must not take down a daemon serving other
 		// agents; the caller gets a tool error, the log the stack.
@@ -148,6 +166,13 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	// bypasses it (and documents the contract).
 	if timeoutMS < 0 || timeoutMS > MaxMCPTimeout.Milliseconds() {
 		return nil, nil, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", timeoutMS, MaxMCPTimeout.Milliseconds())
+	}
+	var wantEgress *api.Egress
+	if egress {
+		if !t.opts.Egress {
+			return nil, nil, errors.New("invalid arguments: egress: this server does not let tool calls ask for network")
+		}
+		wantEgress = &api.Egress{Allowed: true}
 	}
 	timeout := t.opts.DefaultTimeout
 	if timeoutMS > 0 {
@@ -194,6 +219,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		FrontEnd:    "mcp:" + tool,
 		Shell:       shell,
 		Description: desc,
+		Egress:      wantEgress,
 	})
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
 	if id := req.Session.ID(); id != "" {
