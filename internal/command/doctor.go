@@ -22,10 +22,10 @@ optional one), then runs a real sandbox unless a required part is missing.
 Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the findings as JSON"},
-		}, ManagerFlags...),
+		}, append(ManagerFlags, EgressFlags...)...),
 		OnUsageError: OnUsageError,
 		Action: func(c *cli.Context) error {
-			findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")), frontEnds())
+			findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")), frontEnds(), egressFinding(c))
 			ok := true
 			for _, f := range findings {
 				ok = ok && (f.OK || !f.Required)

@@ -1,7 +1,10 @@
 package command
 
 import (
+	"cmp"
+	"fmt"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -47,4 +50,25 @@ func runArgs() []string {
 		}
 	}
 	return os.Args[1:]
+}
+
+// egressFinding is doctor's line on egress: off (the default), or the
+// allowlist the flags and JAILD_EGRESS_* give. It is never a missing part.
+func egressFinding(c *cli.Context) jail.Finding {
+	f := jail.Finding{Name: "egress", OK: true}
+	var pats []string
+	for _, item := range c.StringSlice("egress-allow") {
+		for _, p := range strings.Split(item, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				pats = append(pats, p)
+			}
+		}
+	}
+	if len(pats) == 0 {
+		f.Detail = "off: sandboxes have loopback only; --egress-allow HOST:PORT (JAILD_EGRESS_ALLOW) opens named destinations through jaild's proxy (docs/egress.md)"
+		return f
+	}
+	f.Detail = fmt.Sprintf("allowlist of %d: %s, through jaild's proxy (jaild-server; --egress-default %s)",
+		len(pats), strings.Join(pats, " "), cmp.Or(os.Getenv("JAILD_EGRESS_DEFAULT"), "off"))
+	return f
 }
