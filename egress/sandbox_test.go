@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,9 @@ func TestSandboxEgress(t *testing.T) {
 		usage func(jail.EgressUsage) bool
 	}{
 		{"curl http by name", "curl -sS http://up.test/", "hello from upstream host=up.test\n",
-			func(u jail.EgressUsage) bool { return u.Connections == 1 && u.Denied == 0 && u.BytesIn > 0 && u.BytesOut > 0 }},
+			func(u jail.EgressUsage) bool {
+				return u.Connections == 1 && u.Denied == 0 && u.BytesIn > 0 && u.BytesOut > 0
+			}},
 		{"curl https by name (CONNECT)", "curl -sSk https://up.test/", "hello from upstream host=up.test\n",
 			func(u jail.EgressUsage) bool { return u.Connections == 1 && u.BytesIn > 1000 }},
 		{"python http", py(fmt.Sprintf(urlopen, "http://up.test/")), "hello from upstream host=up.test\n", nil},
@@ -93,7 +96,7 @@ func TestSandboxEgress(t *testing.T) {
 			func(u jail.EgressUsage) bool { return u.Connections == 1 && u.Denied == 1 }},
 		{"no resolver", py("import socket\nfor n in (\"up.test\", \"example.com\", \"localhost.\"+\"x\"):\n  try: socket.getaddrinfo(n, 80); print(\"resolved\", n)\n  except socket.gaierror: print(\"no\")"), "no\nno\nno\n", nil},
 		{"no direct tcp", "curl -sS --noproxy '*' --max-time 5 http://" + upstreamIP + "/ 2>&1; echo exit $?", "exit 7\n", nil},
-		{"no udp", py("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry: s.sendto(b\"q\", (\""+upstreamIP+"\", 53)); print(\"sent\")\nexcept OSError as e: print(e.strerror)"), "Network is unreachable\n", nil},
+		{"no udp", py("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry: s.sendto(b\"q\", (\"" + upstreamIP + "\", 53)); print(\"sent\")\nexcept OSError as e: print(e.strerror)"), "Network is unreachable\n", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,4 +138,43 @@ func TestSandboxEgress(t *testing.T) {
 	if up.UDPPackets() != 1 {
 		t.Errorf("the upstream counted %d packets from the host, want 1", up.UDPPackets())
 	}
+}
+
+// BenchmarkRunEgress compares whole runs of `true` with and without egress
+// (the namespace made by jaild, the listener, the proxy served and
+// stopped), interleaved so that both see the same load, and reports each
+// one's median and the difference of the medians.
+func BenchmarkRunEgress(b *testing.B) {
+	testenv.NeedRoot(b, "sandboxes need namespaces and cgroups")
+	env := testenv.New(b, "jaild-egress")
+	m, err := jail.New(jail.Config{StateDir: env.StateDir, CgroupParent: env.Parent})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	p := egress.New(egress.Config{})
+	plain := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	withEgress := &jail.Spec{Command: jail.Command{Args: []string{"true"}}, Egress: &jail.Egress{
+		Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage { return p.Serve(ctx, ln, egress.Grant{}) },
+	}}
+	var without, with []time.Duration
+	timed := func(spec *jail.Spec) time.Duration {
+		start := time.Now()
+		if _, err := m.Run(context.Background(), spec); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	for b.Loop() {
+		without = append(without, timed(plain))
+		with = append(with, timed(withEgress))
+	}
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	mw, me := median(without), median(with)
+	b.ReportMetric(mw, "ms-p50-without")
+	b.ReportMetric(me, "ms-p50-egress")
+	b.ReportMetric(me-mw, "ms-p50-added")
 }

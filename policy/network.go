@@ -15,7 +15,6 @@ import (
 // mention it lets none out.
 const NetworkQuery = "data.sandbox.network.allow"
 
-
 // NetworkInput is input of NetworkQuery: one connection.
 type NetworkInput struct {
 	Host      string `json:"host"`

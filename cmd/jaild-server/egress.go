@@ -144,7 +144,6 @@ func runEgress(c *cli.Context, spec *jail.Spec) error {
 	return nil
 }
 
-
 // networkPolicy asks the policy engine about connections (package policy
 // imports nothing of jaild's, so the types meet here).
 type networkPolicy struct{ e *policy.Engine }
