@@ -167,7 +167,7 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
 		Description:  t.bashDescription(),
 		InputSchema:  t.bashSchema(),
 		OutputSchema: outputSchema(),
-		Annotations:  toolAnnotations(),
+		Annotations:  toolAnnotations(t.opts.Egress),
 	}, t.bash)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:         "execute",
@@ -175,7 +175,7 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) *mcp.Server {
 		Description:  t.executeDescription(),
 		InputSchema:  t.executeSchema(),
 		OutputSchema: outputSchema(),
-		Annotations:  toolAnnotations(),
+		Annotations:  toolAnnotations(t.opts.Egress),
 	}, t.execute)
 	return s
 }

@@ -21,11 +21,12 @@ import (
 // The bash and execute tools: descriptions, schemas, and the call that runs
 // a command through the runner and turns the outcome into a tool result.
 
-func toolAnnotations() *mcp.ToolAnnotations {
+func toolAnnotations(egress bool) *mcp.ToolAnnotations {
 	f := false
-	// Not destructive or open-world: whatever a command does stays in a
-	// sandbox without network that is thrown away after the call.
-	return &mcp.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f}
+	// Not destructive: whatever a command does stays in a sandbox that
+	// is thrown away after the call. Open-world only if a call may ask
+	// for network (egress).
+	return &mcp.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &egress}
 }
 
 type mcpTools struct {
