@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
@@ -131,4 +133,20 @@ func egressIfAsked(spec *jail.Spec) {
 		ln.Close()
 		return jail.EgressUsage{}
 	}}
+}
+
+// TestEgressWatchdogSweep: the owner alone dies; its watchdog removes the
+// sandbox and its namespace pin.
+func TestEgressWatchdogSweep(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	t.Setenv("JAILD_TEST_EGRESS", "1")
+	owner := testenv.StartHelper(t, env, "helper-run")
+	if n := len(testenv.MountsUnder(env.StateDir)); n != 1 {
+		t.Fatalf("want the egress netns pinned, got %v", testenv.MountsUnder(env.StateDir))
+	}
+	_ = owner.Process.Signal(syscall.SIGKILL)
+	_ = owner.Wait()
+	waitFor(t, 20*time.Second, "the watchdog to sweep and exit", func() bool { return len(testenv.Watchdogs(env.StateDir)) == 0 })
+	// testenv's check at cleanup: no mount, no netns entry, nothing left.
 }
