@@ -1,7 +1,10 @@
 package jail
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -149,4 +152,56 @@ func validateEgress(s *Spec) error {
 		return invalid("egress", "not available on a workspace")
 	}
 	return nil
+}
+
+// sweepPins removes the network namespace pins under the state dir that no
+// slot record names. A pin always has a record first (the record is
+// written before the pin is made, and released only after it is removed),
+// so a pin without one was left by a sweep that did not know of it: an
+// older jaild on the same host sweeping a newer one's orphan. The pins are
+// listed before the records are read, so that a pin made in between is not
+// seen, and a record that cannot be read stops the sweep: when in doubt,
+// nothing is removed.
+func (m *Manager) sweepPins() (int, error) {
+	dir := filepath.Join(m.stateDir, "netns")
+	pins, err := os.ReadDir(dir)
+	if err != nil || len(pins) == 0 {
+		return 0, nil
+	}
+	slots, err := os.ReadDir(m.slotDir)
+	if err != nil {
+		return 0, nil
+	}
+	named := map[string]bool{}
+	for _, s := range slots {
+		data, err := os.ReadFile(filepath.Join(m.slotDir, s.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, nil
+		}
+		if len(bytes.TrimSpace(data)) == 0 {
+			continue // being written: its pin, if any, comes after
+		}
+		var rec record
+		if json.Unmarshal(data, &rec) != nil {
+			return 0, nil
+		}
+		named[rec.ID] = true
+	}
+	var (
+		n    int
+		errs []error
+	)
+	for _, p := range pins {
+		if named[p.Name()] {
+			continue
+		}
+		n++
+		if err := removeNetNS(filepath.Join(dir, p.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
 }

@@ -150,3 +150,36 @@ func TestEgressWatchdogSweep(t *testing.T) {
 	waitFor(t, 20*time.Second, "the watchdog to sweep and exit", func() bool { return len(testenv.Watchdogs(env.StateDir)) == 0 })
 	// testenv's check at cleanup: no mount, no netns entry, nothing left.
 }
+
+// TestSweepPins: a pin no slot record names (an older jaild swept its
+// sandbox without knowing of it) is removed by the next sweep; a live
+// workspace's pin stays.
+func TestSweepPins(t *testing.T) {
+	testenv.NeedRoot(t, "network namespaces")
+	env := testenv.New(t, "jaild-test")
+	m, err := jail.New(jail.Config{StateDir: env.StateDir, CgroupParent: env.Parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	ws, err := m.NewWorkspace(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	orphan := jail.EgressNetNS(m, "00000000-0000-0000-0000-000000000000")
+	ln, err := jail.NewProxyNetNS(orphan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	if _, err := m.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("orphan pin still there: %v", err)
+	}
+	if _, err := os.Stat(jail.WorkspaceNetNS(ws)); err != nil {
+		t.Errorf("the live workspace's pin was removed: %v", err)
+	}
+}

@@ -394,7 +394,9 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace
 // host, and reports how many it found. Sandboxes of live jaild processes are
 // never touched.
 func (m *Manager) Sweep() (int, error) {
-	return sweepSlots(m.slotDir, 0, m.sweepRecord)
+	n, err := sweepSlots(m.slotDir, 0, m.sweepRecord)
+	pins, perr := m.sweepPins()
+	return n + pins, errors.Join(err, perr)
 }
 
 // sweepRecord destroys the orphaned sandbox rec describes: libcontainer
