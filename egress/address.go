@@ -26,6 +26,9 @@ var refused = []struct {
 	{netip.MustParsePrefix("::/128"), "unspecified"},
 	{netip.MustParsePrefix("::1/128"), "loopback"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
+	// Tunnels that embed an IPv4 address a relay would reach for us.
+	{netip.MustParsePrefix("2001::/32"), "Teredo"},
+	{netip.MustParsePrefix("2002::/16"), "6to4"},
 	{netip.MustParsePrefix("fc00::/7"), "unique local"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	{netip.MustParsePrefix("fec0::/10"), "site-local"},

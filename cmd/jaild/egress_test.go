@@ -93,13 +93,18 @@ func TestServeEgress(t *testing.T) {
 			}
 		})
 	}
+	// jaild remote --egress narrows too, streaming through /raw.
+	code, stdout, stderr := remote(t, false, nil, "--server", "http://"+addr, "--egress", "up.test:80", "--shell", "curl -s http://up.test/; curl -s http://also.test/")
+	if code != 0 || stdout != "hello from upstream host=up.test\njaild egress: also.test:80 is not in this request's egress list\n" {
+		t.Errorf("jaild remote --egress: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, w := range []string{`jaild_egress_connections_total{result="allowed"} 3`, `jaild_egress_connections_total{result="denied"} 3`} {
+	for _, w := range []string{`jaild_egress_connections_total{result="allowed"} 4`, `jaild_egress_connections_total{result="denied"} 4`} {
 		if !strings.Contains(string(metrics), w) {
 			t.Errorf("/metrics lacks %s", w)
 		}
