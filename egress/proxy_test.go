@@ -235,3 +235,36 @@ func TestProxyNotAProxyRequest(t *testing.T) {
 		t.Errorf("got %d %q", code, body)
 	}
 }
+
+// TestProxyTunnelByteCap: a CONNECT tunnel is cut at the run's byte cap,
+// both ways, even while the client keeps its side open.
+func TestProxyTunnelByteCap(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = c.Write(make([]byte, 1<<20)); io.Copy(io.Discard, c) }()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(up.Addr().String())
+	cfg := egress.Config{Allow: pats(t, "up.test:*"), AllowCIDR: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, MaxBytes: 64 << 10}
+	s := serve(t, cfg, egress.Grant{})
+	c, err := net.Dial("tcp", s.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT up.test:%s HTTP/1.1\r\nHost: up.test:%s\r\n\r\n", port, port)
+	// The client never closes its side: only the cap ends the tunnel.
+	n, _ := io.Copy(io.Discard, c)
+	if n >= 1<<20 {
+		t.Errorf("read %d bytes through a tunnel capped at 64 KiB", n)
+	}
+}

@@ -203,16 +203,27 @@ func (r *runState) connect(w http.ResponseWriter, req *http.Request) {
 	if _, err := io.WriteString(down, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
+	// Each direction half-closes the other side at its EOF, so that an
+	// answer may still come back; an error (the byte cap, a reset) ends
+	// the tunnel both ways at once.
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		// What the client sent after its CONNECT is in brw's buffer.
-		_, _ = io.Copy(up, brw.Reader)
+		if _, err := io.Copy(up, brw.Reader); err != nil {
+			down.Close()
+			up.Close()
+			return
+		}
 		closeWrite(up)
 	}()
-	_, _ = io.Copy(down, up)
-	closeWrite(down)
+	if _, err := io.Copy(down, up); err != nil {
+		down.Close()
+		up.Close()
+	} else {
+		closeWrite(down)
+	}
 	wg.Wait()
 }
 
