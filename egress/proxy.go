@@ -222,7 +222,7 @@ func (r *runState) decide(ctx context.Context, hostport string, defPort int) (ho
 	ok4 := addrs[:0:0]
 	for _, a := range addrs {
 		a = a.Unmap()
-		if w := r.p.refusedWhy(a, port); w != "" {
+		if w := r.refusedWhy(a, port); w != "" {
 			why = fmt.Sprintf("%s is %s", a, w)
 			continue
 		}
@@ -234,10 +234,16 @@ func (r *runState) decide(ctx context.Context, hostport string, defPort int) (ho
 	return name, port, ok4, nil
 }
 
-// refusedWhy says why the proxy will not dial ip:port, or "" if it may:
-// the operator may name an address that is refused by default.
-func (p *Proxy) refusedWhy(ip netip.Addr, port int) string {
-	if namesIP(p.cfg.Allow, ip, port) {
+// refusedWhy says why the proxy will not dial ip:port for this run, or ""
+// if it may: the operator may name an address that is refused by default,
+// in the run's allowlist (the daemon's or the token's) or --egress-allow-cidr.
+func (r *runState) refusedWhy(ip netip.Addr, port int) string {
+	p := r.p
+	base := r.g.Base
+	if base == nil {
+		base = p.cfg.Allow
+	}
+	if namesIP(base, ip, port) {
 		return ""
 	}
 	for _, c := range p.cfg.AllowCIDR {
@@ -258,7 +264,7 @@ func (r *runState) dial(ctx context.Context, addrs []netip.Addr, port int) (net.
 			if err != nil {
 				return err
 			}
-			if why := r.p.refusedWhy(ap.Addr().Unmap(), int(ap.Port())); why != "" {
+			if why := r.refusedWhy(ap.Addr().Unmap(), int(ap.Port())); why != "" {
 				return fmt.Errorf("%w: %s is %s", ErrAddress, ap.Addr(), why)
 			}
 			return nil

@@ -268,3 +268,30 @@ func TestProxyTunnelByteCap(t *testing.T) {
 		t.Errorf("read %d bytes through a tunnel capped at 64 KiB", n)
 	}
 }
+
+// TestProxyNamedIP: an address refused by default is dialed when the
+// run's allowlist names it (the daemon's, or a token's), and only then.
+func TestProxyNamedIP(t *testing.T) {
+	plain, _ := upstreams(t)
+	pp := port(t, plain)
+	byIP, byName := "http://127.0.0.1:"+pp+"/", "http://up.test:"+pp+"/"
+	for _, tt := range []struct {
+		name   string
+		cfg    egress.Config
+		g      egress.Grant
+		target string
+		want   string
+	}{
+		{"named by the daemon", egress.Config{Allow: pats(t, "127.0.0.1:"+pp)}, egress.Grant{}, byIP, "hello"},
+		{"named by the token", egress.Config{}, egress.Grant{Base: pats(t, "127.0.0.1:"+pp)}, byIP, "hello"},
+		{"a name resolving to it", egress.Config{Allow: pats(t, "127.0.0.1:"+pp, "up.test:"+pp)}, egress.Grant{}, byName, "hello"},
+		{"named on another port", egress.Config{Allow: pats(t, "127.0.0.1:1", "up.test:"+pp)}, egress.Grant{}, byName, "127.0.0.1 is loopback"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := serve(t, tt.cfg, tt.g)
+			if _, body := get(t, s.client(nil), tt.target); !strings.Contains(body, tt.want) {
+				t.Errorf("got %q, want %q", body, tt.want)
+			}
+		})
+	}
+}
