@@ -219,19 +219,19 @@ func (r *runState) decide(ctx context.Context, hostport string, defPort int) (ho
 	// Checked after resolution, on the addresses that will be dialed:
 	// a name an attacker controls may resolve anywhere.
 	var why string
-	ok4 := addrs[:0:0]
+	dialable := addrs[:0:0]
 	for _, a := range addrs {
 		a = a.Unmap()
 		if w := r.refusedWhy(a, port); w != "" {
 			why = fmt.Sprintf("%s is %s", a, w)
 			continue
 		}
-		ok4 = append(ok4, a)
+		dialable = append(dialable, a)
 	}
-	if len(ok4) == 0 {
+	if len(dialable) == 0 {
 		return name, port, nil, deny(ErrAddress, "is refused: %s", why)
 	}
-	return name, port, ok4, nil
+	return name, port, dialable, nil
 }
 
 // refusedWhy says why the proxy will not dial ip:port for this run, or ""
