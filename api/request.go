@@ -229,16 +229,14 @@ func checkKeys(data []byte, fields map[string]bool) error {
 // [Maxima.Apply] fills them in.
 func (req *Request) Spec() (*jail.Spec, error) {
 	s := &jail.Spec{}
-	// Until the daemon serves it, egress is refused rather than ignored:
-	// a command meant for the network must not run somewhere else.
 	switch {
 	case req.RunInBackground && req.SessionID == "":
 		return nil, invalid("run_in_background", "a background job runs in a session: set session_id")
 	case len(req.SessionID) > maxSessionID || strings.IndexByte(req.SessionID, 0) >= 0:
 		return nil, invalid("session_id", "not a session id")
-	case req.Egress != nil && req.Egress.Allowed:
-		return nil, invalid("egress", "egress is not served by this daemon yet")
 	}
+	// Egress is not part of the spec: the run chain's egress link (package
+	// run) decides it from the request's field and the operator's lists.
 	switch {
 	case req.Command != "" && req.Executable != "":
 		return nil, invalid("command", "command (shell mode) and executable (argv mode) are mutually exclusive")

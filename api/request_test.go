@@ -321,7 +321,6 @@ func TestEgressJSON(t *testing.T) {
 func TestRequestSpecRefusesUnserved(t *testing.T) {
 	for _, body := range []string{
 		`{"command":"true","run_in_background":true}`,
-		`{"command":"true","egress":true}`,
 		`{"command":"true","session_id":"a\u0000b"}`,
 	} {
 		req, err := api.DecodeRequest(strings.NewReader(body))

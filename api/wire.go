@@ -92,6 +92,12 @@ type Usage struct {
 	MemoryPeakBytes int64 `json:"memory_peak_bytes" jsonschema:"Peak memory use of the sandbox in bytes."`
 	StdoutBytes     int64 `json:"stdout_bytes" jsonschema:"How many bytes the command wrote to stdout, kept or not."`
 	StderrBytes     int64 `json:"stderr_bytes" jsonschema:"How many bytes the command wrote to stderr, kept or not."`
+	// The egress proxy's counters: present (zero or not) for a run given
+	// network access, absent for any other.
+	EgressBytesIn     *int64 `json:"egress_bytes_in,omitempty" jsonschema:"Bytes received from upstreams through the egress proxy; present only for a run given egress."`
+	EgressBytesOut    *int64 `json:"egress_bytes_out,omitempty" jsonschema:"Bytes sent to upstreams through the egress proxy."`
+	EgressConnections *int64 `json:"egress_connections,omitempty" jsonschema:"Connections the egress proxy let through."`
+	EgressDenied      *int64 `json:"egress_denied,omitempty" jsonschema:"Connections the egress proxy refused."`
 }
 
 // Response is the body of a successful POST /run: the common
@@ -322,13 +328,18 @@ func ResponseOf(res *jail.Result) *Response {
 
 // UsageOf is what res used.
 func UsageOf(res *jail.Result) Usage {
-	return Usage{
+	u := Usage{
 		DurationMS:      res.Duration.Milliseconds(),
 		CPUMS:           res.CPUTime.Milliseconds(),
 		MemoryPeakBytes: res.MemoryPeak,
 		StdoutBytes:     res.StdoutBytes,
 		StderrBytes:     res.StderrBytes,
 	}
+	if res.Egress != nil {
+		e := *res.Egress // the verdict's own copy
+		u.EgressBytesIn, u.EgressBytesOut, u.EgressConnections, u.EgressDenied = &e.BytesIn, &e.BytesOut, &e.Connections, &e.Denied
+	}
+	return u
 }
 
 // Base64 is stdin_b64: bytes sent as a base64 string. Unlike a

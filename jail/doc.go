@@ -58,6 +58,16 @@
 // crash removes them, the tmpfs and the network namespace. Package session
 // builds sessions on it; docs/sessions.md explains the choices.
 //
+// # Egress
+//
+// A [Spec] with [Egress] gets a network namespace that jaild makes itself,
+// still loopback only, with a TCP listener on 127.0.0.1:[ProxyPort] in it
+// that the caller serves from outside (package egress is jaild's proxy),
+// and the proxy variables in its environment. Its root cannot add a route
+// or an interface: the namespace belongs to the host's user namespace. The
+// namespace is pinned under the state dir and named in the sandbox's slot
+// record, so that teardown, the watchdog and the sweep remove it.
+//
 // # Binaries
 //
 // libcontainer re-executes the calling binary as "<binary> init" for every

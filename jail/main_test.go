@@ -80,6 +80,7 @@ func helperRun() {
 		Timeout: jail.MaxTimeout,
 		Stdout:  lineWriter{bufio.NewWriter(os.Stdout)},
 	}}
+	egressIfAsked(spec)
 	_, err = m.Run(context.Background(), spec)
 	fmt.Println("ERR", err)
 	os.Exit(1)

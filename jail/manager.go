@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -206,11 +207,28 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	sb, err := m.create(ctx, spec.Limits, spec.Workspace)
+	sb, err := m.create(ctx, spec.Limits, spec.Workspace, spec.Egress != nil)
 	if err != nil {
 		return nil, err
 	}
-	res, err := sb.Run(ctx, &spec.Command)
+	cmd := &spec.Command
+	var stopEgress func() *EgressUsage
+	if spec.Egress != nil {
+		// The proxy is served before the command starts, and stopped
+		// only once the sandbox's processes are dead (Run returns after
+		// its init was reaped, which killed the rest).
+		stopEgress = serveEgress(ctx, spec.Egress, sb.proxy)
+		c := *cmd
+		c.Env = append(proxyEnv(), cmd.Env...)
+		cmd = &c
+	}
+	res, err := sb.Run(ctx, cmd)
+	if stopEgress != nil {
+		usage := stopEgress()
+		if res != nil {
+			res.Egress = usage
+		}
+	}
 	if derr := sb.Destroy(); derr != nil {
 		m.log.Warn("destroying sandbox", "id", sb.id, "err", derr)
 		if err == nil {
@@ -223,8 +241,10 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 // create builds a sandbox with limits l, ready to run one command, on its
 // own uid slot or, if ws is not nil, on the workspace's (see [Workspace]).
 // Its uid range, cgroup parent and configuration are fixed here, so a pool
-// can create sandboxes ahead of time. The caller must Destroy it.
-func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*sandbox, error) {
+// can create sandboxes ahead of time. With egress, its network namespace is
+// made here with a proxy listener in it (see [Egress]). The caller must
+// Destroy it.
+func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace, egress bool) (*sandbox, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -244,12 +264,23 @@ func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*sandbox
 
 	l = l.WithDefaults()
 	id := uuid.NewString()
-	rec := &record{ID: id, StateRoot: m.containers, Cgroup: m.parent.Child(id), Owner: os.Getpid()}
+	rec := &record{ID: id, StateRoot: m.containers, Cgroup: m.parent.Child(id), Owner: os.Getpid(), NetNS: egress}
 	var (
 		sl     *slot
 		hostID int
 		err    error
+		netns  string
+		proxy  *net.TCPListener
 	)
+	if egress {
+		// Made before the record names it, so that a failure here
+		// leaves nothing a sweep would have to know of.
+		_, err = makeTrustedDir("netns dir", filepath.Join(m.stateDir, "netns"), 0o700)
+		if err != nil {
+			m.live.Done()
+			return nil, err
+		}
+	}
 	if ws == nil {
 		sl, err = acquireSlot(m.slotDir, rec, m.sweepRecord)
 		if sl != nil {
@@ -258,14 +289,28 @@ func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*sandbox
 	} else {
 		hostID, err = ws.add(id, rec.Cgroup)
 	}
+	if err == nil && egress {
+		// The slot's record names the namespace from here on: a crash
+		// leaves it to the sweep.
+		netns = egressNetNS(m.containers, id)
+		if proxy, err = newProxyNetNS(netns); err != nil {
+			sl.release()
+		}
+	}
 	if err != nil {
 		m.live.Done()
 		return nil, err
 	}
-	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, hostID, l, ws))
+	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, hostID, l, ws, netns))
 	if err != nil {
 		// Create writes only the state dir; nothing runs yet.
 		_ = os.RemoveAll(filepath.Join(m.containers, id))
+		if proxy != nil {
+			proxy.Close()
+			if rerr := removeNetNS(netns); rerr != nil {
+				m.log.Warn("removing egress netns", "id", id, "err", rerr)
+			}
+		}
 		if ws != nil {
 			ws.remove(id)
 		} else {
@@ -274,14 +319,15 @@ func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace) (*sandbox
 		m.live.Done()
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	return &sandbox{m: m, id: id, c: c, slot: sl, ws: ws, hostID: hostID, limits: l, group: rec.Cgroup}, nil
+	return &sandbox{m: m, id: id, c: c, slot: sl, ws: ws, hostID: hostID, limits: l, group: rec.Cgroup, netns: netns, proxy: proxy}, nil
 }
 
 // containerConfig is the whole isolation policy of one sandbox. On a
 // workspace (ws not nil) it differs in two places only: /work is the
 // workspace's tmpfs, and the network namespace is the workspace's, joined
-// rather than created (its loopback is already up).
-func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace) *configs.Config {
+// rather than created (its loopback is already up). A sandbox with egress
+// joins the namespace at netns the same way (see [Egress]).
+func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace, netns string) *configs.Config {
 	var devs []*devices.Device
 	var rules []*devices.Rule
 	for _, d := range specconv.AllowedDevices {
@@ -294,7 +340,10 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace
 	quota, period := cgroup.CPUQuota(l.CPUs)
 	oomScore := 1000 // the kernel's OOM killer picks sandboxes before jaild
 	// A lone loopback interface: the network namespace has no route out.
-	netns, networks, work := "", []*configs.Network{{Type: "loopback"}}, ""
+	networks, work := []*configs.Network{{Type: "loopback"}}, ""
+	if netns != "" {
+		networks = nil
+	}
 	if ws != nil {
 		netns, networks, work = ws.netns, nil, ws.dir
 	}
@@ -345,7 +394,9 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace
 // host, and reports how many it found. Sandboxes of live jaild processes are
 // never touched.
 func (m *Manager) Sweep() (int, error) {
-	return sweepSlots(m.slotDir, 0, m.sweepRecord)
+	n, err := sweepSlots(m.slotDir, 0, m.sweepRecord)
+	pins, perr := m.sweepPins()
+	return n + pins, errors.Join(err, perr)
 }
 
 // sweepRecord destroys the orphaned sandbox rec describes: libcontainer
@@ -378,6 +429,11 @@ func (m *Manager) sweepRecord(rec *record) error {
 	if rec.StateRoot != "" && rec.ID != "" && !strings.ContainsAny(rec.ID, "/.") {
 		if err := os.RemoveAll(filepath.Join(rec.StateRoot, rec.ID)); err != nil {
 			errs = append(errs, err)
+		}
+		if rec.NetNS {
+			if err := removeNetNS(egressNetNS(rec.StateRoot, rec.ID)); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -120,7 +120,7 @@ func (p *Pool) refill() {
 
 // prestart builds a sandbox and starts its waiting shell.
 func (p *Pool) prestart() (_ *warm, retErr error) {
-	sb, err := p.m.create(context.Background(), p.limits, nil)
+	sb, err := p.m.create(context.Background(), p.limits, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 func (p *Pool) serves(spec *Spec) bool {
 	arg0 := spec.Args[0]
 	return spec.Limits.WithDefaults() == p.limits &&
-		spec.Workspace == nil && len(spec.ExtraFiles) == 0 &&
+		spec.Workspace == nil && spec.Egress == nil && len(spec.ExtraFiles) == 0 &&
 		(spec.Dir == "" || spec.Dir == DefaultDir) &&
 		p.m.root.Host() &&
 		!strings.HasPrefix(arg0, "-") && !strings.Contains(arg0, "=")

@@ -41,4 +41,8 @@ type Result struct {
 	CPUTime    time.Duration
 	MemoryPeak int64
 	Limits     Limits
+
+	// Egress is what the sandbox's proxy counted, for a run given egress
+	// (see [Egress]); nil otherwise.
+	Egress *EgressUsage `json:",omitempty"`
 }

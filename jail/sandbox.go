@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -35,6 +36,10 @@ type sandbox struct {
 	group  *cgroup.Group
 	limits Limits
 	used   bool
+	// netns and proxy are a sandbox with egress's network namespace
+	// pin and the proxy listener in it; empty and nil otherwise.
+	netns string
+	proxy *net.TCPListener
 }
 
 // ID is the sandbox's id, also its container and cgroup name.
@@ -362,6 +367,17 @@ func (s *sandbox) Destroy() error {
 		}
 		s.c = nil
 		return fmt.Errorf("destroy sandbox %s: %w", s.id, err)
+	}
+	if s.proxy != nil {
+		// The namespace ends once the listener (and the sockets the
+		// proxy accepted) are closed and the pin is gone.
+		s.proxy.Close()
+		if err := removeNetNS(s.netns); err != nil {
+			// Keep the record: the next sweep retries.
+			s.slot.f.Close()
+			s.c = nil
+			return fmt.Errorf("destroy sandbox %s: %w", s.id, err)
+		}
 	}
 	if s.ws != nil {
 		s.ws.remove(s.id)

@@ -41,7 +41,10 @@ type record struct {
 	// sandbox: its tmpfs and network namespace are at paths derived from
 	// StateRoot and ID (see workspacePaths), and Sandboxes lists the
 	// sandboxes that run on its uid range.
-	Workspace bool     `json:"workspace,omitempty"`
+	Workspace bool `json:"workspace,omitempty"`
+	// NetNS marks a sandbox with egress: its network namespace is
+	// pinned at a path derived from StateRoot and ID (see egressNetNS).
+	NetNS     bool     `json:"netns,omitempty"`
 	Sandboxes []member `json:"sandboxes,omitempty"`
 }
 

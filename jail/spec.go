@@ -212,12 +212,19 @@ type Spec struct {
 	// [Workspace]); every other namespace, limit and filter is the
 	// sandbox's own as always.
 	Workspace *Workspace
+	// Egress, if not nil, gives the sandbox a proxy endpoint on its
+	// loopback that the caller serves, and no other way out (see
+	// [Egress]). Not available on a workspace.
+	Egress *Egress
 	Command
 }
 
 // Validate checks both the limits and the command.
 func (s *Spec) Validate() error {
 	if err := s.Limits.Validate(); err != nil {
+		return err
+	}
+	if err := validateEgress(s); err != nil {
 		return err
 	}
 	return s.Command.Validate()

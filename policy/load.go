@@ -38,6 +38,7 @@ type set struct {
 	revision string
 	files    []string
 	query    rego.PreparedEvalQuery
+	network  rego.PreparedEvalQuery // NetworkQuery
 	modules  map[string]*ast.Module // rewritten, for the tester
 }
 
@@ -88,6 +89,9 @@ func loadDir(ctx context.Context, dir string) (*set, error) {
 	s.query, err = rego.New(rego.Query(Query), rego.Compiler(c)).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s: %s", Query, unrewrite(err.Error()))
+	}
+	if s.network, err = prepareNetwork(ctx, c); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -158,8 +162,8 @@ func rewriteRef(r ast.Ref) {
 	if len(r) < 3 || !r[0].Equal(ast.DefaultRootDocument) || !r[1].Equal(ast.StringTerm("sandbox")) {
 		return
 	}
-	if r[2].Equal(ast.StringTerm("main")) {
-		return
+	if r[2].Equal(ast.StringTerm("main")) || r[2].Equal(ast.StringTerm("network")) {
+		return // the decisions' own packages (Query, NetworkQuery)
 	}
 	r[1] = ast.StringTerm(commandRoot).SetLocation(r[1].Location)
 }

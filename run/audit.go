@@ -103,7 +103,10 @@ func (l *AuditLog) Rejected(caller, requestID, reason string, status int, msg st
 	})
 }
 
-func (l *AuditLog) write(rec *api.AuditRecord) {
+func (l *AuditLog) write(rec *api.AuditRecord) { l.writeLine(rec) }
+
+// writeLine writes one record of any kind as a JSON line.
+func (l *AuditLog) writeLine(rec any) {
 	if l == nil {
 		return
 	}
@@ -115,7 +118,7 @@ func (l *AuditLog) write(rec *api.AuditRecord) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, err := l.w.Write(buf.Bytes()); err != nil {
-		l.o.Logger.Error("audit: write record", "request_id", rec.RequestID, "err", err)
+		l.o.Logger.Error("audit: write record", "err", err)
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 // Chain builds the daemon's runner chain around base (the jail), and the
 // session manager for requests that name a session:
 //
-//	Enforce(max) -> Audit -> Decide(policy) -> Admit -> Instrument -> base, or the session
+//	Enforce(max) -> Audit -> Egress -> Decide(policy) -> Admit -> Instrument -> base, or the session
 //
 // Enforce comes first so that invalid requests are refused before they wait
 // for a slot and audit records and the policy see effective limits; Audit
@@ -29,6 +29,9 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 	if c.Policy != nil {
 		r = Decide(r, c.Policy)
 	}
+	// Always linked: without a proxy it refuses the requests that ask
+	// for egress rather than run them without.
+	r = Egress(r, c.Egress)
 	if c.Audit != nil {
 		r = Audit(r, c.Audit)
 	}
@@ -46,4 +49,7 @@ type ChainOptions struct {
 	// Sessions runs the requests that name a session (Request.SessionID,
 	// Background); nil refuses them.
 	Sessions *session.Manager
+	// Egress is the daemon's egress configuration; the zero value gives
+	// no run any network.
+	Egress EgressOptions
 }

@@ -1,7 +1,7 @@
 // Package run is the chain every front end runs a request through, built by
 // [Chain] around the jail:
 //
-//	Enforce (operator maxima) -> Audit -> Decide (policy) -> Admit (concurrency, queue, output memory) -> Instrument (metrics) -> jail, or the session
+//	Enforce (operator maxima) -> Audit -> Egress (network the request may have) -> Decide (policy) -> Admit (concurrency, queue, output memory) -> Instrument (metrics) -> jail, or the session
 //
 // HTTP, MCP over HTTP and MCP over stdio all build it with Chain, so every
 // run gets the same limits, admission control, audit record and metrics.

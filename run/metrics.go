@@ -50,6 +50,7 @@ type Metrics struct {
 
 	policyOnce sync.Once
 	policy     *policyMetrics // see PolicyObserver
+	egress   *egressMetrics
 }
 
 // NewMetrics creates the metrics and their registry, with the Go runtime
@@ -108,6 +109,7 @@ func NewMetrics() *Metrics {
 		RejectBodyTimeout, RejectUnauthorized, RejectShutdown, RejectForbidden} {
 		m.rejects.WithLabelValues(r)
 	}
+	m.egress = newEgressMetrics(m.reg)
 	m.conns.WithLabelValues(ConnReclaimed)
 	m.conns.WithLabelValues(ConnPeerLimit)
 	return m
@@ -205,6 +207,7 @@ func (i *instrumented) Run(ctx context.Context, req *Request) (*jail.Result, err
 	if res != nil {
 		i.m.duration.Observe(res.Duration.Seconds())
 		i.m.cpu.Observe(res.CPUTime.Seconds())
+		i.m.egress.observe(res.Egress)
 	}
 	return res, err
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
@@ -40,6 +41,9 @@ type Request struct {
 	// Description is what the caller said the command is for (the MCP
 	// bash tool's description).
 	Description string
+	// Egress is the request's egress field: nil for none given (the
+	// daemon's --egress-default decides), else what it asks for.
+	Egress *api.Egress
 
 	// SessionID, if set, runs the request in that session of Caller's
 	// (see ChainOptions.Sessions): a fresh sandbox on the session's

@@ -339,6 +339,50 @@ else
   skip host_loopback_unreachable "no python3 on the host for a listener"
 fi
 
+# --- egress: a sandbox given network has only the proxy ------------------------
+# jaild run --egress-allow (served by jaild-server next to jaild). Every
+# address below is in a documentation range (RFC 5737) or link-local, so a
+# broken jail could not reach a real host; and the proxy's refusals happen
+# before it dials anything.
+EGRESS=(--egress-allow allowed.test:80 --egress-allow metadata.test:80
+  --egress-resolve allowed.test=192.0.2.80 --egress-resolve metadata.test=169.254.169.254)
+if [ -x "$(dirname "$JAILD")/jaild-server" ] && [ -x /usr/bin/python3 ]; then
+  jrun egress_dns "${EGRESS[@]}" -- python3 -c '
+import socket
+for n in ("allowed.test", "example.com"):
+    try:
+        socket.getaddrinfo(n, 80); print("resolved", n)
+    except socket.gaierror:
+        pass
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b"q", ("192.0.2.53", 53)); print("udp sent")
+except OSError:
+    pass
+t = socket.socket()
+t.settimeout(3)
+try:
+    t.connect(("192.0.2.53", 53)); print("tcp connected")
+except OSError:
+    pass
+print("proxy", __import__("os").environ.get("HTTPS_PROXY"))'
+  check egress_no_dns "$DETAIL" [ "$OUT" = "proxy http://127.0.0.1:3128" ]
+  jrun egress_direct "${EGRESS[@]}" --shell 'curl -sS --noproxy "*" --max-time 3 http://192.0.2.80/ 2>&1; echo "rc=$?"'
+  check egress_no_direct_egress "$DETAIL" grep -q '^rc=7$' <<< "$OUT"
+  jrun egress_metadata "${EGRESS[@]}" --shell 'curl -s -w " %{http_code}" http://metadata.test/latest/meta-data/; echo; curl -s -w " %{http_code}" http://169.254.169.254/latest/meta-data/'
+  # The proxy's one-line reason ends in a newline, then curl's status.
+  meta_refused() {
+    local o
+    o=$(tr '\n' ' ' <<< "$OUT")
+    grep -q 'is refused: 169.254.169.254 is link-local (cloud metadata) *403' <<< "$o" &&
+      grep -q '169.254.169.254:80 is not in the egress allowlist *403' <<< "$o"
+  }
+  check egress_metadata_refused "$DETAIL" meta_refused
+  check egress_denials_counted "$DETAIL" [ "$(jget "$J" egress_denied)" = 2 ]
+else
+  skip egress "no jaild-server next to $JAILD, or no python3"
+fi
+
 jrun uidmap --shell 'cat /proc/self/uid_map /proc/self/gid_map; echo "uid=$(id -u) gid=$(id -g)"'
 maps=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9]+ *$' <<< "$OUT" || true)
 if ran && [ -n "$maps" ] && [ -z "$(awk '$2 == 0' <<< "$maps")" ]; then pass userns_maps_to_unprivileged_host_ids

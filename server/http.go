@@ -284,7 +284,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	}
 	ctx := r.Context()
 	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx),
-		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd,
+		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,
 		SessionID: req.SessionID, Background: req.RunInBackground, Owner: s.owner(r)}, true
 }
 

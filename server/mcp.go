@@ -64,6 +64,10 @@ type MCPOptions struct {
 	// before it appends "...truncated..."; zero means
 	// NetworkToolMaxOutput (1 MiB).
 	NetworkMaxOutput int64
+	// Egress lets a tool call ask for network access through the egress
+	// proxy ("egress": true, the operator's allowlist); without it the
+	// tools' schemas have no egress argument and a call giving one fails.
+	Egress bool
 	// AllowedOrigins are browser origins ("https://app.example.com")
 	// accepted by the HTTP handler in addition to loopback ones. Requests
 	// without an Origin header (non-browser clients) are always accepted.
@@ -139,6 +143,7 @@ type BashInput struct {
 	Env         map[string]string `json:"env,omitempty" jsonschema:"Extra environment variables, as an object of NAME: value. PATH, HOME=/work, USER and LANG are set already and may be overridden."`
 	// RunInBackground is served only with MCPOptions.Sessions.
 	RunInBackground bool `json:"run_in_background,omitempty" jsonschema:"Start the command as a background task and return its task_id at once (for servers and long jobs); read it with task_output, stop it with kill_task. Only where this server keeps sessions."`
+	Egress      bool              `json:"egress,omitempty" jsonschema:"Give the sandbox network access, through jaild's HTTP proxy, to the destinations the operator allows (HTTP_PROXY and HTTPS_PROXY are set; there is no DNS otherwise)."`
 }
 
 // ExecuteInput is the argument of the execute tool: a program and its
@@ -148,6 +153,7 @@ type ExecuteInput struct {
 	Args      []string `json:"args,omitempty" jsonschema:"Arguments passed to the program as they are, one per element, without shell quoting or expansion."`
 	Stdin     string   `json:"stdin,omitempty" jsonschema:"Text fed to the program's standard input; empty means no input (/dev/null)."`
 	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"Timeout in milliseconds. The sandbox is killed when it expires and the result still carries the output produced so far."`
+	Egress    bool     `json:"egress,omitempty" jsonschema:"Give the sandbox network access, through jaild's HTTP proxy, to the destinations the operator allows (HTTP_PROXY and HTTPS_PROXY are set; there is no DNS otherwise)."`
 }
 
 // RunOutput is the structured result of both tools: the output and the
@@ -196,7 +202,7 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *m
 			Description:  t.bashDescription(),
 			InputSchema:  t.bashSchema(),
 			OutputSchema: outputSchema(),
-			Annotations:  toolAnnotations(),
+			Annotations:  toolAnnotations(t.opts.Egress),
 		}, t.bash)
 	}
 	if slices.Contains(o.Tools, ToolExecute) {
@@ -206,7 +212,7 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *m
 			Description:  t.executeDescription(),
 			InputSchema:  t.executeSchema(),
 			OutputSchema: outputSchema(),
-			Annotations:  toolAnnotations(),
+			Annotations:  toolAnnotations(t.opts.Egress),
 		}, t.execute)
 	}
 	if slices.Contains(o.Tools, ToolRunNetworkTool) {

@@ -64,7 +64,7 @@ func (t *mcpTools) addTaskTools(s *mcp.Server) {
 		Name:        "kill_task",
 		Title:       "Kill a background task",
 		Description: "Kill a task started with bash run_in_background, and return its final output.",
-		Annotations: toolAnnotations(),
+		Annotations: toolAnnotations(false),
 	}, t.killTask)
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "list_tasks",
@@ -86,7 +86,7 @@ func (t *mcpTools) caller(ctx context.Context, req *mcp.CallToolRequest) string 
 }
 
 func readOnly() *mcp.ToolAnnotations {
-	a := toolAnnotations()
+	a := toolAnnotations(false)
 	a.ReadOnlyHint = true
 	return a
 }

@@ -109,7 +109,7 @@ func (t *mcpTools) addNetworkTool(s *mcp.Server) {
 		Description:  t.networkToolDescription(),
 		InputSchema:  t.networkToolSchema(),
 		OutputSchema: mustSchema[NetworkToolOutput](),
-		Annotations:  toolAnnotations(),
+		Annotations:  toolAnnotations(false),
 	}, t.networkTool)
 }
 
@@ -139,7 +139,7 @@ func (t *mcpTools) networkTool(ctx context.Context, req *mcp.CallToolRequest, in
 	nt := *t
 	nt.opts.MaxOutput = limit
 	nt.run = teeRunner{next: t.run, stdout: stdout, stderr: stderr}
-	_, ro, err := nt.call(ctx, req, ToolRunNetworkTool, "", "", 0, cmd, false)
+	_, ro, err := nt.call(ctx, req, ToolRunNetworkTool, "", "", 0, false, cmd, false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -21,11 +21,12 @@ import (
 // The bash and execute tools: descriptions, schemas, and the call that runs
 // a command through the runner and turns the outcome into a tool result.
 
-func toolAnnotations() *mcp.ToolAnnotations {
+func toolAnnotations(egress bool) *mcp.ToolAnnotations {
 	f := false
-	// Not destructive or open-world: whatever a command does stays in a
-	// sandbox without network that is thrown away after the call.
-	return &mcp.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &f}
+	// Not destructive: whatever a command does stays in a sandbox that
+	// is thrown away after the call. Open-world only if a call may ask
+	// for network (egress).
+	return &mcp.ToolAnnotations{DestructiveHint: &f, OpenWorldHint: &egress}
 }
 
 type mcpTools struct {
@@ -46,7 +47,15 @@ func (t *mcpTools) sandboxText() string {
 		"marks the result as an error, with the output still returned. "+
 		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it).",
 		humanBytes(l.Memory), l.Pids, l.CPUs, t.opts.MaxOutput,
-		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds())
+		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds()) + t.egressText()
+}
+
+func (t *mcpTools) egressText() string {
+	if !t.opts.Egress {
+		return ""
+	}
+	return " With \"egress\": true the sandbox may reach the destinations the operator allows, through an HTTP proxy " +
+		"(HTTP_PROXY/HTTPS_PROXY are set; there is no DNS, and other destinations get HTTP 403)."
 }
 
 // persistence says what outlives a call.
@@ -93,6 +102,7 @@ func (t *mcpTools) bashSchema() *jsonschema.Schema {
 			"Default: the session's directory, where the last cd of a previous call left it."
 		s.Properties["env"].Description += " For this call only; variables exported by a previous call are set already."
 	}
+	t.egressSchema(s)
 	return s
 }
 
@@ -100,7 +110,16 @@ func (t *mcpTools) executeSchema() *jsonschema.Schema {
 	s := mustSchema[ExecuteInput]()
 	s.Properties["command"].MinLength = jsonschema.Ptr(1)
 	t.timeoutSchema(s.Properties["timeout_ms"])
+	t.egressSchema(s)
 	return s
+}
+
+// egressSchema drops the egress argument unless the operator lets calls
+// ask for network.
+func (t *mcpTools) egressSchema(s *jsonschema.Schema) {
+	if !t.opts.Egress {
+		delete(s.Properties, "egress")
+	}
 }
 
 func (t *mcpTools) timeoutSchema(p *jsonschema.Schema) {
@@ -141,7 +160,7 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 	if in.RunInBackground && t.sess == nil {
 		return nil, nil, errors.New("invalid arguments: run_in_background needs sessions, which this server does not keep")
 	}
-	return t.call(ctx, req, "bash", in.Description, in.Command, in.Timeout, cmd, in.RunInBackground)
+	return t.call(ctx, req, "bash", in.Description, in.Command, in.Timeout, in.Egress, cmd, in.RunInBackground)
 }
 
 func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in ExecuteInput) (*mcp.CallToolResult, *RunOutput, error) {
@@ -152,13 +171,13 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 	if in.Stdin != "" {
 		cmd.Stdin = strings.NewReader(in.Stdin)
 	}
-	return t.call(ctx, req, "execute", "", "", in.TimeoutMS, cmd, false)
+	return t.call(ctx, req, "execute", "", "", in.TimeoutMS, in.Egress, cmd, false)
 }
 
 // call runs cmd and turns the outcome into a tool result. Errors it returns
 // become tool errors (isError with the message) that a model can read; an
 // error that only a cancelled call can see is returned as is.
-func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, cmd jail.Command, background bool) (res *mcp.CallToolResult, out *RunOutput, err error) {
+func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, egress bool, cmd jail.Command, background bool) (res *mcp.CallToolResult, out *RunOutput, err error) {
 	defer func() {
 		// A bug in a run must not take down a daemon serving other
 		// agents; the caller gets a tool error, the log the stack.
@@ -171,6 +190,13 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	// bypasses it (and documents the contract).
 	if timeoutMS < 0 || timeoutMS > MaxMCPTimeout.Milliseconds() {
 		return nil, nil, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", timeoutMS, MaxMCPTimeout.Milliseconds())
+	}
+	var wantEgress *api.Egress
+	if egress {
+		if !t.opts.Egress {
+			return nil, nil, errors.New("invalid arguments: egress: this server does not let tool calls ask for network")
+		}
+		wantEgress = &api.Egress{Allowed: true}
 	}
 	timeout := t.opts.DefaultTimeout
 	if timeoutMS > 0 {
@@ -222,6 +248,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		Shell:       shell,
 		Description: desc,
 		Background:  background,
+		Egress:      wantEgress,
 	}
 	if t.sess != nil {
 		if rreq.SessionID, rreq.Owner, err = t.sess.get(runCtx, req.Session, rreq.Caller); err != nil {

@@ -50,7 +50,7 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running calls may take (each holds twice --max-output); beyond it calls queue"},
 		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per call to; "-" is stderr, "off" none`},
 		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each call's command in the audit log, not only its SHA-256"},
-	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, command.ManagerFlags)...),
+	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, command.EgressFlags, command.DaemonEgressFlags, command.ManagerFlags)...),
 	Action:       mcpAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -128,12 +128,18 @@ func mcpAction(c *cli.Context) error {
 	if mcpSess {
 		opts.Sessions = sessions
 	}
+	eg, err := daemonEgress(c, audit, pol, opts.Logger)
+	if err != nil {
+		return err
+	}
+	opts.Egress = c.Bool("mcp-egress")
 	runner, err := run.Chain(w, run.ChainOptions{
 		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: maxOutput},
 		Admission: adm,
 		Audit:     audit,
 		Policy:    pol,
 		Sessions:  sessions,
+		Egress:    eg,
 	})
 	if err != nil {
 		return command.UsageError("%v", err)

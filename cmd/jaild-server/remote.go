@@ -63,6 +63,7 @@ than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
 		&cli.BoolFlag{Name: "no-stdin", Aliases: []string{"n"}, EnvVars: []string{"JAILD_NO_STDIN"}, Usage: "do not read stdin; the command reads /dev/null"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "use /run and print the whole result as JSON instead of streaming"},
+		&cli.StringFlag{Name: "egress", EnvVars: []string{"JAILD_REMOTE_EGRESS"}, Usage: `ask for network through the daemon's egress proxy: "true" (its allowlist), "false", or host:port patterns narrowing it, comma-separated (default: the daemon's --egress-default)`},
 	),
 	Action:       remoteAction,
 	OnUsageError: command.OnUsageError,
@@ -102,7 +103,7 @@ func remoteAction(c *cli.Context) error {
 
 // remoteRequest builds the request from the flags, arguments and stdin.
 func remoteRequest(c *cli.Context) (*api.Request, error) {
-	req := &api.Request{Cwd: c.String("cwd"), SessionID: c.String("session")}
+	req := &api.Request{Cwd: c.String("cwd"), SessionID: c.String("session"), Egress: remoteEgress(c.String("egress"))}
 	switch sh, args := c.String("shell"), c.Args().Slice(); {
 	case sh != "" && len(args) > 0:
 		return nil, command.UsageError("give either --shell STRING or -- COMMAND, not both")
@@ -216,4 +217,23 @@ func remoteError(ctx context.Context, err error) error {
 		msg = fmt.Sprintf("%s; retry after %v", msg, ae.RetryAfter)
 	}
 	return cli.Exit(msg, code)
+}
+
+// remoteEgress is --egress as the request's field: nil when not given.
+func remoteEgress(s string) *api.Egress {
+	switch strings.TrimSpace(s) {
+	case "":
+		return nil
+	case "true", "on":
+		return &api.Egress{Allowed: true}
+	case "false", "off":
+		return &api.Egress{}
+	}
+	hosts := []string{}
+	for _, h := range strings.Split(s, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return &api.Egress{Allowed: true, Hosts: hosts}
 }

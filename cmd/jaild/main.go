@@ -19,6 +19,8 @@ import (
 )
 
 func main() {
+	// run with egress needs the proxy, which jaild-server carries.
+	command.Delegate = execServer
 	command.Main(
 		command.Run,
 		command.Doctor(frontEnds),

@@ -154,7 +154,7 @@ func TestDoctor(t *testing.T) {
 	if exitCode(err) != 0 {
 		t.Fatalf("doctor failed: %v\n%s", err, out)
 	}
-	for _, want := range []string{"user namespaces", "cgroups", "seccomp", "ran a command in a real sandbox", "serve, mcp and remote run " + filepath.Join(filepath.Dir(jaildBin), "jaild-server")} {
+	for _, want := range []string{"user namespaces", "cgroups", "seccomp", "ran a command in a real sandbox", "none: every command is allowed", "serve, mcp and remote run " + filepath.Join(filepath.Dir(jaildBin), "jaild-server")} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jaild/jaild/jail"
@@ -22,10 +25,11 @@ optional one), then runs a real sandbox unless a required part is missing.
 Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the findings as JSON"},
-		}, ManagerFlags...),
+			policyDirFlag,
+		}, append(ManagerFlags, EgressFlags...)...),
 		OnUsageError: OnUsageError,
 		Action: func(c *cli.Context) error {
-			findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")), frontEnds())
+			findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")), frontEnds(), egressFinding(c), policyFinding(c.String("policy-dir")))
 			ok := true
 			for _, f := range findings {
 				ok = ok && (f.OK || !f.Required)
@@ -76,4 +80,35 @@ func selfTest(c *cli.Context) error {
 	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
 	defer cancel()
 	return m.SelfTest(ctx)
+}
+
+// policyDirFlag is serve's and mcp's --policy-dir, read with the same
+// variables, so that doctor says what the daemon would decide.
+var policyDirFlag = &cli.StringFlag{Name: "policy-dir", EnvVars: []string{"JAILD_POLICY_DIR", "POLICY_DIR"}, Usage: "the policy directory the daemon is given (only reported here)"}
+
+// policyFinding says whether commands are decided by a policy. It counts
+// the .rego files but does not load them (the lean binary has no Rego
+// engine): `jaild policy test DIR` and `jaild policy eval DIR` do.
+func policyFinding(dir string) jail.Finding {
+	f := jail.Finding{Name: "policy", OK: true}
+	if dir == "" {
+		f.Detail = "none: every command is allowed; --policy-dir DIR (JAILD_POLICY_DIR, POLICY_DIR) decides each run with Rego (docs/policy.md)"
+		return f
+	}
+	n := 0
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(d.Name(), ".rego") {
+			n++
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		f.OK, f.Detail = false, fmt.Sprintf("%s: %v (the daemon would deny every command)", dir, err)
+	case n == 0:
+		f.OK, f.Detail = false, fmt.Sprintf("%s has no .rego file (the daemon would deny every command)", dir)
+	default:
+		f.Detail = fmt.Sprintf("%s: %d .rego files; `jaild policy test %s` runs their tests", dir, n, dir)
+	}
+	return f
 }

@@ -31,7 +31,8 @@ of jaild itself: 119 internal error, 120 not root, 121 host lacks support,
 126 command not executable, 127 command not found; a command killed by
 signal N exits 128+N, and so does jaild run itself when signal N interrupts
 it (after removing the sandbox). --json prints the whole result instead of
-the output.
+the output. --egress-allow gives the sandbox network access to those
+destinations only, through jaild's proxy (see docs/egress.md).
 Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 	Flags: append([]cli.Flag{
 		&cli.DurationFlag{Name: "timeout", Value: jail.DefaultTimeout, EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit; the sandbox is killed when it expires"},
@@ -45,7 +46,7 @@ Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 		&cli.StringFlag{Name: "max-output", Value: Size(jail.DefaultMaxOutput), EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "print the result as JSON instead of the output"},
 		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
-	}, ManagerFlags...),
+	}, append(ManagerFlags, EgressFlags...)...),
 	Action:       runAction,
 	OnUsageError: OnUsageError,
 }
@@ -176,11 +177,23 @@ func LimitFlags(c *cli.Context, prefix string) (l jail.Limits, maxOutput int64, 
 }
 
 func runAction(c *cli.Context) error {
+	if wantsEgress(c) && EgressHook == nil && Delegate != nil {
+		// The proxy lives in jaild-server (see EgressFlags).
+		return Delegate("run", runArgs())
+	}
 	spec, closeStdin, err := specFromFlags(c)
 	if err != nil {
 		return err
 	}
 	defer closeStdin()
+	if wantsEgress(c) {
+		if EgressHook == nil {
+			return UsageError("--egress-allow: this jaild has no egress proxy; run it with jaild-server")
+		}
+		if err := EgressHook(c, spec); err != nil {
+			return err
+		}
+	}
 	if err := spec.Validate(); err != nil {
 		return ExitError(err)
 	}

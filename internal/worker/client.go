@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -385,7 +386,7 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Res
 
 	ws := wireSpec{
 		Limits: spec.Limits, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
-		Timeout: spec.Timeout, MaxOutput: spec.MaxOutput, Workspace: wsID,
+		Timeout: spec.Timeout, MaxOutput: spec.MaxOutput, Workspace: wsID, Egress: spec.Egress != nil,
 	}
 	if err := writeFrame(conn, ws); err != nil {
 		return nil, p.gone("send the spec", err)
@@ -400,9 +401,28 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Res
 	// answers.
 	defer context.AfterFunc(ctx, func() { _ = conn.CloseWrite() })()
 
+	var in io.Reader = conn
+	var egress *egressServer
+	if spec.Egress != nil {
+		// The proxy listener comes first, unless the run failed before
+		// its sandbox was built.
+		in, egress, err = receiveListener(ctx, conn, spec.Egress)
+		if err != nil {
+			return nil, p.gone("receive the proxy listener", err)
+		}
+		defer egress.stop() // if the answer never comes
+	}
 	var a answer
-	if err := readFrame(conn, &a); err != nil {
+	if err := readFrame(in, &a); err != nil {
 		return nil, p.gone("read the result", err)
+	}
+	if egress != nil {
+		// The worker answers once the sandbox is gone: nothing is left
+		// to proxy for.
+		usage := egress.stop()
+		if a.Result != nil {
+			a.Result.Egress = usage
+		}
 	}
 	maxOut := spec.MaxOutput
 	if maxOut == 0 {
@@ -412,8 +432,8 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Res
 		return nil, fmt.Errorf("jaild worker answered %d and %d bytes of output for a run that keeps %d", a.StdoutLen, a.StderrLen, maxOut)
 	}
 	if a.Result != nil {
-		if a.Result.Stdout, err = readString(conn, a.StdoutLen); err == nil {
-			a.Result.Stderr, err = readString(conn, a.StderrLen)
+		if a.Result.Stdout, err = readString(in, a.StdoutLen); err == nil {
+			a.Result.Stderr, err = readString(in, a.StderrLen)
 		}
 		if err != nil {
 			return nil, p.gone("read the output", err)
@@ -463,4 +483,69 @@ func tee(dst io.Writer, r *os.File) {
 			return
 		}
 	}
+}
+
+// egressServer is the front end's proxy of one run.
+type egressServer struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	usage  jail.EgressUsage
+	once   sync.Once
+}
+
+// stop ends the proxy and returns its counters; safe to call twice.
+func (e *egressServer) stop() *jail.EgressUsage {
+	if e == nil {
+		return nil
+	}
+	e.once.Do(func() {
+		e.cancel()
+		<-e.done
+	})
+	return &e.usage
+}
+
+// receiveListener reads what comes first on a run with egress: the proxy
+// listener, which it starts serving with eg, or else the answer, which the
+// returned reader gives back whole.
+func receiveListener(ctx context.Context, conn *net.UnixConn, eg *jail.Egress) (io.Reader, *egressServer, error) {
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, flags, _, err := conn.ReadMsgUnix(b[:], oob)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n == 0 {
+		return nil, nil, io.ErrUnexpectedEOF
+	}
+	fds, perr := parseRights(oob[:oobn])
+	if b[0] != egressMark {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return io.MultiReader(bytes.NewReader(b[:1]), conn), nil, nil
+	}
+	if perr == nil && (len(fds) != 1 || flags&unix.MSG_CTRUNC != 0) {
+		perr = fmt.Errorf("proxy listener message with %d descriptors", len(fds))
+	}
+	if perr != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, nil, perr
+	}
+	f := os.NewFile(uintptr(fds[0]), "egress")
+	ln, err := net.FileListener(f) // a close-on-exec duplicate
+	f.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxy listener: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e := &egressServer{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.usage = eg.Serve(sctx, ln)
+		ln.Close()
+	}()
+	return conn, e, nil
 }

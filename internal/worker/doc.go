@@ -20,7 +20,12 @@
 // writers receive as they are produced). On the run's socket the front end
 // sends the spec (one length-prefixed JSON frame) and the worker answers
 // with the result and its error (one JSON frame) followed by the kept stdout
-// and stderr as raw bytes, never escaped. The front end half-closes the
+// and stderr as raw bytes, never escaped. A run with egress (jail.Egress)
+// first gets, on its socket, one byte carrying by SCM_RIGHTS the proxy
+// listener the worker made in the sandbox's network namespace: the front
+// end serves the proxy on it (package egress) for the run's life, so that
+// policy, metrics and audit stay in the front end, and puts its counters in
+// the result. The front end half-closes the
 // run's socket to cancel the run, as its context ends; the worker kills the
 // sandbox and still answers.
 //

@@ -329,6 +329,11 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 	spec.Limits = ws.Limits
 	spec.Args, spec.Env, spec.Dir = ws.Args, ws.Env, ws.Dir
 	spec.Timeout, spec.MaxOutput = ws.Timeout, ws.MaxOutput
+	if ws.Egress {
+		spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+			return passListener(ctx, conn, ln)
+		}}
+	}
 
 	// The front end sends nothing more: EOF, or any byte, cancels the
 	// run, as does the end of ctx.
@@ -377,4 +382,25 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 		return fmt.Errorf("send result: %w", err)
 	}
 	return nil
+}
+
+// passListener hands the proxy listener of a run with egress to the front
+// end, which serves it and counts the run's usage, and holds the worker's
+// copy until the sandbox is gone (ctx ends).
+func passListener(ctx context.Context, conn *net.UnixConn, ln net.Listener) jail.EgressUsage {
+	defer ln.Close()
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return jail.EgressUsage{}
+	}
+	f, err := tl.File() // a duplicate, closed once sent
+	if err != nil {
+		return jail.EgressUsage{}
+	}
+	// A failure leaves the listener unserved: the sandbox's connections
+	// wait in its backlog and fail when it ends, refused, not let out.
+	_, _, _ = conn.WriteMsgUnix([]byte{egressMark}, unix.UnixRights(int(f.Fd())), nil)
+	f.Close()
+	<-ctx.Done()
+	return jail.EgressUsage{}
 }

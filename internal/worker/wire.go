@@ -68,7 +68,17 @@ type wireSpec struct {
 	// Workspace, if set, is the id of a workspace the worker holds (see
 	// wsRequest): the run is on it.
 	Workspace string `json:"workspace,omitempty"`
+	// Egress asks for a sandbox whose only way out is a proxy listener
+	// (jail.Egress): the worker passes the listener to the front end,
+	// which serves the proxy (see egressMark).
+	Egress bool `json:"egress,omitempty"`
 }
+
+// egressMark is the one byte, carrying the proxy listener by SCM_RIGHTS,
+// that the worker sends on a run's socket before the answer when the run
+// has egress. An answer frame never starts with it: its first byte is the
+// top byte of a length below maxFrame, which is 0 to 3.
+const egressMark = 'L'
 
 // answer is the worker's reply to a run. The kept output follows it on the
 // run's socket: StdoutLen bytes of stdout, then StderrLen of stderr.

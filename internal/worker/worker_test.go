@@ -40,6 +40,23 @@ func (fake) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 		fmt.Fprint(spec.Stdout, "started\n")
 		<-ctx.Done()
 		return &jail.Result{Canceled: true, ExitCode: -1, Signal: "SIGKILL", Stdout: "partial"}, ctx.Err()
+	case "egress": // as the jail does: a listener served by spec.Egress
+		ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		done := make(chan jail.EgressUsage, 1)
+		go func() { done <- spec.Egress.Serve(sctx, ln) }()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		var line []byte
+		if err == nil {
+			line, _ = io.ReadAll(c)
+			c.Close()
+		}
+		cancel()
+		u := <-done
+		return &jail.Result{Stdout: string(line), Egress: &u}, err
 	case "notfound":
 		return nil, fmt.Errorf("%w: %s", jail.ErrNotFound, spec.Args[0])
 	case "closed":
@@ -274,3 +291,40 @@ func TestServeEndsRunsAtEOF(t *testing.T) {
 type runnerFunc func(context.Context, *jail.Spec) (*jail.Result, error)
 
 func (f runnerFunc) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) { return f(ctx, s) }
+
+// TestEgressListenerCrossesTheWire: the worker hands a run's proxy listener
+// to the front end, whose Serve answers the sandbox's connections and whose
+// counters are the result's.
+func TestEgressListenerCrossesTheWire(t *testing.T) {
+	p := pair(t, fake{})
+	var served sync.WaitGroup
+	serve := func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+		served.Add(1)
+		defer served.Done()
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		defer stop()
+		n := int64(0)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return jail.EgressUsage{Connections: n, BytesIn: 42}
+			}
+			n++
+			fmt.Fprintf(c, "served by pid %d", os.Getpid())
+			c.Close()
+		}
+	}
+	res, err := p.run(context.Background(), &jail.Spec{Egress: &jail.Egress{Serve: serve}, Command: jail.Command{Args: []string{"egress"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout != fmt.Sprintf("served by pid %d", os.Getpid()) || res.Egress == nil || res.Egress.Connections != 1 || res.Egress.BytesIn != 42 {
+		t.Errorf("result %+v, egress %+v", res, res.Egress)
+	}
+	// A run that fails before its sandbox exists sends no listener.
+	_, err = p.run(context.Background(), &jail.Spec{Egress: &jail.Egress{Serve: serve}, Command: jail.Command{Args: []string{"notfound"}}}, "")
+	if !errors.Is(err, jail.ErrNotFound) {
+		t.Errorf("err = %v, want ErrNotFound", err)
+	}
+	served.Wait()
+}

@@ -1,0 +1,207 @@
+package jail
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProxyPort is the port of the proxy endpoint on the loopback of a sandbox
+// given egress: 127.0.0.1:3128 (squid's port, which proxy-aware tools
+// guess first).
+const ProxyPort = 3128
+
+// Egress gives a sandbox a way out through a proxy its caller serves, and no
+// other: the sandbox's network namespace still has only loopback, no route
+// and no resolver. jaild creates that namespace itself (owned by the host's
+// user namespace, so that the sandbox's root cannot add an interface or a
+// route to it) and, inside it, a TCP listener on 127.0.0.1:[ProxyPort],
+// which it hands to Serve. The command gets HTTP_PROXY, HTTPS_PROXY,
+// ALL_PROXY (and their lower-case forms) pointing at it and NO_PROXY for
+// loopback; what the proxy lets through is the caller's business (package
+// egress), not the jail's.
+type Egress struct {
+	// Serve serves the proxy on ln from outside the sandbox. It is called
+	// in a goroutine of its own before the command starts. ctx ends once
+	// the sandbox's processes are dead; Serve must then close ln and
+	// every connection it accepted, and return. What it returns is the
+	// run's Result.Egress. Required.
+	Serve func(ctx context.Context, ln net.Listener) EgressUsage
+}
+
+// EgressUsage is what a sandbox's proxy counted.
+type EgressUsage struct {
+	// BytesIn were received from upstreams and sent to the sandbox,
+	// BytesOut the other way.
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// Connections were let through; Denied were refused.
+	Connections int64 `json:"connections"`
+	Denied      int64 `json:"denied"`
+}
+
+// proxyEnv is what a sandbox with egress finds in its environment. The
+// caller's Env still overrides it.
+func proxyEnv() []string {
+	url := "http://127.0.0.1:" + strconv.Itoa(ProxyPort)
+	return []string{
+		"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "ALL_PROXY=" + url,
+		"http_proxy=" + url, "https_proxy=" + url, "all_proxy=" + url,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+	}
+}
+
+// egressNetNS is the path a sandbox's egress network namespace is pinned
+// at, derived from its record as a workspace's is (see workspacePaths), so
+// that a sweep never acts on a path a record could name.
+func egressNetNS(stateRoot, id string) string {
+	return filepath.Join(filepath.Dir(stateRoot), "netns", id)
+}
+
+// newProxyNetNS creates a loopback-only network namespace pinned at path
+// (see newNetNS) and, in it, a TCP listener on 127.0.0.1:ProxyPort. A
+// socket belongs to the namespace it was created in for its whole life,
+// whichever thread later accepts on it, so the listener is created by the
+// thread that entered the namespace, and served from anywhere after.
+func newProxyNetNS(path string) (*net.TCPListener, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create netns mount point: %w", err)
+	}
+	f.Close()
+	type answer struct {
+		ln  *net.TCPListener
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine rather than
+		// go back to the scheduler inside the namespace (see newNetNS).
+		runtime.LockOSThread()
+		ln, err := func() (*net.TCPListener, error) {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return nil, fmt.Errorf("unshare netns: %w", err)
+			}
+			if err := loopbackUp(); err != nil {
+				return nil, err
+			}
+			self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+			if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
+				return nil, fmt.Errorf("pin netns: %w", err)
+			}
+			// net.ListenTCP makes its socket on the calling thread, which
+			// is locked in the namespace.
+			ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: ProxyPort})
+			if err != nil {
+				return nil, fmt.Errorf("proxy listener: %w", err)
+			}
+			return ln, nil
+		}()
+		done <- answer{ln, err}
+	}()
+	a := <-done
+	if a.err != nil {
+		_ = removeNetNS(path)
+		return nil, a.err
+	}
+	return a.ln, nil
+}
+
+// serveEgress starts e.Serve on ln and returns the function that, once the
+// sandbox is gone, ends it and gives its usage.
+func serveEgress(ctx context.Context, e *Egress, ln *net.TCPListener) (stop func() *EgressUsage) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		wg    sync.WaitGroup
+		usage EgressUsage
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		usage = e.Serve(ctx, ln)
+	}()
+	return func() *EgressUsage {
+		cancel()
+		wg.Wait()
+		_ = ln.Close() // in case Serve did not
+		return &usage
+	}
+}
+
+// validateEgress checks what a spec's Egress asks for.
+func validateEgress(s *Spec) error {
+	if s.Egress == nil {
+		return nil
+	}
+	if s.Egress.Serve == nil {
+		return invalid("egress", "no proxy to serve it")
+	}
+	if s.Workspace != nil {
+		// A workspace's sandboxes share its network namespace, which
+		// has no proxy listener: sessions get egress on their own.
+		return invalid("egress", "not available on a workspace")
+	}
+	return nil
+}
+
+// sweepPins removes the network namespace pins under the state dir that no
+// slot record names. A pin always has a record first (the record is
+// written before the pin is made, and released only after it is removed),
+// so a pin without one was left by a sweep that did not know of it: an
+// older jaild on the same host sweeping a newer one's orphan. The pins are
+// listed before the records are read, so that a pin made in between is not
+// seen, and a record that cannot be read stops the sweep: when in doubt,
+// nothing is removed.
+func (m *Manager) sweepPins() (int, error) {
+	dir := filepath.Join(m.stateDir, "netns")
+	pins, err := os.ReadDir(dir)
+	if err != nil || len(pins) == 0 {
+		return 0, nil
+	}
+	slots, err := os.ReadDir(m.slotDir)
+	if err != nil {
+		return 0, nil
+	}
+	named := map[string]bool{}
+	for _, s := range slots {
+		data, err := os.ReadFile(filepath.Join(m.slotDir, s.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, nil
+		}
+		if len(bytes.TrimSpace(data)) == 0 {
+			continue // being written: its pin, if any, comes after
+		}
+		var rec record
+		if json.Unmarshal(data, &rec) != nil {
+			return 0, nil
+		}
+		named[rec.ID] = true
+	}
+	var (
+		n    int
+		errs []error
+	)
+	for _, p := range pins {
+		if named[p.Name()] {
+			continue
+		}
+		n++
+		if err := removeNetNS(filepath.Join(dir, p.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
+}

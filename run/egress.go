@@ -1,0 +1,145 @@
+package run
+
+import (
+	"context"
+	"net"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/egress"
+	"github.com/jaild/jaild/jail"
+)
+
+// EgressOptions configure the chain's egress link (see [Egress]).
+type EgressOptions struct {
+	// Proxy serves the runs given egress; nil means the daemon has no
+	// egress, and a request asking for it is refused.
+	Proxy *egress.Proxy
+	// Default gives a request without an egress field the allowlist
+	// (--egress-default on).
+	Default bool
+	// Tokens are per-token allowlists, by token name: a caller whose
+	// name has one gets it instead of the daemon's.
+	Tokens map[string][]egress.Pattern
+}
+
+// Egress returns a Runner that gives each run the network its request asks
+// for and the operator allows, on a copy of its spec: a request's
+// egress field true means the allowlist (the caller's token's, or the
+// daemon's), false none, a list that list, which may only narrow the
+// allowlist. A request that asks for egress the daemon cannot give is
+// refused with an InvalidError naming the field, never run without it.
+func Egress(next Runner, o EgressOptions) Runner {
+	return &egressLink{next: next, o: o}
+}
+
+type egressLink struct {
+	next Runner
+	o    EgressOptions
+}
+
+func (e *egressLink) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+	want := req.Egress
+	if req.SessionID != "" || req.Background {
+		// A session's sandboxes share its network namespace, which has
+		// no proxy listener (docs/egress.md): an explicit ask is refused,
+		// --egress-default does not apply.
+		if want != nil && want.Allowed {
+			return nil, &jail.InvalidError{Field: "egress", Reason: "not available in a session (run it without session_id)"}
+		}
+		return e.next.Run(ctx, req)
+	}
+	if want == nil && e.o.Default && e.o.Proxy != nil {
+		want = &api.Egress{Allowed: true}
+	}
+	if want == nil || !want.Allowed {
+		return e.next.Run(ctx, req)
+	}
+	if e.o.Proxy == nil {
+		return nil, &jail.InvalidError{Field: "egress", Reason: "this daemon gives no network access (the operator has not set --egress-allow)"}
+	}
+	base := e.o.Tokens[req.Caller] // nil: the daemon's list
+	if len(base) == 0 && len(e.o.Proxy.Allow()) == 0 {
+		return nil, &jail.InvalidError{Field: "egress", Reason: "no destination is allowed for this caller (the operator's allowlist is empty)"}
+	}
+	g := egress.Grant{
+		Base: base, Caller: req.Caller, RequestID: req.RequestID, FrontEnd: req.FrontEnd,
+		Command: req.Shell,
+	}
+	if g.Command == "" {
+		g.Command = strings.Join(req.Spec.Args, " ")
+	}
+	if want.Hosts != nil {
+		hosts, err := e.o.Proxy.Narrow(base, want.Hosts)
+		if err != nil {
+			return nil, &jail.InvalidError{Field: "egress", Reason: err.Error()}
+		}
+		g.Hosts = hosts
+	}
+	spec := *req.Spec
+	p := e.o.Proxy
+	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+		return p.Serve(ctx, ln, g)
+	}}
+	orig := req.Spec
+	req.Spec = &spec
+	defer func() { req.Spec = orig }()
+	return e.next.Run(ctx, req)
+}
+
+// Egress writes the audit line of one egress decision.
+func (l *AuditLog) Egress(d egress.Decision) {
+	if l == nil {
+		return
+	}
+	rec := &api.EgressRecord{
+		Time: d.Time, Verdict: api.VerdictEgressAllowed, Reason: d.Reason,
+		Host: d.Host, Port: d.Port, Addr: d.Addr,
+	}
+	if d.Grant != nil {
+		rec.Caller, rec.RequestID = d.Grant.Caller, d.Grant.RequestID
+	}
+	if !d.Allowed {
+		rec.Verdict = api.VerdictEgressDenied
+	}
+	l.writeLine(rec)
+}
+
+// egressMetrics count what the runs' proxies moved and decided.
+type egressMetrics struct {
+	bytes *prometheus.CounterVec
+	conns *prometheus.CounterVec
+}
+
+func newEgressMetrics(reg *prometheus.Registry) *egressMetrics {
+	m := &egressMetrics{
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jaild", Name: "egress_bytes_total",
+			Help: "Bytes moved by the egress proxy, by direction (in: from upstreams to sandboxes).",
+		}, []string{"direction"}),
+		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jaild", Name: "egress_connections_total",
+			Help: "Connections sandboxes asked the egress proxy for, by result (allowed, denied).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.bytes, m.conns)
+	for _, d := range []string{"in", "out"} {
+		m.bytes.WithLabelValues(d)
+	}
+	for _, r := range []string{"allowed", "denied"} {
+		m.conns.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *egressMetrics) observe(u *jail.EgressUsage) {
+	if m == nil || u == nil {
+		return
+	}
+	m.bytes.WithLabelValues("in").Add(float64(u.BytesIn))
+	m.bytes.WithLabelValues("out").Add(float64(u.BytesOut))
+	m.conns.WithLabelValues("allowed").Add(float64(u.Connections))
+	m.conns.WithLabelValues("denied").Add(float64(u.Denied))
+}
