@@ -21,7 +21,7 @@ import (
 func TestMCPNetworkTool(t *testing.T) {
 	in := newInstall(t)
 	cmd := exec.Command(jaildBin, "mcp", "--state-dir", in.StateDir, "--cgroup-parent", in.Parent,
-		"--pool", "0", "--audit-log", "off", "--mcp-tools", "bash,run_network_tool", "--policy-dir", "../../examples/policy")
+		"--pool", "0", "--audit-log", "off", "--mcp-tools", "bash,run_network_tool", "--mcp-session", "none", "--policy-dir", "../../examples/policy")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "MCP_EXEC_MAX_OUTPUT_BYTES=2000"}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
