@@ -50,6 +50,12 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 	if dlog != nil {
 		opts.DecisionLog = dlog
 	}
+	// Commands resolve as the sandboxes see them: in a prepared root
+	// (--rootfs DIR) there; over the host's /usr, on the host, whose
+	// /usr the generated template binds (policy.NewRoot("/")).
+	if r := c.String("rootfs"); r != "" && r != "host" {
+		opts.Resolver = policy.NewRoot(r)
+	}
 	e, err := policy.Open(opts)
 	if err != nil {
 		if dlog != nil {
