@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -58,7 +59,8 @@ func TestMCPEndToEnd(t *testing.T) {
 	// The jaild processes get a state dir and parent cgroup of their own
 	// through the environment; testenv checks at cleanup, after they have
 	// all exited, that they left nothing behind.
-	env := append(os.Environ(), testenv.New(t, "jaild-mcp-e2e").Env()...)
+	install := testenv.New(t, "jaild-mcp-e2e")
+	env := append(os.Environ(), install.Env()...)
 	bin, err := testenv.BuildJaild(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +72,8 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 	url, tokenFile := startServe(t, ctx, bin, env)
 
-	cmd := exec.CommandContext(ctx, node, "e2e.mjs", "--jaild", bin, "--http", url, "--token-file", tokenFile)
+	host := &agentHost{workspaces: filepath.Join(install.StateDir, "workspaces"), base: strings.TrimSuffix(url, "/mcp"), tokenFile: tokenFile}
+	cmd := exec.CommandContext(ctx, node, "e2e.mjs", "--jaild", bin, "--http", url, "--token-file", tokenFile, "--sync")
 	cmd.Dir = dir
 	cmd.Env = env // passed on to the `jaild mcp` it spawns
 	// Sandboxes of a killed run die with their jaild; see startServe.
@@ -81,6 +84,10 @@ func TestMCPEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Stderr = &testLogWriter{t: t, prefix: "stderr: "}
+	answers, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +96,18 @@ func TestMCPEndToEnd(t *testing.T) {
 	for sc.Scan() {
 		line := sc.Text()
 		t.Log(line)
+		if q, ok := strings.CutPrefix(line, "SYNC "); ok {
+			// e2e.mjs waits for the answer: an agent scenario asks what
+			// only the host sees (its workspace, the daemon's sessions).
+			answer := "ok"
+			if err := host.answer(ctx, q); err != nil {
+				answer = strings.ReplaceAll(err.Error(), "\n", " ")
+			}
+			if _, err := io.WriteString(answers, answer+"\n"); err != nil {
+				t.Errorf("answering %q: %v", q, err)
+			}
+			continue
+		}
 		if strings.Contains(line, " passed, ") {
 			summary = line
 		}
@@ -102,6 +121,130 @@ func TestMCPEndToEnd(t *testing.T) {
 	if summary == "" {
 		t.Error("e2e.mjs printed no summary")
 	}
+}
+
+// agentHost answers the questions of e2e.mjs's agent scenarios about what
+// the host sees of an MCP session's jaild session, which that scenario marks
+// with a file named MARKER in /work and a working directory /work/MARKER/src.
+type agentHost struct {
+	workspaces string // the daemons' <state dir>/workspaces
+	base       string // jaild serve's URL
+	tokenFile  string // its token, the e2e.mjs HTTP clients'
+	ids        map[string]string
+}
+
+// answer answers "present MARKER" (the workspace with MARKER exists, and
+// over HTTP jaild serve lists the session whose cwd is in it) and "gone
+// MARKER" (both went, once the MCP session closed).
+func (h *agentHost) answer(ctx context.Context, q string) error {
+	verb, marker, _ := strings.Cut(q, " ")
+	if marker == "" || strings.ContainsAny(marker, "/.") {
+		return fmt.Errorf("bad question %q", q)
+	}
+	overHTTP := strings.Contains(marker, "-http-")
+	switch verb {
+	case "present":
+		if ws := h.holding(marker); len(ws) != 1 {
+			return fmt.Errorf("%d workspaces in %s hold %s, want 1", len(ws), h.workspaces, marker)
+		}
+		if !overHTTP {
+			return nil
+		}
+		id, err := h.session(ctx, marker)
+		if err != nil {
+			return err
+		}
+		if id == "" {
+			return fmt.Errorf("GET /sessions lists no session in /work/%s", marker)
+		}
+		if h.ids == nil {
+			h.ids = map[string]string{}
+		}
+		h.ids[marker] = id
+		return nil
+	case "gone":
+		// Removal follows the close (stdin EOF, DELETE) asynchronously.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			ws := h.holding(marker)
+			id, err := "", error(nil)
+			if overHTTP {
+				id, err = h.session(ctx, marker)
+			}
+			switch {
+			case err != nil:
+				return err
+			case len(ws) == 0 && id == "":
+				if overHTTP && h.ids[marker] == "" {
+					return fmt.Errorf("no session id was seen for %s", marker)
+				}
+				if overHTTP {
+					if code, err := h.get(ctx, "/sessions/"+h.ids[marker], nil); err != nil || code != 404 {
+						return fmt.Errorf("GET /sessions/%s after the close: %d %v, want 404", h.ids[marker], code, err)
+					}
+				}
+				return nil
+			case time.Now().After(deadline):
+				return fmt.Errorf("a minute after the close: workspaces %v still hold %s, session %q still listed", ws, marker, id)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return fmt.Errorf("bad question %q", q)
+}
+
+// holding lists the workspaces that have an entry named marker.
+func (h *agentHost) holding(marker string) []string {
+	ents, _ := os.ReadDir(h.workspaces)
+	var ws []string
+	for _, e := range ents {
+		if _, err := os.Lstat(filepath.Join(h.workspaces, e.Name(), marker)); err == nil {
+			ws = append(ws, e.Name())
+		}
+	}
+	return ws
+}
+
+// session is the id of the session jaild serve lists for the token whose
+// working directory is below /work/marker, or "".
+func (h *agentHost) session(ctx context.Context, marker string) (string, error) {
+	var list struct {
+		Sessions []struct{ ID, Cwd string }
+	}
+	if code, err := h.get(ctx, "/sessions", &list); err != nil || code != 200 {
+		return "", fmt.Errorf("GET /sessions: %d %v", code, err)
+	}
+	for _, s := range list.Sessions {
+		if strings.HasPrefix(s.Cwd, "/work/"+marker+"/") {
+			return s.ID, nil
+		}
+	}
+	return "", nil
+}
+
+// get sends GET path to jaild serve with the token and decodes a 200's body
+// into out (if not nil).
+func (h *agentHost) get(ctx context.Context, path string, out any) (int, error) {
+	data, err := os.ReadFile(h.tokenFile)
+	if err != nil {
+		return 0, err
+	}
+	_, token, _ := strings.Cut(strings.TrimSpace(string(data)), ":")
+	req, err := http.NewRequestWithContext(ctx, "GET", h.base+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode == 200 {
+		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
 }
 
 // startServe starts `jaild serve` on a free loopback port with a fresh

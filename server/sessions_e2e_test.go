@@ -34,6 +34,7 @@ func TestSessionsE2E(t *testing.T) {
 	t.Run("worker restart loses the sessions", func(t *testing.T) { testSessionsWorkerRestart(t, bin) })
 	t.Run("SIGKILL and restart leave nothing", func(t *testing.T) { testSessionsSigkill(t, bin) })
 	t.Run("mcp", func(t *testing.T) { testSessionsMCP(t, bin) })
+	t.Run("agent over http", func(t *testing.T) { testSessionsAgent(t, bin) })
 }
 
 // caller is one authenticated client of a test daemon.

@@ -10,6 +10,17 @@
 //
 // Usage: node e2e.mjs --jaild /path/to/jaild [--http http://127.0.0.1:PORT/mcp]
 //                     [--token TOKEN | --token-file FILE] [--only stdio|http]
+//                     [--sync]
+//
+// Besides the protocol checks, each client/transport pair plays an agent's
+// conversation in one MCP session (see agent below): files, cd, export, a
+// build with cc, background tasks, a loopback server, a fork bomb. With
+// --sync, the host side is asked to confirm what only it can see: the
+// script prints "SYNC present MARKER" before closing the MCP session and
+// "SYNC gone MARKER" after, and reads one line from stdin for each, "ok" or
+// anything else as the reason of a failure (server/mcp_e2e_test.go answers:
+// the jaild session's workspace, found by the file MARKER in it, exists and
+// then is removed). Without --sync those two checks are reported skipped.
 //
 // It prints one line per check and "N passed, M failed" at the end, and exits
 // non-zero if any check failed. Without --http the HTTP checks are reported
@@ -18,6 +29,7 @@
 
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 
 import { Client as ClientV1 } from '@modelcontextprotocol/sdk/client/index.js';
@@ -34,6 +46,7 @@ const { values: opts } = parseArgs({
         token: { type: 'string' },
         'token-file': { type: 'string' },
         only: { type: 'string' },
+        sync: { type: 'boolean' },
     },
 });
 if (!opts.jaild && opts.only !== 'http') {
@@ -310,6 +323,155 @@ async function checks(p, kind, tname, s) {
     });
 }
 
+// The host side's answers to --sync questions, one line each.
+let stdinLines;
+async function askHost(question) {
+    stdinLines ??= createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+    console.log(`SYNC ${question}`);
+    const { value, done } = await stdinLines.next();
+    if (done) throw new Error(`no answer to "${question}": stdin closed`);
+    if (value.trim() !== 'ok') throw new Error(`host: ${value}`);
+}
+
+// agent plays one agent conversation in a fresh MCP session, the way a
+// coding agent uses the bash tool: every call is a fresh sandbox, but the
+// session's /work, working directory, exported variables, background tasks
+// and loopback network carry over. Every step's output is checked.
+async function agent(kind, tname, port) {
+    const p = `${tname}/${kind} agent`;
+    // A name no other run has: the project directory, and the file the host
+    // looks for to find this session's workspace.
+    const mark = `e2e-${process.pid}-${kind}-${tname}-${Date.now()}`;
+    let s;
+    await check(`${p}: connect`, async () => { s = await connect(kind, tname); });
+    if (!s) {
+        skip(`${p} remaining steps`, 'connect failed');
+        return;
+    }
+    let closed = false;
+    const close = async () => {
+        if (closed) return;
+        closed = true;
+        // A Streamable HTTP client ends its session with DELETE; over stdio
+        // closing stdin ends `jaild mcp`.
+        if (tname === 'http') await s.transport.terminateSession?.();
+        await s.client.close();
+    };
+    const bash = async (command, extra = {}) => {
+        const res = await s.call({ name: 'bash', arguments: { command, ...extra } });
+        return { res, o: res.structuredContent ?? {}, t: text(res) };
+    };
+    const tool = async (name, args) => {
+        const res = await s.call({ name, arguments: args });
+        assert(!res.isError, `${name}: ${text(res)}`);
+        return res.structuredContent;
+    };
+    const ok = (r, what) => assert(!r.res.isError && r.o.exit_code === 0, `${what}: ${r.t} ${JSON.stringify(r.o)}`);
+    try {
+        await check(`${p}: write a file, cd, export`, async () => {
+            const r = await bash(`mkdir -p /work/${mark}/src && echo kept > /work/${mark}/notes.txt && ` +
+                `cd /work/${mark}/src && export AGENT_VAR=exported-${kind} && echo done`);
+            ok(r, 'first call');
+            assert(r.o.stdout === 'done\n', `stdout ${JSON.stringify(r.o.stdout)}`);
+        });
+        await check(`${p}: the next call sees the file, the directory and the variable`, async () => {
+            const r = await bash('pwd; cat ../notes.txt; echo "$AGENT_VAR"');
+            ok(r, 'second call');
+            const want = `/work/${mark}/src\nkept\nexported-${kind}\n`;
+            assert(r.o.stdout === want, `stdout ${JSON.stringify(r.o.stdout)}, want ${JSON.stringify(want)}`);
+        });
+        await check(`${p}: build with cc and run the result`, async () => {
+            const src = '#include <stdio.h>\n#include <stdlib.h>\n' +
+                'int main(void) { const char *v = getenv("AGENT_VAR"); printf("built: %s\\n", v ? v : "(unset)"); return 7; }\n';
+            const w = await bash(`cat > hello.c <<'EOF'\n${src}EOF\ncc -O2 -o hello hello.c && ls hello`);
+            ok(w, 'cc');
+            assert(w.o.stdout === 'hello\n', `cc: ${JSON.stringify(w.o)}`);
+            const r = await bash('./hello');
+            assert(r.res.isError === true && r.o.exit_code === 7, `./hello: ${JSON.stringify(r.o)}`);
+            assert(r.o.stdout === `built: exported-${kind}\n`, `./hello stdout ${JSON.stringify(r.o.stdout)}`);
+            return 'exit 7 as written, with the exported variable';
+        });
+        let loop;
+        await check(`${p}: background job, task_output block=false then block=true`, async () => {
+            // The job waits for a file the agent makes later, so that its
+            // state at each poll does not depend on timing.
+            const r = await bash(`echo started; while [ ! -e /work/${mark}/go ]; do sleep 0.05; done; echo finished; exit 4`,
+                { run_in_background: true });
+            assert(!r.res.isError && r.o.task_id, `start: ${r.t}`);
+            assert(r.t.includes(r.o.task_id), `the text does not name the task: ${r.t}`);
+            loop = r.o.task_id;
+            let o;
+            const deadline = Date.now() + WAIT_MS;
+            do {
+                o = await tool('task_output', { task_id: loop, block: false });
+                assert(o.state === 'running', `block=false: ${JSON.stringify(o)}`);
+                if (o.stdout === 'started\n') break;
+                await sleep(50);
+            } while (Date.now() < deadline);
+            assert(o.stdout === 'started\n', `no "started" from the running task: ${JSON.stringify(o)}`);
+            // block=true returns at its timeout while the task still runs.
+            o = await tool('task_output', { task_id: loop, block: true, timeout: 300 });
+            assert(o.state === 'running' && o.exit_code === undefined, `block with a short timeout: ${JSON.stringify(o)}`);
+            ok(await bash(`touch /work/${mark}/go`), 'touch');
+            o = await tool('task_output', { task_id: loop, block: true, timeout: 30000 });
+            assert(o.state === 'exited' && o.exit_code === 4 && o.stdout === 'started\nfinished\n',
+                `block until the end: ${JSON.stringify(o)}`);
+            return `task ${loop}`;
+        });
+        let server;
+        await check(`${p}: a background server reached over loopback from a later call`, async () => {
+            const r = await bash(`exec python3 -m http.server ${port} --bind 127.0.0.1`, { run_in_background: true });
+            assert(!r.res.isError && r.o.task_id, `start: ${r.t}`);
+            server = r.o.task_id;
+            // It serves the task's working directory, the session's.
+            const c = await bash(`for i in $(seq 200); do curl -sf http://127.0.0.1:${port}/hello.c && exit 0; sleep 0.05; done; exit 1`);
+            ok(c, 'curl');
+            assert(c.o.stdout.includes('int main(void)'), `curl got ${JSON.stringify(c.o.stdout)}`);
+        });
+        await check(`${p}: list_tasks`, async () => {
+            const o = await tool('list_tasks', {});
+            const byID = Object.fromEntries(o.tasks.map((t) => [t.task_id, t]));
+            assert(o.tasks.length === 2, `tasks ${JSON.stringify(o.tasks)}`);
+            assert(byID[loop]?.state === 'exited' && byID[loop].exit_code === 4, `the loop: ${JSON.stringify(byID[loop])}`);
+            assert(byID[server]?.state === 'running', `the server: ${JSON.stringify(byID[server])}`);
+        });
+        await check(`${p}: kill_task, and the server is gone`, async () => {
+            const o = await tool('kill_task', { task_id: server });
+            assert(o.state === 'exited' && o.verdict?.canceled === true, `kill_task: ${JSON.stringify(o)}`);
+            const t = await tool('task_output', { task_id: server, block: false });
+            assert(t.state === 'exited', `task_output after kill: ${JSON.stringify(t)}`);
+            const c = await bash(`curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:${port}/; echo " exit=$?"`);
+            assert(c.o.stdout === '000 exit=7\n', `curl after the kill: ${JSON.stringify(c.o)}`);
+            return 'curl: connection refused';
+        });
+        await check(`${p}: a fork bomb, then the session still has its files`, async () => {
+            // The shell stays (sleep) while the bomb fills the call's pids
+            // limit, until the timeout kills the sandbox. How far the bomb
+            // got by then depends on the host's load: the verdict says
+            // timed out, and the pids limit hit if it was reached.
+            const b = await bash(':(){ :|:& };:; sleep 20', { timeout: 4000 });
+            assert(b.res.isError === true && b.o.timed_out === true, `verdict ${JSON.stringify(b.o)}`);
+            const r = await bash('pwd; cat ../notes.txt; echo "$AGENT_VAR"; ./hello; echo "hello exit $?"');
+            ok(r, 'after the fork bomb');
+            const want = `/work/${mark}/src\nkept\nexported-${kind}\nbuilt: exported-${kind}\nhello exit 7\n`;
+            assert(r.o.stdout === want, `stdout ${JSON.stringify(r.o.stdout)}, want ${JSON.stringify(want)}`);
+            return `timed_out ${b.o.timed_out}, pids_limit_hit ${b.o.pids_limit_hit}`;
+        });
+        if (!opts.sync) {
+            skip(`${p}: closing the MCP session removes the jaild session`, 'no --sync: the host cannot be asked');
+            return;
+        }
+        await check(`${p}: the host sees the session's workspace`, () => askHost(`present ${mark}`));
+        await check(`${p}: closing the MCP session removes the jaild session`, async () => {
+            await close();
+            await askHost(`gone ${mark}`);
+        });
+    } finally {
+        await close().catch(() => {});
+    }
+}
+
+let port = 0;
 for (const tname of ['stdio', 'http']) {
     if (opts.only && opts.only !== tname) continue;
     for (const kind of Object.keys(clients)) {
@@ -318,6 +480,7 @@ for (const tname of ['stdio', 'http']) {
             continue;
         }
         await suite(kind, tname);
+        await agent(kind, tname, 8130 + port++);
     }
 }
 
