@@ -39,9 +39,7 @@ type Pool struct {
 	ready    chan *warm
 	room     chan struct{} // a token per place in the pool not yet filled
 	stop     chan struct{}
-	wg       sync.WaitGroup // the refill loop and background teardowns
-	mu       sync.Mutex     // guards closed against wg.Add after Close
-	closed   bool
+	wg       sync.WaitGroup // the refill loop
 	hits     atomic.Int64
 	building atomic.Int32 // sandboxes being started for the pool
 	misses   atomic.Int64
@@ -204,27 +202,11 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	}
 	p.hits.Add(1)
 	res, err := p.handover(ctx, w, &spec.Command)
-	destroy := func() {
-		if derr := w.sb.Destroy(); derr != nil {
-			p.m.log.Warn("destroying sandbox", "id", w.sb.id, "err", derr)
-		}
+	// The caller has its answer; the teardown need not delay it (see
+	// teardown.go).
+	if derr := p.m.release(w.sb); err == nil {
+		err = derr
 	}
-	// The caller has its answer; the teardown need not delay it, unless
-	// the pool is closing and will not wait for it.
-	p.mu.Lock()
-	background := !p.closed
-	if background {
-		p.wg.Add(1)
-	}
-	p.mu.Unlock()
-	if !background {
-		destroy()
-		return res, err
-	}
-	go func() {
-		defer p.wg.Done()
-		destroy()
-	}()
 	return res, err
 }
 
@@ -321,15 +303,11 @@ func (p *Pool) Stats() (hits, misses int64) { return p.hits.Load(), p.misses.Loa
 // Close stops refilling, destroys the sandboxes still waiting and waits for
 // background teardowns. Runs still in progress finish normally.
 func (p *Pool) Close() error {
-	p.once.Do(func() {
-		p.mu.Lock()
-		p.closed = true
-		p.mu.Unlock()
-		close(p.stop)
-	})
+	p.once.Do(func() { close(p.stop) })
 	// The refill loop stops at once, or after the sandbox it is
 	// building; background teardowns finish.
 	p.wg.Wait()
+	p.m.WaitTeardowns()
 	for {
 		select {
 		case w := <-p.ready:

@@ -57,6 +57,7 @@ func WorkerArgs(c *cli.Context, logFormat string, pool int, l jail.Limits, sweep
 	}
 	args = append(args, "--total-pids", strconv.FormatInt(c.Int64("total-pids"), 10))
 	args = append(args, "--total-cpus", strconv.FormatFloat(c.Float64("total-cpus"), 'g', -1, 64))
+	args = append(args, "--teardown-backlog", strconv.Itoa(c.Int("teardown-backlog")))
 	return args
 }
 
