@@ -112,6 +112,8 @@ func TestPoolStartErrors(t *testing.T) {
 		{"not executable", &jail.Spec{Command: jail.Command{Args: []string{"/etc/passwd"}}}, jail.ErrNotExecutable},
 		{"a directory", &jail.Spec{Command: jail.Command{Args: []string{"/usr"}}}, jail.ErrNotExecutable},
 		{"quotes in the name", &jail.Spec{Command: jail.Command{Args: []string{"x'; echo pwned; '"}}}, jail.ErrNotFound},
+		{"a name like an option", &jail.Spec{Command: jail.Command{Args: []string{"-i"}}}, jail.ErrNotFound},
+		{"a name like a variable", &jail.Spec{Command: jail.Command{Args: []string{"A=b"}}}, jail.ErrNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,6 +222,18 @@ func TestPoolSize(t *testing.T) {
 		if n := containers(); p.Ready() != 2 || p.Building() != 0 || n != 2 {
 			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), p.Building(), n)
 		}
+		// Each waits in jaild's own minimal init, not a shell (once it
+		// has been exec'd: Ready counts started sandboxes).
+		var procs []string
+		waitFor(t, 10*time.Second, "the ready sandboxes' inits to wait in pool-wait", func() bool {
+			procs = testenv.ProcsInCgroup(filepath.Base(env.Parent))
+			for _, pr := range procs {
+				if !strings.Contains(pr, `"/proc/self/exe pool-wait "`) {
+					return false
+				}
+			}
+			return len(procs) == 2
+		})
 		if _, err := runPooled(t, p, sh("true")); err != nil {
 			t.Fatal(err)
 		}
