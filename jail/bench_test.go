@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -80,4 +81,78 @@ func BenchmarkPoolRunTrueParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRunTrueTeardown compares what a caller of Run waits for when the
+// sandbox is destroyed after the answer (the default teardown backlog) and
+// before it (no backlog), one run at a time. The background teardowns of
+// one iteration overlap the next's build, as in the daemon.
+func BenchmarkRunTrueTeardown(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		backlog int
+	}{{"answer first", 0}, {"teardown first", -1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			requireHost(b)
+			env := testenv.New(b, "jaild-test")
+			cfg := config(env)
+			cfg.TeardownBacklog = bc.backlog
+			m, err := jail.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { m.Close() })
+			spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+			for b.Loop() {
+				if _, err := m.Run(context.Background(), spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDestroy measures the teardown path alone: destroying a sandbox
+// whose command (`true`) has exited and whose counters were read: the
+// container, its cgroup (a dozen directories on cgroup v1), its state and
+// its uid slot. Building and running the sandbox is not timed.
+func BenchmarkDestroy(b *testing.B) {
+	m := newManager(b)
+	cmd := &jail.Command{Args: []string{"true"}}
+	for b.Loop() {
+		b.StopTimer()
+		destroy, err := jail.RunKept(m, cmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := destroy(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPoolHandover measures the hand-off alone: writing the command to
+// a pooled sandbox's waiting init, its exec of `true`, and collecting the
+// result. Building the sandbox and destroying it are not timed.
+func BenchmarkPoolHandover(b *testing.B) {
+	m := newManager(b)
+	cmd := &jail.Command{Args: []string{"true"}}
+	for b.Loop() {
+		b.StopTimer()
+		w, err := jail.Prestart(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		res, err := w.Handover(cmd)
+		b.StopTimer()
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("handover: %v %+v", err, res)
+		}
+		if err := w.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
 }
