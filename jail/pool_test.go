@@ -239,3 +239,36 @@ func TestPoolSize(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolIsolation: a command handed to a pooled sandbox runs exactly as
+// locked down as in a fresh one: same user, no capabilities, no_new_privs,
+// the same seccomp filter, the same mounts, and it is pid 1 with nothing of
+// the waiting init left (no extra fd, no other process).
+func TestPoolIsolation(t *testing.T) {
+	p := newPool(t, 1)
+	probe := sh(`grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
+tr '\0' ' ' < /proc/1/cmdline; echo
+ls /proc | grep -c '^[0-9]'
+ls /proc/self/fd | wc -l
+awk '{print $4, $5, $6, $(NF-2), $NF}' /proc/self/mountinfo | sed -E 's/(uid|gid)=[0-9]+/\1=N/g' | sort
+hostname`)
+	fresh, err := p.Run(context.Background(), &jail.Spec{Limits: jail.Limits{Memory: 200 << 20}, Command: probe.Command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled, err := runPooled(t, p, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.ExitCode != 0 || fresh.Stdout == "" {
+		t.Fatalf("probe failed in a fresh sandbox: %+v", fresh)
+	}
+	if pooled.Stdout != fresh.Stdout {
+		t.Errorf("a pooled sandbox differs from a fresh one:\npooled:\n%s\nfresh:\n%s", pooled.Stdout, fresh.Stdout)
+	}
+	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "/bin/sh -c grep"} {
+		if !strings.Contains(pooled.Stdout, want) {
+			t.Errorf("pooled sandbox: no %q in\n%s", want, pooled.Stdout)
+		}
+	}
+}
