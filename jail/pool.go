@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ import (
 //
 // Runs that a pooled sandbox cannot serve go to a fresh sandbox as
 // [Manager.Run] builds it: other limits than the pool's, a working directory
-// other than /work, a workspace, or extra files.
+// other than /work or /tmp, a workspace, or extra files.
 type Pool struct {
 	m        *Manager
 	limits   Limits
@@ -211,7 +212,20 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 func (p *Pool) serves(spec *Spec) bool {
 	return spec.Limits.WithDefaults() == p.limits &&
 		spec.Workspace == nil && len(spec.ExtraFiles) == 0 &&
-		(spec.Dir == "" || spec.Dir == DefaultDir)
+		pooledDir(spec.Dir)
+}
+
+// pooledDir reports whether a pooled sandbox can run a command in dir: /work
+// and /tmp, fresh tmpfs mounts, are the only directories it may be given
+// that always exist; a fresh sandbox's init creates any other (as the
+// sandbox's root), which the waiting init, already the sandbox user, must
+// not do differently.
+func pooledDir(dir string) bool {
+	switch path.Clean("/" + dir) {
+	case "/", DefaultDir, "/tmp":
+		return true
+	}
+	return false
 }
 
 // handover gives a waiting sandbox its command and collects the result.

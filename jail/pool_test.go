@@ -73,6 +73,7 @@ func TestPoolBehaviour(t *testing.T) {
 		{name: "stdin", spec: &jail.Spec{Command: jail.Command{Args: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("abc\n")}}, wantOut: "ABC\n"},
 		{name: "no stdin", spec: sh("cat; echo done"), wantOut: "done\n"},
 		{name: "cwd and pid 1", spec: sh("pwd; echo $$"), wantOut: "/work\n1\n"},
+		{name: "cwd /tmp", spec: &jail.Spec{Command: jail.Command{Args: []string{"pwd"}, Dir: "/tmp/"}}, wantOut: "/tmp\n"},
 		{name: "no script fd left", spec: sh("ls /proc/self/fd"), wantOut: "0\n1\n2\n3\n"}, // 3 is ls's own directory fd
 		{name: "exit 127 of the command itself", spec: sh("exit 127"), wantCode: 127},
 		{name: "PATH of the command", spec: &jail.Spec{Command: jail.Command{Args: []string{"ls", "/work"}, Env: []string{"PATH=/nowhere:/usr/bin"}}}},
@@ -163,7 +164,8 @@ func TestPoolFallback(t *testing.T) {
 	p := newPool(t, 1)
 	tests := []*jail.Spec{
 		{Limits: jail.Limits{Memory: 128 << 20}, Command: jail.Command{Args: []string{"echo", "ok"}}},
-		{Command: jail.Command{Args: []string{"echo", "ok"}, Dir: "/tmp"}},
+		// A fresh sandbox's init creates the directory.
+		{Command: jail.Command{Args: []string{"echo", "ok"}, Dir: "/work/sub/dir"}},
 	}
 	for i, spec := range tests {
 		hits, _ := p.Stats()
