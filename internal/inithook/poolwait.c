@@ -26,6 +26,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+// glibc calls constructors with (argc, argv, envp); other C libraries may
+// not, and reading argv from garbage would break every start of jaild.
+#ifndef __GLIBC__
+#error "poolwait.c needs glibc, which passes argc and argv to constructors"
+#endif
+
 #define MSG_FD 3
 #define STATUS_FD 4
 #define MAX_MSG (64 << 20)
