@@ -34,7 +34,7 @@ func runExec(args []string, levelList string, n int, maxTime, pause time.Duratio
 		for i, a := range args {
 			argv[i] = strings.ReplaceAll(a, "{w}", strconv.Itoa(w))
 		}
-		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		var out tail
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
