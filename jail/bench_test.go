@@ -164,3 +164,39 @@ func BenchmarkPoolHandover(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkOtherLimits: a run asking for other limits than the pool's,
+// served by a pooled sandbox whose cgroup limits are set before the
+// command is released, against the cold sandbox such a run got before.
+func BenchmarkOtherLimits(b *testing.B) {
+	spec := &jail.Spec{Limits: jail.Limits{Memory: 128 << 20, Pids: 64}, Command: jail.Command{Args: []string{"true"}}}
+	b.Run("pooled", func(b *testing.B) {
+		m := newManager(b)
+		p, err := m.NewPool(1, jail.Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Close() })
+		for b.Loop() {
+			b.StopTimer()
+			for p.Ready() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			b.StartTimer()
+			if _, err := p.Run(context.Background(), spec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if hits, misses := p.Stats(); misses > 0 {
+			b.Fatalf("%d of %d runs found the pool empty", misses, hits+misses)
+		}
+	})
+	b.Run("cold", func(b *testing.B) {
+		m := newManager(b)
+		for b.Loop() {
+			if _, err := m.Run(context.Background(), spec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

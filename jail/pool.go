@@ -33,9 +33,11 @@ import (
 // wait costs the sandbox well under a millisecond of CPU and a few pages of
 // memory, counted in its CPU time and peak memory.
 //
+// A run that asks for other memory, pids or CPU limits than the pool's gets
+// them set on the pooled sandbox's cgroup before its command is released.
 // Runs that a pooled sandbox cannot serve go to a fresh sandbox as
-// [Manager.Run] builds it: other limits than the pool's, a working directory
-// other than /work or /tmp, a workspace, or extra files.
+// [Manager.Run] builds it: another tmpfs size than the pool's, a working
+// directory other than /work or /tmp, a workspace, or extra files.
 type Pool struct {
 	m        *Manager
 	limits   Limits
@@ -172,12 +174,18 @@ func (pipeStdin) Read([]byte) (int, error) { return 0, errors.New("no stdin") }
 
 // destroy tears a sandbox down that never got a command.
 func (w *warm) destroy() {
+	w.closePipes()
+	_ = w.sb.Destroy()
+}
+
+// closePipes closes the pool's ends of a waiting sandbox's pipes: its init
+// then reads EOF and exits.
+func (w *warm) closePipes() {
 	w.cmd.Close()
 	w.status.Close()
 	w.r.outR.Close()
 	w.r.errR.Close()
 	w.r.stdinW.Close()
-	_ = w.sb.Destroy()
 }
 
 // Run implements the same contract as [Manager.Run], on a pooled sandbox
@@ -197,6 +205,15 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		p.misses.Add(1)
 		return p.m.Run(ctx, spec)
 	}
+	if l := spec.Limits.WithDefaults(); l != w.sb.limits {
+		if err := w.sb.setLimits(l); err != nil {
+			p.m.log.Warn("a pooled sandbox could not take a run's limits; running it cold", "err", err)
+			w.closePipes()
+			_ = p.m.release(w.sb)
+			p.misses.Add(1)
+			return p.m.Run(ctx, spec)
+		}
+	}
 	p.hits.Add(1)
 	res, err := p.handover(ctx, w, &spec.Command)
 	// The caller has its answer; the teardown need not delay it (see
@@ -210,7 +227,9 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 // serves reports whether a pooled sandbox can run spec exactly as a fresh
 // one would.
 func (p *Pool) serves(spec *Spec) bool {
-	return spec.Limits.WithDefaults() == p.limits &&
+	// Other memory, pids and CPU limits are set before the command is
+	// released (see setLimits); the tmpfs size is a mount option.
+	return spec.Limits.WithDefaults().TmpfsSize == p.limits.TmpfsSize &&
 		spec.Workspace == nil && len(spec.ExtraFiles) == 0 &&
 		pooledDir(spec.Dir)
 }

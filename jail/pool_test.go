@@ -163,7 +163,7 @@ func TestPoolTimeoutAndCancel(t *testing.T) {
 func TestPoolFallback(t *testing.T) {
 	p := newPool(t, 1)
 	tests := []*jail.Spec{
-		{Limits: jail.Limits{Memory: 128 << 20}, Command: jail.Command{Args: []string{"echo", "ok"}}},
+		{Limits: jail.Limits{TmpfsSize: 32 << 20}, Command: jail.Command{Args: []string{"echo", "ok"}}},
 		// A fresh sandbox's init creates the directory.
 		{Command: jail.Command{Args: []string{"echo", "ok"}, Dir: "/work/sub/dir"}},
 	}
@@ -254,9 +254,16 @@ ls /proc | grep -c '^[0-9]'
 ls /proc/self/fd | wc -l
 awk '{print $4, $5, $6, $(NF-2), $NF}' /proc/self/mountinfo | sed -E 's/(uid|gid)=[0-9]+/\1=N/g' | sort
 hostname`)
-	fresh, err := p.Run(context.Background(), &jail.Spec{Limits: jail.Limits{Memory: 200 << 20}, Command: probe.Command})
+	// A working directory a pooled sandbox does not serve: a fresh one.
+	cold := probe.Command
+	cold.Dir = "/work/cold"
+	hits, _ := p.Stats()
+	fresh, err := p.Run(context.Background(), &jail.Spec{Command: cold})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if h, _ := p.Stats(); h != hits {
+		t.Fatal("the fresh run was served by the pool")
 	}
 	pooled, err := runPooled(t, p, probe)
 	if err != nil {
@@ -272,5 +279,39 @@ hostname`)
 		if !strings.Contains(pooled.Stdout, want) {
 			t.Errorf("pooled sandbox: no %q in\n%s", want, pooled.Stdout)
 		}
+	}
+}
+
+// TestPoolLimits: a run that asks for other memory, pids or CPU limits than
+// the pool's still gets a pooled sandbox, with exactly its limits enforced.
+func TestPoolLimits(t *testing.T) {
+	p := newPool(t, 1)
+	tests := []struct {
+		name  string
+		spec  *jail.Spec
+		check func(*jail.Result) bool
+	}{
+		{"pids", &jail.Spec{Limits: jail.Limits{Pids: 16}, Command: jail.Command{
+			Args: []string{"/bin/sh", "-c", "for i in $(seq 40); do sleep 2 & done; wait"}, Timeout: 10 * time.Second}},
+			func(r *jail.Result) bool { return r.PidsLimitHit && r.Limits.Pids == 16 }},
+		{"memory", &jail.Spec{Limits: jail.Limits{Memory: 32 << 20, CPUs: 0.5}, Command: jail.Command{
+			Args: []string{"/bin/sh", "-c", "head -c 60000000 /dev/zero > /tmp/f"}, Timeout: 10 * time.Second}},
+			func(r *jail.Result) bool { return r.OOMKilled && r.Limits.Memory == 32<<20 && r.Limits.CPUs == 0.5 }},
+		{"more memory than the pool's", &jail.Spec{Limits: jail.Limits{Memory: 512 << 20}, Command: jail.Command{
+			Args: []string{"/bin/sh", "-c", "head -c 40000000 /dev/zero > /tmp/f"}}},
+			func(r *jail.Result) bool { return !r.OOMKilled && r.ExitCode == 0 && r.MemoryPeak > 40000000 }},
+		// The next sandbox has the pool's own limits again.
+		{"defaults", sh("true"), func(r *jail.Result) bool { return r.Limits == (jail.Limits{}).WithDefaults() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := runPooled(t, p, tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(res) {
+				t.Errorf("limits not as asked: %+v", res)
+			}
+		})
 	}
 }
