@@ -259,9 +259,9 @@ EOF
     aarch64) sed -i 's/"SCMP_ARCH_X86_64"/"SCMP_ARCH_AARCH64"/; s/, "arch_prctl"//' "$B/config.json" ;;
   esac
   sed -i "s/ALLOWED/$allowed/" "$B/config.json"
-  # A container id per loadgen worker ({w}): runc run deletes its
-  # container when it exits; the cleanup deletes any that survive.
-  CMD[runc]="runc --root $RUNC_ROOT run --bundle $B jaild-bench-{w}"
+  # A container id per run ({n}): runc run deletes its container when it
+  # exits; the cleanup deletes any that survive.
+  CMD[runc]="runc --root $RUNC_ROOT run --bundle $B jaild-bench-{n}"
 }
 if [[ $WANT == *" runc "* ]] && command -v runc > /dev/null && command -v busybox > /dev/null; then
   make_bundle
@@ -275,7 +275,7 @@ for t in jaild runc bwrap unshare; do
     continue
   fi
   # shellcheck disable=SC2086 # CMD is a word list
-  if ! out=$(${CMD[$t]//\{w\}/0} < /dev/null 2>&1); then
+  if ! out=$(${CMD[$t]//\{n\}/0} < /dev/null 2>&1); then
     echo "bench: $t fails here, left out: $(head -c 300 <<< "$out")" >&2
     continue
   fi

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"os/exec"
 	"os/signal"
@@ -17,7 +18,8 @@ import (
 // would but without a shell's fork per iteration or a timestamp process, so
 // that one-shot sandboxes (jaild run, runc run, bwrap, unshare) are measured
 // the same way as the daemon's requests. "{w}" in an argument is replaced by
-// the worker's index (runc needs a container id per worker). A run counts as
+// the worker's index and "{n}" by the run's number (runc needs a container
+// id of its own per run). A run counts as
 // an error unless it exits 0; its stdin is /dev/null and its output is
 // discarded, its first 200 bytes kept for the first error.
 func runExec(args []string, levelList string, n int, maxTime, pause time.Duration, warmup int) error {
@@ -29,30 +31,40 @@ func runExec(args []string, levelList string, n int, maxTime, pause time.Duratio
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	do := func(ctx context.Context, w int) error {
-		argv := make([]string, len(args))
-		for i, a := range args {
-			argv[i] = strings.ReplaceAll(a, "{w}", strconv.Itoa(w))
-		}
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		var out tail
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%w: %s", err, out.b)
-		}
-		return nil
-	}
+	var runs atomic.Int64
 	for _, s := range strings.Split(levelList, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || c <= 0 || c > 256 {
 			return fmt.Errorf("-c %q: want concurrency levels between 1 and 256", levelList)
 		}
+		// A run in progress when the level's time is up finishes (a
+		// sandbox killed half-built leaves work behind it, which would
+		// load the next level); it is not a sample. Only a signal, or a
+		// run a minute past the level's end, kills it.
+		hard, cancel := context.WithTimeout(ctx, maxTime+time.Minute)
+		do := func(_ context.Context, w int) error {
+			n := runs.Add(1)
+			argv := make([]string, len(args))
+			for i, a := range args {
+				a = strings.ReplaceAll(a, "{w}", strconv.Itoa(w))
+				argv[i] = strings.ReplaceAll(a, "{n}", strconv.FormatInt(n, 10))
+			}
+			cmd := exec.CommandContext(hard, argv[0], argv[1:]...)
+			var out tail
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%w: %s", err, out.b)
+			}
+			return nil
+		}
 		for range warmup {
 			if err := do(ctx, 0); err != nil {
+				cancel()
 				return fmt.Errorf("warm-up run: %w", err)
 			}
 		}
 		report(level(ctx, do, c, n, maxTime, pause))
+		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
