@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -47,16 +48,22 @@ func BenchmarkPoolRunTrueWarm(b *testing.B) {
 	}
 	b.Cleanup(func() { p.Close() })
 	spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
 		for p.Ready() == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		b.StartTimer()
-		if _, err := p.Run(context.Background(), spec); err != nil {
+		res, err := p.Run(context.Background(), spec)
+		if err != nil {
 			b.Fatal(err)
 		}
+		cpu += res.CPUTime
 	}
+	// The sandbox's own CPU time (its cgroup's): the waiting init's
+	// start and hand-off, and `true`.
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "sandbox-cpu-ms/op")
 	if hits, misses := p.Stats(); misses > 0 {
 		b.Fatalf("%d of %d runs found the pool empty", misses, hits+misses)
 	}
@@ -77,6 +84,118 @@ func BenchmarkPoolRunTrueParallel(b *testing.B) {
 			if _, err := p.Run(context.Background(), spec); err != nil {
 				b.Error(err)
 				return
+			}
+		}
+	})
+}
+
+// BenchmarkRunTrueTeardown compares what a caller of Run waits for when the
+// sandbox is destroyed after the answer (the default teardown backlog) and
+// before it (no backlog), one run at a time. The background teardowns of
+// one iteration overlap the next's build, as in the daemon.
+func BenchmarkRunTrueTeardown(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		backlog int
+	}{{"answer first", 0}, {"teardown first", -1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			requireHost(b)
+			env := testenv.New(b, "jaild-test")
+			cfg := config(env)
+			cfg.TeardownBacklog = bc.backlog
+			m, err := jail.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { m.Close() })
+			spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+			for b.Loop() {
+				if _, err := m.Run(context.Background(), spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDestroy measures the teardown path alone: destroying a sandbox
+// whose command (`true`) has exited and whose counters were read: the
+// container, its cgroup (a dozen directories on cgroup v1), its state and
+// its uid slot. Building and running the sandbox is not timed.
+func BenchmarkDestroy(b *testing.B) {
+	m := newManager(b)
+	cmd := &jail.Command{Args: []string{"true"}}
+	for b.Loop() {
+		b.StopTimer()
+		destroy, err := jail.RunKept(m, cmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := destroy(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPoolHandover measures the hand-off alone: writing the command to
+// a pooled sandbox's waiting init, its exec of `true`, and collecting the
+// result. Building the sandbox and destroying it are not timed.
+func BenchmarkPoolHandover(b *testing.B) {
+	m := newManager(b)
+	cmd := &jail.Command{Args: []string{"true"}}
+	for b.Loop() {
+		b.StopTimer()
+		w, err := jail.Prestart(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// As in a pool, the sandbox has had time to reach its wait.
+		time.Sleep(20 * time.Millisecond)
+		b.StartTimer()
+		res, err := w.Handover(cmd)
+		b.StopTimer()
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("handover: %v %+v", err, res)
+		}
+		if err := w.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkOtherLimits: a run asking for other limits than the pool's,
+// served by a pooled sandbox whose cgroup limits are set before the
+// command is released, against the cold sandbox such a run got before.
+func BenchmarkOtherLimits(b *testing.B) {
+	spec := &jail.Spec{Limits: jail.Limits{Memory: 128 << 20, Pids: 64}, Command: jail.Command{Args: []string{"true"}}}
+	b.Run("pooled", func(b *testing.B) {
+		m := newManager(b)
+		p, err := m.NewPool(1, jail.Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Close() })
+		for b.Loop() {
+			b.StopTimer()
+			for p.Ready() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			b.StartTimer()
+			if _, err := p.Run(context.Background(), spec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if hits, misses := p.Stats(); misses > 0 {
+			b.Fatalf("%d of %d runs found the pool empty", misses, hits+misses)
+		}
+	})
+	b.Run("cold", func(b *testing.B) {
+		m := newManager(b)
+		for b.Loop() {
+			if _, err := m.Run(context.Background(), spec); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

@@ -32,7 +32,8 @@
 // On exit, timeout or cancellation every process of the sandbox is killed
 // (killing the pid namespace's init kills the rest), jaild waits a bounded
 // time, reads the counters and destroys the container, its cgroup and
-// state. A sandbox outlives a jaild that is SIGKILLed, so each one records
+// state: after the run has returned, in the background, for up to
+// Config.TeardownBacklog sandboxes at once (see teardown.go). A sandbox outlives a jaild that is SIGKILLed, so each one records
 // itself in a slot file under [SlotDir] and holds an flock on it while its
 // owner lives. Each Manager's watchdog process (see watchdog.go) destroys
 // the owner's sandboxes as soon as the owner dies; [New] and
@@ -43,9 +44,10 @@
 //
 // A sandbox's limits, uid range and configuration are fixed before anything
 // starts, and its command is handed to it only then. A [Pool] uses that:
-// it keeps sandboxes started (their init a
-// shell waiting for its command on a pipe), so that a run does not wait for
-// a sandbox to be built; see its doc for what it can and cannot serve.
+// it keeps sandboxes started (their init jaild's minimal "pool-wait",
+// blocked reading its command from a pipe, which it then execs), so that a
+// run does not wait for a sandbox to be built; see its doc for what it can
+// and cannot serve.
 //
 // # Workspaces
 //

@@ -1,5 +1,7 @@
 package jail
 
+import "context"
+
 // Test hooks for the external tests.
 
 var NewProxyNetNS = newProxyNetNS
@@ -7,3 +9,46 @@ var NewProxyNetNS = newProxyNetNS
 func EgressNetNS(m *Manager, id string) string { return egressNetNS(m.containers, id) }
 
 func WorkspaceNetNS(w *Workspace) string { return w.netns }
+
+// SetTeardownHook makes m's background teardowns call f with the sandbox's
+// id before they destroy it (nil: no hook). Set it before any run.
+func SetTeardownHook(m *Manager, f func(id string)) { m.teardowns.hook = f }
+
+// RunKept runs cmd in a fresh sandbox with default limits and returns the
+// sandbox's Destroy instead of calling it, for BenchmarkDestroy.
+func RunKept(m *Manager, cmd *Command) (destroy func() error, err error) {
+	sb, err := m.create(context.Background(), Limits{}, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sb.Run(context.Background(), cmd); err != nil {
+		_ = sb.Destroy()
+		return nil, err
+	}
+	return sb.Destroy, nil
+}
+
+// Warm is a pooled sandbox started apart from any pool, for
+// BenchmarkPoolHandover.
+type Warm struct {
+	p *Pool
+	w *warm
+}
+
+// Prestart starts a pooled sandbox with default limits on m.
+func Prestart(m *Manager) (*Warm, error) {
+	p := &Pool{m: m, limits: Limits{}.WithDefaults()}
+	w, err := p.prestart()
+	if err != nil {
+		return nil, err
+	}
+	return &Warm{p: p, w: w}, nil
+}
+
+// Handover hands cmd to the waiting sandbox and collects the result.
+func (w *Warm) Handover(cmd *Command) (*Result, error) {
+	return w.p.handover(context.Background(), w.w, cmd)
+}
+
+// Destroy destroys the sandbox.
+func (w *Warm) Destroy() error { return w.w.sb.Destroy() }

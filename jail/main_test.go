@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "helper-workspace" {
 		helperWorkspace() // never returns
 	}
+	if len(os.Args) > 1 && os.Args[1] == "helper-teardown" {
+		helperTeardown() // never returns
+	}
 	os.Exit(m.Run())
 }
 

@@ -61,6 +61,11 @@ type Config struct {
 	// run joining the parent of a running daemon should not reset the
 	// daemon's budget.
 	KeepBudget bool
+	// TeardownBacklog is how many finished sandboxes may be destroyed in
+	// the background, after their runs returned (see teardown.go); zero
+	// means DefaultTeardownBacklog, negative none (every run returns
+	// after its teardown).
+	TeardownBacklog int
 	// Logger receives debug and warning messages; nil discards them.
 	Logger *slog.Logger
 }
@@ -73,6 +78,7 @@ type Manager struct {
 	root       *rootfs.Root
 	parent     *cgroup.Parent
 	dog        *watchdog
+	teardowns  *teardowns
 	log        *slog.Logger
 
 	mu     sync.Mutex
@@ -106,6 +112,7 @@ func New(cfg Config) (*Manager, error) {
 		stateDir:   stateDir,
 		containers: filepath.Join(stateDir, "containers"),
 		slotDir:    SlotDir,
+		teardowns:  newTeardowns(cfg.TeardownBacklog),
 		log:        cfg.Logger,
 	}
 	// The parent cgroup first: creating it starts, in the background, the
@@ -198,7 +205,9 @@ func checkUserns() error {
 	return nil
 }
 
-// Run runs spec in a fresh sandbox and destroys the sandbox. A spec that
+// Run runs spec in a fresh sandbox and destroys the sandbox: after it
+// returns, in the background, unless the teardown backlog is full or the
+// sandbox is on a workspace (see teardown.go). A spec that
 // fails validation is returned as an *InvalidError before anything is built.
 // When the timeout expires the result has TimedOut set and err is nil; when
 // ctx ends first, the sandbox is killed and Run returns the partial result
@@ -229,11 +238,17 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 			res.Egress = usage
 		}
 	}
-	if derr := sb.Destroy(); derr != nil {
-		m.log.Warn("destroying sandbox", "id", sb.id, "err", derr)
-		if err == nil {
-			err = derr
-		}
+	// The result is complete: the command has exited, its counters
+	// were read and its proxy stopped. A workspace's next sandbox may
+	// expect this one gone.
+	var derr error
+	if spec.Workspace != nil {
+		derr = m.destroy(sb)
+	} else {
+		derr = m.release(sb)
+	}
+	if err == nil {
+		err = derr
 	}
 	return res, err
 }

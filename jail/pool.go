@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,28 +22,29 @@ import (
 // re-executed init, seccomp) is paid while no one waits.
 //
 // A pooled sandbox is an ordinary one (same limits, same isolation, the same
-// teardown and crash sweep) whose init is a shell that blocks reading its
-// script from a pipe. At request time the pool writes a short script that
-// looks the command up as a fresh sandbox's init would (so a missing or
-// non-executable command gives the same ErrNotFound or ErrNotExecutable),
-// then execs /usr/bin/env with exactly the command's environment, which
-// execs the command: the command is still the pid namespace's init, and
-// nothing of the shell remains. The shell's start counts in the sandbox's
-// CPU time and peak memory (well under a millisecond and a megabyte).
+// teardown and crash sweep) whose init is jaild itself started as
+// "pool-wait" (internal/inithook's C constructor, which runs before the Go
+// runtime would): it blocks reading its command from a pipe. At request time
+// the pool writes the command's arguments, environment, working directory
+// and PATH; the init changes to the directory, looks the command up as a
+// fresh sandbox's init would (so a missing or non-executable command gives
+// the same ErrNotFound or ErrNotExecutable) and execs it directly: the
+// command is pid 1 of its pid namespace, with nothing of the init left. The
+// wait costs the sandbox well under a millisecond of CPU and a few pages of
+// memory, counted in its CPU time and peak memory.
 //
+// A run that asks for other memory, pids or CPU limits than the pool's gets
+// them set on the pooled sandbox's cgroup before its command is released.
 // Runs that a pooled sandbox cannot serve go to a fresh sandbox as
-// [Manager.Run] builds it: other limits than the pool's, a working directory
-// other than /work, a prepared rootfs (it may have no /bin/sh or env), or a
-// command name that env would misread (starting with "-" or holding "=").
+// [Manager.Run] builds it: another tmpfs size than the pool's, a working
+// directory other than /work or /tmp, a workspace, or extra files.
 type Pool struct {
 	m        *Manager
 	limits   Limits
 	ready    chan *warm
 	room     chan struct{} // a token per place in the pool not yet filled
 	stop     chan struct{}
-	wg       sync.WaitGroup // the refill loop and background teardowns
-	mu       sync.Mutex     // guards closed against wg.Add after Close
-	closed   bool
+	wg       sync.WaitGroup // the refill loop
 	hits     atomic.Int64
 	building atomic.Int32 // sandboxes being started for the pool
 	misses   atomic.Int64
@@ -52,15 +55,16 @@ type Pool struct {
 type warm struct {
 	sb     *sandbox
 	r      *running
-	script *os.File // write end of the shell's fd 3
-	status *os.File // read end of the shell's fd 4
+	cmd    *os.File // write end of the init's fd 3
+	status *os.File // read end of the init's fd 4
 }
 
-// poolShell is the pooled sandbox's init: it reads and runs its script from
-// fd 3, which the pool writes and closes at request time. The script
-// reports a command it cannot run on fd 4, which the command never gets, so
-// the command cannot forge that report.
-var poolShell = []string{"/bin/sh", "-c", ". /proc/self/fd/3"}
+// poolInit is the pooled sandbox's init: the binary libcontainer started as
+// the container's init (its sealed copy), again, as "pool-wait". It reads
+// its command from fd 3, which the pool writes and closes at request time,
+// and reports a command it cannot run on fd 4, which the command never
+// gets, so the command cannot forge that report.
+var poolInit = []string{"/proc/self/exe", "pool-wait"}
 
 // NewPool starts a pool that keeps size sandboxes with limits l ready. Close
 // it before closing m.
@@ -118,7 +122,7 @@ func (p *Pool) refill() {
 	}
 }
 
-// prestart builds a sandbox and starts its waiting shell.
+// prestart builds a sandbox and starts its waiting init.
 func (p *Pool) prestart() (_ *warm, retErr error) {
 	sb, err := p.m.create(context.Background(), p.limits, nil, false)
 	if err != nil {
@@ -129,30 +133,23 @@ func (p *Pool) prestart() (_ *warm, retErr error) {
 			_ = sb.Destroy()
 		}
 	}()
-	scriptR, scriptW, err := os.Pipe()
+	cmdR, cmdW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("create script pipe: %w", err)
-	}
-	// The shell reopens the pipe through /proc/self/fd/3, which checks the
-	// pipe's owner: make it the sandbox user's.
-	if err := scriptR.Chown(sb.slot.hostID()+SandboxUID, sb.slot.hostID()+SandboxGID); err != nil {
-		scriptR.Close()
-		scriptW.Close()
-		return nil, fmt.Errorf("chown script pipe: %w", err)
+		return nil, fmt.Errorf("create command pipe: %w", err)
 	}
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		scriptR.Close()
-		scriptW.Close()
+		cmdR.Close()
+		cmdW.Close()
 		return nil, fmt.Errorf("create status pipe: %w", err)
 	}
 	proc := &libcontainer.Process{
-		Args:       poolShell,
+		Args:       poolInit,
 		Env:        environ(nil),
 		Cwd:        DefaultDir,
 		UID:        SandboxUID,
 		GID:        SandboxGID,
-		ExtraFiles: []*os.File{scriptR, statusW},
+		ExtraFiles: []*os.File{cmdR, statusW},
 		Init:       true,
 	}
 	sb.used = true
@@ -160,13 +157,13 @@ func (p *Pool) prestart() (_ *warm, retErr error) {
 	// closed at request time.
 	r, err := sb.startProcess(proc, pipeStdin{})
 	if err != nil {
-		scriptR.Close()
-		scriptW.Close()
+		cmdR.Close()
+		cmdW.Close()
 		statusR.Close()
 		statusW.Close()
 		return nil, fmt.Errorf("start pooled sandbox: %w", err)
 	}
-	return &warm{sb: sb, r: r, script: scriptW, status: statusR}, nil
+	return &warm{sb: sb, r: r, cmd: cmdW, status: statusR}, nil
 }
 
 // pipeStdin makes startProcess give the process a stdin pipe; collect
@@ -177,12 +174,18 @@ func (pipeStdin) Read([]byte) (int, error) { return 0, errors.New("no stdin") }
 
 // destroy tears a sandbox down that never got a command.
 func (w *warm) destroy() {
-	w.script.Close()
+	w.closePipes()
+	_ = w.sb.Destroy()
+}
+
+// closePipes closes the pool's ends of a waiting sandbox's pipes: its init
+// then reads EOF and exits.
+func (w *warm) closePipes() {
+	w.cmd.Close()
 	w.status.Close()
 	w.r.outR.Close()
 	w.r.errR.Close()
 	w.r.stdinW.Close()
-	_ = w.sb.Destroy()
 }
 
 // Run implements the same contract as [Manager.Run], on a pooled sandbox
@@ -202,49 +205,54 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		p.misses.Add(1)
 		return p.m.Run(ctx, spec)
 	}
-	p.hits.Add(1)
-	res, err := p.handover(ctx, w, &spec.Command)
-	destroy := func() {
-		if derr := w.sb.Destroy(); derr != nil {
-			p.m.log.Warn("destroying sandbox", "id", w.sb.id, "err", derr)
+	if l := spec.Limits.WithDefaults(); l != w.sb.limits {
+		if err := w.sb.setLimits(l); err != nil {
+			p.m.log.Warn("a pooled sandbox could not take a run's limits; running it cold", "err", err)
+			w.closePipes()
+			_ = p.m.release(w.sb)
+			p.misses.Add(1)
+			return p.m.Run(ctx, spec)
 		}
 	}
-	// The caller has its answer; the teardown need not delay it, unless
-	// the pool is closing and will not wait for it.
-	p.mu.Lock()
-	background := !p.closed
-	if background {
-		p.wg.Add(1)
+	p.hits.Add(1)
+	res, err := p.handover(ctx, w, &spec.Command)
+	// The caller has its answer; the teardown need not delay it (see
+	// teardown.go).
+	if derr := p.m.release(w.sb); err == nil {
+		err = derr
 	}
-	p.mu.Unlock()
-	if !background {
-		destroy()
-		return res, err
-	}
-	go func() {
-		defer p.wg.Done()
-		destroy()
-	}()
 	return res, err
 }
 
 // serves reports whether a pooled sandbox can run spec exactly as a fresh
 // one would.
 func (p *Pool) serves(spec *Spec) bool {
-	arg0 := spec.Args[0]
-	return spec.Limits.WithDefaults() == p.limits &&
+	// Other memory, pids and CPU limits are set before the command is
+	// released (see setLimits); the tmpfs size is a mount option.
+	return spec.Limits.WithDefaults().TmpfsSize == p.limits.TmpfsSize &&
 		spec.Workspace == nil && spec.Egress == nil && len(spec.ExtraFiles) == 0 &&
-		(spec.Dir == "" || spec.Dir == DefaultDir) &&
-		p.m.root.Host() &&
-		!strings.HasPrefix(arg0, "-") && !strings.Contains(arg0, "=")
+		pooledDir(spec.Dir)
+}
+
+// pooledDir reports whether a pooled sandbox can run a command in dir: /work
+// and /tmp, fresh tmpfs mounts, are the only directories it may be given
+// that always exist; a fresh sandbox's init creates any other (as the
+// sandbox's root), which the waiting init, already the sandbox user, must
+// not do differently.
+func pooledDir(dir string) bool {
+	switch path.Clean("/" + dir) {
+	case "/", DefaultDir, "/tmp":
+		return true
+	}
+	return false
 }
 
 // handover gives a waiting sandbox its command and collects the result.
 func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, error) {
 	defer w.status.Close()
-	w.r.started = time.Now() // the shell runs the script as it arrives
-	_, err := w.script.WriteString(poolScript(cmd))
-	w.script.Close()
+	w.r.started = time.Now() // the init execs the command as it arrives
+	_, err := w.cmd.Write(poolMessage(cmd))
+	w.cmd.Close()
 	if err != nil {
 		w.r.stdinW.Close()
 		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)
@@ -254,21 +262,24 @@ func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, er
 	// Every writer of the status pipe is gone once the sandbox's init
 	// has exited, so this read cannot block.
 	status, _ := io.ReadAll(w.status)
-	switch strings.TrimSpace(string(status)) {
-	case "notfound":
+	switch s := strings.TrimSpace(string(status)); {
+	case s == "":
+	case s == "notfound":
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, cmd.Args[0])
-	case "notexec":
+	case s == "notexec":
 		return nil, fmt.Errorf("%w: %s", ErrNotExecutable, cmd.Args[0])
+	default:
+		return nil, fmt.Errorf("start sandbox: pooled init: %s", s)
 	}
 	return res, err
 }
 
-// poolScript is what the waiting shell runs: find the command the way a
-// fresh sandbox's init would (in the command's PATH, a regular executable
-// file), report it on fd 4 if it cannot run, else exec env with exactly the
-// command's environment, and fds 3 and 4 closed, to exec the command. Every
-// test is a shell builtin: no process is forked.
-func poolScript(cmd *Command) string {
+// poolMessage is the command as the waiting init reads it (see
+// internal/inithook/poolwait.c): NUL-terminated strings, the PATH to look
+// the command up in, the working directory, the number of arguments, the
+// arguments, then the environment. Validate has refused NUL bytes in all
+// of them.
+func poolMessage(cmd *Command) []byte {
 	env := environ(cmd.Env)
 	path := Path
 	for _, kv := range env {
@@ -276,35 +287,22 @@ func poolScript(cmd *Command) string {
 			path = v
 		}
 	}
-	name := shellQuote(cmd.Args[0])
-	var b strings.Builder
-	b.WriteString("exec 3<&-\n")
-	if strings.Contains(cmd.Args[0], "/") {
-		fmt.Fprintf(&b, "[ -e %s ] || { echo notfound >&4; exit 127; }\n", name)
-		fmt.Fprintf(&b, "[ -f %s ] && [ -x %s ] || { echo notexec >&4; exit 126; }\n", name, name)
-	} else {
-		fmt.Fprintf(&b, "set -f; p=%s; f=; IFS=:\n", shellQuote(path))
-		fmt.Fprintf(&b, "for d in $p; do [ -f \"${d:-.}\"/%s ] && [ -x \"${d:-.}\"/%s ] && { f=1; break; }; done\n", name, name)
-		b.WriteString("[ -n \"$f\" ] || { echo notfound >&4; exit 127; }\n")
+	dir := cmd.Dir
+	if dir == "" {
+		dir = DefaultDir
 	}
-	b.WriteString("exec 4>&- /usr/bin/env -i --")
-	for _, kv := range env {
-		b.WriteByte(' ')
-		b.WriteString(shellQuote(kv))
-	}
+	var b []byte
+	add := func(s string) { b = append(append(b, s...), 0) }
+	add(path)
+	add(dir)
+	add(strconv.Itoa(len(cmd.Args)))
 	for _, a := range cmd.Args {
-		b.WriteByte(' ')
-		b.WriteString(shellQuote(a))
+		add(a)
 	}
-	b.WriteByte('\n')
-	return b.String()
-}
-
-// shellQuote quotes s for the POSIX shell: single quotes keep every byte
-// but the single quote itself, which is closed, escaped and reopened.
-// Validate has already refused NUL bytes.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	for _, kv := range env {
+		add(kv)
+	}
+	return b
 }
 
 // Ready is how many sandboxes wait for a command now.
@@ -321,15 +319,11 @@ func (p *Pool) Stats() (hits, misses int64) { return p.hits.Load(), p.misses.Loa
 // Close stops refilling, destroys the sandboxes still waiting and waits for
 // background teardowns. Runs still in progress finish normally.
 func (p *Pool) Close() error {
-	p.once.Do(func() {
-		p.mu.Lock()
-		p.closed = true
-		p.mu.Unlock()
-		close(p.stop)
-	})
+	p.once.Do(func() { close(p.stop) })
 	// The refill loop stops at once, or after the sandbox it is
 	// building; background teardowns finish.
 	p.wg.Wait()
+	p.m.WaitTeardowns()
 	for {
 		select {
 		case w := <-p.ready:

@@ -73,6 +73,7 @@ func TestPoolBehaviour(t *testing.T) {
 		{name: "stdin", spec: &jail.Spec{Command: jail.Command{Args: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("abc\n")}}, wantOut: "ABC\n"},
 		{name: "no stdin", spec: sh("cat; echo done"), wantOut: "done\n"},
 		{name: "cwd and pid 1", spec: sh("pwd; echo $$"), wantOut: "/work\n1\n"},
+		{name: "cwd /tmp", spec: &jail.Spec{Command: jail.Command{Args: []string{"pwd"}, Dir: "/tmp/"}}, wantOut: "/tmp\n"},
 		{name: "no script fd left", spec: sh("ls /proc/self/fd"), wantOut: "0\n1\n2\n3\n"}, // 3 is ls's own directory fd
 		{name: "exit 127 of the command itself", spec: sh("exit 127"), wantCode: 127},
 		{name: "PATH of the command", spec: &jail.Spec{Command: jail.Command{Args: []string{"ls", "/work"}, Env: []string{"PATH=/nowhere:/usr/bin"}}}},
@@ -112,6 +113,8 @@ func TestPoolStartErrors(t *testing.T) {
 		{"not executable", &jail.Spec{Command: jail.Command{Args: []string{"/etc/passwd"}}}, jail.ErrNotExecutable},
 		{"a directory", &jail.Spec{Command: jail.Command{Args: []string{"/usr"}}}, jail.ErrNotExecutable},
 		{"quotes in the name", &jail.Spec{Command: jail.Command{Args: []string{"x'; echo pwned; '"}}}, jail.ErrNotFound},
+		{"a name like an option", &jail.Spec{Command: jail.Command{Args: []string{"-i"}}}, jail.ErrNotFound},
+		{"a name like a variable", &jail.Spec{Command: jail.Command{Args: []string{"A=b"}}}, jail.ErrNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,8 +163,9 @@ func TestPoolTimeoutAndCancel(t *testing.T) {
 func TestPoolFallback(t *testing.T) {
 	p := newPool(t, 1)
 	tests := []*jail.Spec{
-		{Limits: jail.Limits{Memory: 128 << 20}, Command: jail.Command{Args: []string{"echo", "ok"}}},
-		{Command: jail.Command{Args: []string{"echo", "ok"}, Dir: "/tmp"}},
+		{Limits: jail.Limits{TmpfsSize: 32 << 20}, Command: jail.Command{Args: []string{"echo", "ok"}}},
+		// A fresh sandbox's init creates the directory.
+		{Command: jail.Command{Args: []string{"echo", "ok"}, Dir: "/work/sub/dir"}},
 	}
 	for i, spec := range tests {
 		hits, _ := p.Stats()
@@ -220,8 +224,94 @@ func TestPoolSize(t *testing.T) {
 		if n := containers(); p.Ready() != 2 || p.Building() != 0 || n != 2 {
 			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), p.Building(), n)
 		}
+		// Each waits in jaild's own minimal init, not a shell (once it
+		// has been exec'd: Ready counts started sandboxes).
+		var procs []string
+		waitFor(t, 10*time.Second, "the ready sandboxes' inits to wait in pool-wait", func() bool {
+			procs = testenv.ProcsInCgroup(filepath.Base(env.Parent))
+			for _, pr := range procs {
+				if !strings.Contains(pr, `"/proc/self/exe pool-wait "`) {
+					return false
+				}
+			}
+			return len(procs) == 2
+		})
 		if _, err := runPooled(t, p, sh("true")); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestPoolIsolation: a command handed to a pooled sandbox runs exactly as
+// locked down as in a fresh one: same user, no capabilities, no_new_privs,
+// the same seccomp filter, the same mounts, and it is pid 1 with nothing of
+// the waiting init left (no extra fd, no other process).
+func TestPoolIsolation(t *testing.T) {
+	p := newPool(t, 1)
+	probe := sh(`grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
+tr '\0' ' ' < /proc/1/cmdline; echo
+ls /proc | grep -c '^[0-9]'
+ls /proc/self/fd | wc -l
+awk '{print $4, $5, $6, $(NF-2), $NF}' /proc/self/mountinfo | sed -E 's/(uid|gid)=[0-9]+/\1=N/g' | sort
+hostname`)
+	// A working directory a pooled sandbox does not serve: a fresh one.
+	cold := probe.Command
+	cold.Dir = "/work/cold"
+	hits, _ := p.Stats()
+	fresh, err := p.Run(context.Background(), &jail.Spec{Command: cold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := p.Stats(); h != hits {
+		t.Fatal("the fresh run was served by the pool")
+	}
+	pooled, err := runPooled(t, p, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.ExitCode != 0 || fresh.Stdout == "" {
+		t.Fatalf("probe failed in a fresh sandbox: %+v", fresh)
+	}
+	if pooled.Stdout != fresh.Stdout {
+		t.Errorf("a pooled sandbox differs from a fresh one:\npooled:\n%s\nfresh:\n%s", pooled.Stdout, fresh.Stdout)
+	}
+	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "/bin/sh -c grep"} {
+		if !strings.Contains(pooled.Stdout, want) {
+			t.Errorf("pooled sandbox: no %q in\n%s", want, pooled.Stdout)
+		}
+	}
+}
+
+// TestPoolLimits: a run that asks for other memory, pids or CPU limits than
+// the pool's still gets a pooled sandbox, with exactly its limits enforced.
+func TestPoolLimits(t *testing.T) {
+	p := newPool(t, 1)
+	tests := []struct {
+		name  string
+		spec  *jail.Spec
+		check func(*jail.Result) bool
+	}{
+		{"pids", &jail.Spec{Limits: jail.Limits{Pids: 16}, Command: jail.Command{
+			Args: []string{"/bin/sh", "-c", "for i in $(seq 40); do sleep 2 & done; wait"}, Timeout: 10 * time.Second}},
+			func(r *jail.Result) bool { return r.PidsLimitHit && r.Limits.Pids == 16 }},
+		{"memory", &jail.Spec{Limits: jail.Limits{Memory: 32 << 20, CPUs: 0.5}, Command: jail.Command{
+			Args: []string{"/bin/sh", "-c", "head -c 60000000 /dev/zero > /tmp/f"}, Timeout: 10 * time.Second}},
+			func(r *jail.Result) bool { return r.OOMKilled && r.Limits.Memory == 32<<20 && r.Limits.CPUs == 0.5 }},
+		{"more memory than the pool's", &jail.Spec{Limits: jail.Limits{Memory: 512 << 20}, Command: jail.Command{
+			Args: []string{"/bin/sh", "-c", "head -c 40000000 /dev/zero > /tmp/f"}}},
+			func(r *jail.Result) bool { return !r.OOMKilled && r.ExitCode == 0 && r.MemoryPeak > 40000000 }},
+		// The next sandbox has the pool's own limits again.
+		{"defaults", sh("true"), func(r *jail.Result) bool { return r.Limits == (jail.Limits{}).WithDefaults() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := runPooled(t, p, tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(res) {
+				t.Errorf("limits not as asked: %+v", res)
+			}
+		})
 	}
 }

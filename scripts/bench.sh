@@ -1,94 +1,187 @@
 #!/usr/bin/env bash
-# bench.sh: sandboxes per second and latency for `true`, in one run, side by
-# side: a one-shot `jaild run -- true` (and the same with jaild-server, the
-# complete build, to measure the lean build's gain), Debian's `runc run` on a
-# user-namespace OCI bundle, and Debian's `bwrap --unshare-all`; then the Go
-# benchmarks of packages jail and cgroup, and the HTTP daemon under load when
-# scripts/loadgen exists.
+# bench.sh: how fast jaild starts sandboxes, side by side in one run with
+# runc, bwrap and unshare, and the ratios of issue 11's targets. One table
+# per run:
 #
-#   sudo scripts/bench.sh                 # bin/jaild, 200 runs per measurement
-#   sudo JAILD=/usr/local/bin/jaild BENCH_N=500 scripts/bench.sh
+#   jaild serve      POST /run {"command":"true"}: one paced client (a
+#                    request every 100 ms: p50/p99 of a pooled sandbox), then
+#                    1, 4 and 16 connections flat out (req/s)
+#   jaild run        `jaild run -- true`, the one-shot
+#   runc run         Debian's runc on a bundle with jaild's namespaces,
+#                    mounts, limits and seccomp allowlist (made here)
+#   bwrap            `bwrap --unshare-all` (no cgroups, no seccomp)
+#   unshare          `unshare -Urpfm --mount-proc true`
 #
-# Env: JAILD (default bin/jaild, built with bin/jaild-server if missing),
-# BENCH_N (runs per tool and measurement, default 200), BENCH_WARMUP (default
-# 10), BENCH_MAX_S (time cap of each measurement in seconds, default 60),
-# BENCH_GO (0 skips the Go benchmarks), BENCH_GOTIME (go test -benchtime,
-# default 1s).
-# Latency: hyperfine (-N, no shell in between) when installed, else a loop
-# timed with date +%s%N. Throughput: N sandboxes spread over 1 and 2 workers,
-# each a bash loop, timed as a whole. Every loop is bounded in count and time.
-# Needs root; apt: runc bubblewrap hyperfine busybox-static jq (or python3).
-# A tool that is missing is reported as such and left out of the ratios.
+# Each one-shot tool is measured twice: one worker (latency p50/p99) and two
+# workers (sandboxes/s). Every level is a scripts/loadgen run (HTTP, or -exec
+# for the one-shots: no shell fork per run). CPU per sandbox is taken two
+# ways over each level: host busy time from /proc/stat (what the issue asks;
+# it counts everything else running on the machine too) and, on cgroup v1,
+# the cpuacct usage of a cgroup this script makes for the tool (the daemon's
+# processes and sandboxes, or the loop and its sandboxes), which the other
+# load of a shared machine does not reach. The load average is printed with
+# the table: compare ratios within one run, not absolute figures across runs.
+#
+#   sudo scripts/bench.sh                  # 20 s per level
+#   sudo BENCH_QUICK=1 scripts/bench.sh    # about 90 s in all
+#
+# Env: JAILD (default bin/jaild; bin/jaild-server must sit next to it; both
+# built with go build when missing), BENCH_SECS (seconds per level, default
+# 20, quick 4), BENCH_PACED_N (paced requests, default 200, quick 40),
+# BENCH_ROUNDS (rounds of every measurement, interleaved; medians printed;
+# default 1), BENCH_SERVE_ARGS (more flags for jaild serve), BENCH_TOOLS
+# (which to run, default "serve jaild runc bwrap unshare"), BENCH_GO=1 (also
+# the Go benchmarks of ./jail).
+# Needs root. Installs what is missing with apt: runc bubblewrap
+# busybox-static jq (wrk is not needed: scripts/loadgen drives the daemon).
+# Everything it makes (daemon, state, cgroups, runc containers) is removed on
+# exit, Ctrl-C included.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
-JAILD=${JAILD:-$REPO/bin/jaild}
-N=${BENCH_N:-200}
-WARMUP=${BENCH_WARMUP:-10}
-MAX_S=${BENCH_MAX_S:-60}
-GOTIME=${BENCH_GOTIME:-1s}
 export PATH=$PATH:/usr/local/go/bin
+JAILD=${JAILD:-$REPO/bin/jaild}
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+  SECS=${BENCH_SECS:-4} PACED_N=${BENCH_PACED_N:-40}
+else
+  SECS=${BENCH_SECS:-20} PACED_N=${BENCH_PACED_N:-200}
+fi
+ROUNDS=${BENCH_ROUNDS:-1}
+WANT=" ${BENCH_TOOLS:-serve jaild runc bwrap unshare} "
 
 die() { echo "bench: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (jaild and runc build namespaces and cgroups)"
+missing=()
+for p in runc:runc bwrap:bubblewrap busybox:busybox-static jq:jq unshare:util-linux curl:curl; do
+  command -v "${p%%:*}" > /dev/null || missing+=("${p#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bench: installing ${missing[*]}" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null ||
+    echo "bench: could not install ${missing[*]}; the tools missing are left out" >&2
+fi
 if [ ! -x "$JAILD" ] || [ ! -x "$(dirname "$JAILD")/jaild-server" ]; then
-  # setup.sh builds bin/jaild and the bin/jaild-server its serve executes
-  # exactly as they are shipped (tags, static link).
-  [ "$JAILD" = "$REPO/bin/jaild" ] || die "no jaild binary at $JAILD, or no jaild-server next to it"
-  echo "bench: building $JAILD with scripts/setup.sh"
-  "$REPO/scripts/setup.sh"
+  [ "$JAILD" = "$REPO/bin/jaild" ] || die "no jaild at $JAILD, or no jaild-server next to it"
+  echo "bench: building bin/jaild and bin/jaild-server" >&2
+  go build -tags seccomp,urfave_cli_no_docs -o bin/ ./cmd/jaild ./cmd/jaild-server
 fi
 JAILD=$(realpath "$JAILD")
 
 T=$(mktemp -d -t jaild-bench.XXXXXX)
 chmod 0711 "$T" # sandbox roots (unprivileged host uids) traverse into it
 RUNC_ROOT=$T/runc-state
+STATE=$T/state
+CG=
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+  CGMODE=v2
+else
+  CGMODE=v1
+  [ -d /sys/fs/cgroup/cpuacct ] && CG=/sys/fs/cgroup/cpuacct/jaild-bench.$$
+fi
 DAEMON_PID=
+LOADGEN_PID=
 cleanup() {
   local id
-  if [ -n "$DAEMON_PID" ]; then
-    kill -TERM "$DAEMON_PID" 2> /dev/null || true
-    wait "$DAEMON_PID" 2> /dev/null || true
+  trap - EXIT INT TERM
+  if [ -n "$LOADGEN_PID" ]; then
+    kill -TERM "$LOADGEN_PID" 2> /dev/null || true
+    wait "$LOADGEN_PID" 2> /dev/null || true
   fi
+  stop_daemon
   if command -v runc > /dev/null && [ -d "$RUNC_ROOT" ]; then
     for id in $(runc --root "$RUNC_ROOT" list -q 2> /dev/null); do
       runc --root "$RUNC_ROOT" delete -f "$id" > /dev/null 2>&1 || true
     done
   fi
+  # A one-shot killed mid-run leaves its sandbox: the sweep of the next
+  # start with the same state dir removes it.
+  [ ! -d "$STATE" ] || timeout 30 "$JAILD" run --state-dir "$STATE" -- true > /dev/null 2>&1 || true
+  # The cgroups made here (and whatever the tools nested in them), deepest
+  # first; every process in them has exited by now.
+  if [ -n "$CG" ] && [ -d "$CG" ]; then
+    for _ in 1 2 3 4 5; do
+      find "$CG" -depth -type d -exec rmdir {} + 2> /dev/null || true
+      [ -d "$CG" ] || break
+      sleep 0.2
+    done
+    [ ! -d "$CG" ] || echo "bench: could not remove $CG" >&2
+  fi
   rm -rf --one-file-system "$T"
+}
+stop_daemon() {
+  [ -n "$DAEMON_PID" ] || return 0
+  kill -TERM "$DAEMON_PID" 2> /dev/null || true
+  wait "$DAEMON_PID" 2> /dev/null || true
+  DAEMON_PID=
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# json FILE EXPR: reads a JSON value with jq, else python3 (EXPR is a jq path
-# of plain .keys and [index]es).
-json() {
-  if command -v jq > /dev/null; then
-    jq -r "$2" "$1"
-  else
-    python3 - "$1" "$2" << 'PY'
-import json, re, sys
-v = json.load(open(sys.argv[1]))
-for key, idx in re.findall(r'\.(\w+)|\[(\d+)\]', sys.argv[2]):
-    v = v[key] if key else v[int(idx)]
-print(v)
-PY
-  fi
+# --- measuring -------------------------------------------------------------------
+# cg_make NAME: a fresh cpuacct cgroup for one level ("" without one).
+cg_make() {
+  [ -n "$CG" ] || return 0
+  mkdir -p "$CG/$1"
+  echo "$CG/$1"
+}
+# cg_usage DIR: its CPU time in ns (0 without a cgroup).
+cg_usage() { if [ -n "$1" ]; then cat "$1/cpuacct.usage"; else echo 0; fi; }
+# in_cg DIR: the words that run a command in cgroup DIR (or where it is)
+# by exec, so that nothing but the command and its children are charged
+# there: "${IN_CG[@]}" CMD...
+in_cg() {
+  IN_CG=()
+  [ -z "$1" ] || IN_CG=(sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$1")
+}
+# busy_ms: host CPU busy time so far, in ms (/proc/stat, all CPUs).
+busy_ms() {
+  awk -v hz="$(getconf CLK_TCK)" '/^cpu / {print int(($2 + $3 + $4 + $7 + $8 + $9) * 1000 / hz)}' /proc/stat
 }
 
-# --- the sandboxes compared --------------------------------------------------
-# probe TOOL: keeps TOOL in the comparison if one run of it (run_TOOL) works.
-probe() {
-  if "run_$1" 0 > "$T/$1.out" 2>&1; then
-    TOOLS+=("$1")
-  else
-    echo "bench: $1 fails here, left out: $(head -c 300 "$T/$1.out")" >&2
+LG=$T/loadgen
+go build -o "$LG" ./scripts/loadgen || die "scripts/loadgen does not build"
+
+# measure KEY CGDIR LOADGEN-ARGS...: one level; its JSON line (requests,
+# rps, p50_ms, p99_ms) with host_cpu_ms and cg_cpu_ms per sandbox added is
+# appended to $T/res.KEY. The cgroup, if not "", is where the daemon runs
+# (the caller puts it there) or, with LG_IN_CG=1, where loadgen runs.
+measure() {
+  local key=$1 cgd=$2 b0 b1 c0 c1 out line
+  shift 2
+  b0=$(busy_ms) c0=$(cg_usage "$cgd")
+  IN_CG=()
+  [ "${LG_IN_CG:-0}" = 0 ] || in_cg "$cgd"
+  # In the background and waited for, so that a signal to this script
+  # runs its trap at once (loadgen bounds itself with -duration).
+  "${IN_CG[@]}" "$LG" -warmup 0 -duration "${SECS}s" "$@" > "$T/lg.out" 2>> "$T/loadgen.err" &
+  LOADGEN_PID=$!
+  wait "$LOADGEN_PID" || true
+  LOADGEN_PID=
+  b1=$(busy_ms) c1=$(cg_usage "$cgd")
+  line=$(tail -1 "$T/lg.out")
+  if ! jq -e .requests <<< "$line" > /dev/null 2>&1 || [ "$(jq '.requests - .errors' <<< "$line")" -le 0 ]; then
+    echo "bench: $key: no result: $(tail -c 300 "$T/loadgen.err")" >&2
+    return 0
   fi
+  [ "$(jq .errors <<< "$line")" = 0 ] || echo "bench: $key: $(jq -r '"\(.errors) errors, first: \(.first_error)"' <<< "$line")" >&2
+  jq -c --argjson b "$((b1 - b0))" --argjson c "$((c1 - c0))" --arg cg "${cgd:+1}" \
+    '. + {host_cpu_ms: ($b / .requests), cg_cpu_ms: (if $cg == "1" then $c / 1e6 / .requests else null end),
+          load: "'"$(cut -d' ' -f1 /proc/loadavg)"'"}' <<< "$line" >> "$T/res.$key"
 }
-TOOLS=(jaild)
-JSTATE=$T/jaild-state
-run_jaild() { "$JAILD" run --state-dir "$JSTATE" -- true; }
+
+# --- the one-shot tools ------------------------------------------------------------
+declare -A CMD
+CMD[jaild]="$JAILD run --state-dir $STATE -- true"
+CMD[unshare]="unshare -Urpfm --mount-proc true"
+if command -v bwrap > /dev/null; then
+  BWRAP=(bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr)
+  for l in bin sbin lib lib64; do
+    [ -L "/$l" ] && BWRAP+=(--symlink "$(readlink "/$l")" "/$l")
+  done
+  BWRAP+=(--proc /proc --dev /dev --tmpfs /tmp --tmpfs /work --chdir /work /usr/bin/true)
+  CMD[bwrap]="${BWRAP[*]}"
+fi
 
 # runc: a bundle as close to jaild's sandbox as an OCI config gets: user,
 # pid, mount, network (lo only), ipc, uts and cgroup namespaces; container
@@ -96,10 +189,9 @@ run_jaild() { "$JAILD" run --state-dir "$JSTATE" -- true; }
 # share ids); no capabilities, no_new_privs; read-only busybox root with the
 # host's /usr bound read-only, size-capped tmpfs /tmp and /work; jaild's
 # default limits (256 MiB, 256 pids, 1 CPU); and jaild's seccomp allowlist,
-# read from jail/seccomp.go so the two never drift apart (without a filter
-# runc would be measured doing less work than jaild).
-if command -v runc > /dev/null && command -v busybox > /dev/null; then
-  B=$T/bundle
+# read from jail/seccomp.go so the two never drift apart.
+make_bundle() {
+  local B=$T/bundle allowed
   mkdir -p "$B"
   "$REPO/scripts/mkrootfs.sh" "$B/rootfs" > /dev/null
   allowed=$(sed -n '/^var allowedSyscalls/,/^}/p' "$REPO/jail/seccomp.go" | grep -o '"[a-z0-9_]*"' | paste -sd, -)
@@ -167,190 +259,150 @@ EOF
     aarch64) sed -i 's/"SCMP_ARCH_X86_64"/"SCMP_ARCH_AARCH64"/; s/, "arch_prctl"//' "$B/config.json" ;;
   esac
   sed -i "s/ALLOWED/$allowed/" "$B/config.json"
-  # One id per worker: `runc run` deletes its container when it exits, so a
-  # worker reuses its id; the cleanup trap deletes any that survive.
-  run_runc() { runc --root "$RUNC_ROOT" run --bundle "$B" "jaild-bench-${1:-0}" < /dev/null; }
-  probe runc
-else
-  echo "bench: runc or busybox missing (apt-get install runc busybox-static), runc left out" >&2
-fi
-
-if command -v bwrap > /dev/null; then
-  BWRAP=(bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr)
-  for l in bin sbin lib lib64; do
-    [ -L "/$l" ] && BWRAP+=(--symlink "$(readlink "/$l")" "/$l")
-  done
-  BWRAP+=(--proc /proc --dev /dev --tmpfs /tmp --tmpfs /work --chdir /work /usr/bin/true)
-  run_bwrap() { "${BWRAP[@]}" < /dev/null; }
-  probe bwrap
-else
-  echo "bench: bwrap missing (apt-get install bubblewrap), left out" >&2
-fi
-run_jaild > "$T/jaild.out" 2>&1 || die "jaild run -- true fails: $(head -c 300 "$T/jaild.out")"
-
-# jaild-server: the complete build (see README, Building) running the same
-# one-shot, so that the lean build's gain is measured in the same run.
-JSERVER=$(dirname "$JAILD")/jaild-server
-run_jaild-server() { "$JSERVER" run --state-dir "$JSTATE" -- true; }
-if [ -x "$JSERVER" ]; then
-  probe jaild-server
-else
-  echo "bench: no jaild-server next to $JAILD, left out" >&2
-fi
-
-cmdline() {
-  case $1 in
-    jaild) echo "$JAILD run --state-dir $JSTATE -- true" ;;
-    jaild-server) echo "$JSERVER run --state-dir $JSTATE -- true" ;;
-    runc) echo "runc --root $RUNC_ROOT run --bundle $B jaild-bench-h" ;;
-    bwrap) echo "${BWRAP[*]}" ;;
-  esac
+  # A container id per run ({n}): runc run deletes its container when it
+  # exits; the cleanup deletes any that survive.
+  CMD[runc]="runc --root $RUNC_ROOT run --bundle $B jaild-bench-{n}"
 }
-
-# --- latency -------------------------------------------------------------------
-declare -A MED P90 RATE1 RATE2
-echo "== latency of one sandbox running true ($N runs each, $WARMUP warm-up)"
-if command -v hyperfine > /dev/null; then
-  hf=(hyperfine -N --style basic --warmup "$WARMUP" --runs "$N" --export-json "$T/hf.json")
-  for t in "${TOOLS[@]}"; do hf+=(-n "$t" "$(cmdline "$t")"); done
-  timeout $((MAX_S * ${#TOOLS[@]} + 60)) "${hf[@]}" < /dev/null
-  for i in "${!TOOLS[@]}"; do
-    t=${TOOLS[$i]}
-    MED[$t]=$(json "$T/hf.json" ".results[$i].median" | awk '{printf "%.2f", $1 * 1000}')
-    # hyperfine keeps every run's time: the 90th percentile from them.
-    P90[$t]=$(json "$T/hf.json" ".results[$i].times" 2> /dev/null | tr -d '[],' | grep . | sort -g |
-      awk '{a[NR] = $1} END {i = int(NR * 0.9); if (i < 1) i = 1; printf "%.2f", a[i] * 1000}')
-  done
-else
-  echo "(hyperfine not installed: a timed loop, each run forked from bash)"
-  for t in "${TOOLS[@]}"; do
-    for _ in $(seq "$WARMUP"); do "run_$t" 0 > /dev/null 2>&1; done
-    : > "$T/lat.$t"
-    end=$((SECONDS + MAX_S))
-    for _ in $(seq "$N"); do
-      t0=$(date +%s%N)
-      "run_$t" 0 > /dev/null 2>&1
-      echo $(($(date +%s%N) - t0)) >> "$T/lat.$t"
-      [ "$SECONDS" -lt "$end" ] || break
-    done
-    MED[$t]=$(sort -n "$T/lat.$t" | awk '{a[NR] = $1} END {printf "%.2f", a[int((NR + 1) / 2)] / 1e6}')
-    P90[$t]=$(sort -n "$T/lat.$t" | awk '{a[NR] = $1} END {i = int(NR * 0.9); if (i < 1) i = 1; printf "%.2f", a[i] / 1e6}')
-  done
+if [[ $WANT == *" runc "* ]] && command -v runc > /dev/null && command -v busybox > /dev/null; then
+  make_bundle
 fi
 
-# --- throughput ----------------------------------------------------------------
-# rate TOOL WORKERS: N sandboxes over WORKERS concurrent loops; prints
-# sandboxes per second (completed runs / wall time).
-rate() {
-  local t=$1 w=$2 per=$(($3 / $2)) i t0 t1 done_n=0 f
-  t0=$(date +%s%N)
-  for i in $(seq "$w"); do
-    (
-      end=$((SECONDS + MAX_S)) n=0
-      for _ in $(seq "$per"); do
-        "run_$t" "$i" > /dev/null 2>&1 || echo fail >> "$T/fail.$t"
-        n=$((n + 1))
-        [ "$SECONDS" -lt "$end" ] || break
-      done
-      echo "$n" > "$T/done.$t.$w.$i"
-    ) &
-  done
-  wait
-  t1=$(date +%s%N)
-  for f in "$T/done.$t.$w".*; do done_n=$((done_n + $(cat "$f"))); done
-  awk -v n="$done_n" -v ns=$((t1 - t0)) 'BEGIN {printf "%.1f", n / (ns / 1e9)}'
-}
-echo "== throughput: $N sandboxes at 1 and 2 parallel workers"
-for t in "${TOOLS[@]}"; do
-  RATE1[$t]=$(rate "$t" 1 "$N")
-  RATE2[$t]=$(rate "$t" 2 "$N")
-  if [ -s "$T/fail.$t" ]; then echo "bench: $t: $(wc -l < "$T/fail.$t") runs failed during the throughput loops" >&2; fi
-done
-
-echo
-if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then cgmode=v2; else cgmode=v1; fi
-# The load average says whether anything else competed for the cores.
-echo "== results ($(nproc) cores, kernel $(uname -r), cgroup $cgmode, load $(cut -d' ' -f1-3 /proc/loadavg))"
-printf '%-13s %10s %10s %10s %10s\n' tool median_ms p90_ms 'sbx/s@1' 'sbx/s@2'
-for t in "${TOOLS[@]}"; do
-  printf '%-13s %10s %10s %10s %10s\n' "$t" "${MED[$t]}" "${P90[$t]}" "${RATE1[$t]}" "${RATE2[$t]}"
-done
-# ratio A B: A/B to two decimals.
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
-for o in jaild-server runc bwrap; do
-  [ -n "${MED[$o]:-}" ] || continue
-  echo "jaild/$o: latency $(ratio "${MED[jaild]}" "${MED[$o]}")x (lower is better)," \
-    "sandboxes/s $(ratio "${RATE1[jaild]}" "${RATE1[$o]}")x @1, $(ratio "${RATE2[jaild]}" "${RATE2[$o]}")x @2 (higher is better)"
-done
-if [ -n "${MED[runc]:-}" ]; then
-  if awk -v j="${MED[jaild]}" -v r="${MED[runc]}" 'BEGIN {exit !(j <= r)}'; then
-    echo "target (one-shot jaild run no slower than runc run): met"
-  else
-    echo "target (one-shot jaild run no slower than runc run): NOT met"
+TOOLS=()
+for t in jaild runc bwrap unshare; do
+  [[ $WANT == *" $t "* ]] || continue
+  if [ -z "${CMD[$t]:-}" ]; then
+    echo "bench: $t is not installed, left out" >&2
+    continue
   fi
-fi
+  # shellcheck disable=SC2086 # CMD is a word list
+  if ! out=$(${CMD[$t]//\{n\}/0} < /dev/null 2>&1); then
+    echo "bench: $t fails here, left out: $(head -c 300 <<< "$out")" >&2
+    continue
+  fi
+  TOOLS+=("$t")
+done
 
-# --- Go benchmarks ---------------------------------------------------------------
-if [ "${BENCH_GO:-1}" != 0 ] && command -v go > /dev/null &&
-  grep -qs '^func Benchmark' jail/*_test.go; then
-  echo
-  echo "== go test -tags seccomp -run '^\$' -bench . -benchtime $GOTIME ./jail ./cgroup"
-  timeout 900 go test -tags seccomp -run '^$' -bench . -benchtime "$GOTIME" -count 1 ./jail ./cgroup ||
-    echo "bench: the Go benchmarks failed" >&2
-fi
+# oneshot TOOL: its latency at one worker and its rate at two; the loop
+# (loadgen) runs in the level's cgroup, with the sandboxes it starts.
+oneshot() {
+  local t=$1 w
+  # shellcheck disable=SC2086
+  "$LG" -exec -c 1 -n 3 -warmup 0 -duration 30s -- ${CMD[$t]} > /dev/null 2>&1 &
+  LOADGEN_PID=$!
+  wait "$LOADGEN_PID" || true
+  LOADGEN_PID=
+  for w in 1 2; do
+    # shellcheck disable=SC2086
+    LG_IN_CG=1 measure "$t.$w" "$(cg_make "$t.$w.$RANDOM")" -exec -c "$w" -n 100000 -- ${CMD[$t]}
+  done
+}
 
-# --- the HTTP daemon under load ----------------------------------------------------
-# bench_daemon: `jaild serve` on a loopback port with a private state dir,
-# driven by scripts/loadgen (Go, another change) at 1, 4 and 16 concurrent
-# clients posting {"command":"true"} to /run. The loadgen contract this
-# function relies on:
-#   loadgen -url URL -c CLIENTS -n REQUESTS -duration MAXDUR -body JSON
-# prints, as its last line, one JSON object with at least
-#   {"requests": N, "errors": N, "rps": F, "p50_ms": F, "p99_ms": F}.
-# BENCH_SERVE_ARGS adds flags to `jaild serve` (default: --listen ADDR).
-bench_daemon() {
-  local port addr c out rps line errs
-  echo
-  echo "== jaild serve under load: POST /run {\"command\":\"true\"}"
-  go build -o "$T/loadgen" ./scripts/loadgen || { echo "bench: loadgen does not build" >&2; return 0; }
+# --- the daemon ------------------------------------------------------------------
+# daemon: jaild serve on a loopback port, in a cgroup of its own; the paced
+# level, then 1, 4 and 16 connections; its RSS idle and at its peak.
+daemon() {
+  local port addr cgd pids p rss
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2> /dev/null ||
     echo 18080)
   addr=127.0.0.1:$port
+  cgd=$(cg_make "serve.$RANDOM")
+  in_cg "$cgd"
   # shellcheck disable=SC2086 # BENCH_SERVE_ARGS is a list of flags
-  "$JAILD" serve --state-dir "$T/serve-state" ${BENCH_SERVE_ARGS:---listen $addr} > "$T/serve.log" 2>&1 &
+  "${IN_CG[@]}" "$JAILD" serve --listen "$addr" --state-dir "$STATE" ${BENCH_SERVE_ARGS:-} > "$T/serve.log" 2>&1 &
   DAEMON_PID=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 150); do
     curl -fsS "http://$addr/healthz" > /dev/null 2>&1 && break
     kill -0 "$DAEMON_PID" 2> /dev/null || break
     sleep 0.1
   done
   if ! curl -fsS "http://$addr/healthz" > /dev/null 2>&1; then
     echo "bench: jaild serve did not come up on $addr: $(tail -c 300 "$T/serve.log")" >&2
+    stop_daemon
     return 0
   fi
-  printf '%-14s %8s %8s %8s %11s %11s\n' clients rps p50_ms p99_ms 'rps/runc@1' 'rps/runc@2'
-  # "1 paced": one client that waits 100 ms after each answer, an agent's
-  # occasional tool call: it sees the latency of a pooled sandbox.
-  for c in 1 4 16 "1 paced"; do
-    local pause=0s n=$((N * ${c% *} > 2000 ? 2000 : N * ${c% *}))
-    [ "$c" = "1 paced" ] && pause=100ms && n=$((N > 100 ? 100 : N))
-    out=$(timeout $((MAX_S + 30)) "$T/loadgen" -url "http://$addr/run" -c "${c% *}" -n "$n" -pause "$pause" \
-      -duration "${MAX_S}s" -body '{"command":"true"}' 2>> "$T/loadgen.err") || true
-    line=$(tail -1 <<< "$out")
-    printf '%s\n' "$line" > "$T/lg.json"
-    if rps=$(json "$T/lg.json" .rps 2> /dev/null); then
-      printf '%-14s %8.1f %8.1f %8.1f %11s %11s\n' "$c" "$rps" "$(json "$T/lg.json" .p50_ms)" \
-        "$(json "$T/lg.json" .p99_ms)" "$(ratio "$rps" "${RATE1[runc]:-0}")x" "$(ratio "$rps" "${RATE2[runc]:-0}")x"
-      errs=$(json "$T/lg.json" .errors 2> /dev/null || echo 0)
-      [ "${errs:-0}" = 0 ] || echo "  ($errs of the requests failed: $(json "$T/lg.json" .first_error 2> /dev/null))"
-    else
-      echo "clients=$c: loadgen said: $(tail -c 300 <<< "$out") $(tail -c 200 "$T/loadgen.err")"
-    fi
+  # Front end and worker (not the watchdog, not the sandboxes).
+  pids="$DAEMON_PID $(pgrep -P "$DAEMON_PID" -f ' worker ' | tr '\n' ' ')"
+  "$LG" -url "http://$addr/run" -c 1 -n 10 -warmup 0 -duration 30s -body '{"command":"true"}' > /dev/null 2>&1 &
+  LOADGEN_PID=$!
+  wait "$LOADGEN_PID" || true
+  LOADGEN_PID=
+  sleep 1 # the pool refills
+  rss=0
+  for p in $pids; do rss=$((rss + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status"))); done
+  echo "$rss" >> "$T/res.rss_idle"
+  measure serve.paced "$cgd" -url "http://$addr/run" -c 1 -n "$PACED_N" -pause 100ms -body '{"command":"true"}'
+  for c in 1 4 16; do
+    measure "serve.$c" "$cgd" -url "http://$addr/run" -c "$c" -n 100000 -body '{"command":"true"}'
   done
-  kill -TERM "$DAEMON_PID"
-  wait "$DAEMON_PID" || echo "bench: jaild serve exited $? on SIGTERM" >&2
-  DAEMON_PID=
+  rss=0
+  for p in $pids; do rss=$((rss + $(awk '/^VmHWM/ {print $2}' "/proc/$p/status"))); done
+  echo "$rss" >> "$T/res.rss_peak"
+  stop_daemon
 }
-if [ -f scripts/loadgen/main.go ] && command -v go > /dev/null; then
-  bench_daemon
+
+# --- the run ---------------------------------------------------------------------
+echo "bench: $SECS s per level, $PACED_N paced requests, $ROUNDS round(s); load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for r in $(seq "$ROUNDS"); do
+  # Interleaved: the daemon, then each one-shot tool, every round.
+  [[ $WANT != *" serve "* ]] || daemon
+  for t in "${TOOLS[@]}"; do oneshot "$t"; done
+  echo "bench: round $r done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+done
+
+# --- the table -------------------------------------------------------------------
+# get KEY FIELD: the median over rounds of FIELD of level KEY ("" if none).
+get() {
+  [ -s "$T/res.$1" ] || return 0
+  jq -s -r --arg f "$2" 'map(.[$f]) | map(select(. != null)) | sort |
+    if length == 0 then "" else .[(length - 1) / 2 | floor] end' "$T/res.$1"
+}
+num() { [ -s "$T/res.$1" ] && sort -n "$T/res.$1" | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+f1() { [ -n "$1" ] && printf '%.1f' "$1" || printf -- '-'; }
+f2() { [ -n "$1" ] && printf '%.2f' "$1" || printf -- '-'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "" && b > 0) printf "%.2fx", a / b; else print "n/a"}'; }
+meets() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {if (v == "") {print "n/a"; exit}
+  ok = (op == "<=") ? v <= t : (op == ">=") ? v >= t : v < t; print ok ? "met" : "NOT met"}'; }
+
+echo
+echo "== jaild bench ($(nproc) cores, kernel $(uname -r), cgroup $CGMODE, $SECS s per level, $ROUNDS round(s), load at the end $(cut -d' ' -f1-3 /proc/loadavg))"
+printf '| %-32s | %8s | %8s | %8s | %12s | %10s | %5s |\n' what 'req/s' 'p50 ms' 'p99 ms' 'host CPU ms' 'cg CPU ms' load
+printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..34})" ---------- ---------- ---------- -------------- ------------ -------
+row() {
+  printf '| %-32s | %8s | %8s | %8s | %12s | %10s | %5s |\n' "$1" "$(f1 "$(get "$2" rps)")" "$(f2 "$(get "$2" p50_ms)")" \
+    "$(f2 "$(get "$2" p99_ms)")" "$(f1 "$(get "$2" host_cpu_ms)")" "$(f1 "$(get "$2" cg_cpu_ms)")" "$(get "$2" load)"
+}
+if [[ $WANT == *" serve "* ]]; then
+  row "serve, 1 client every 100 ms" serve.paced
+  for c in 1 4 16; do row "serve, $c connection(s)" "serve.$c"; done
+fi
+for t in "${TOOLS[@]}"; do
+  row "$t, 1 worker" "$t.1"
+  row "$t, 2 workers" "$t.2"
+done
+echo "(host CPU: /proc/stat busy time over the level per sandbox, the whole machine's; cg CPU: the tool's own cgroup's)"
+[ ! -s "$T/res.rss_peak" ] || echo "daemon RSS (front end + worker): idle $(($(num rss_idle) / 1024)) MiB, peak $(($(num rss_peak) / 1024)) MiB"
+
+echo
+echo "== issue 11 targets"
+s4=$(get serve.4 rps) s16=$(get serve.16 rps)
+smin=$(awk -v a="$s4" -v b="$s16" 'BEGIN {if (a == "" || b == "") print ""; else print (a < b ? a : b)}')
+b2=$(get bwrap.2 rps) r2=$(get runc.2 rps)
+echo "throughput @4/@16: $(f1 "$s4") / $(f1 "$s16") req/s (>= 250: $(meets "$smin" '>=' 250));" \
+  "/ bwrap@2: $(ratio "$s4" "$b2") / $(ratio "$s16" "$b2") (>= 0.8x: $(meets "$(awk -v s="$smin" -v b="$b2" 'BEGIN {if (s != "" && b > 0) print s / b}')" '>=' 0.8));" \
+  "/ runc@2: $(ratio "$s4" "$r2") / $(ratio "$s16" "$r2") (>= 4x: $(meets "$(awk -v s="$smin" -v b="$r2" 'BEGIN {if (s != "" && b > 0) print s / b}')" '>=' 4))"
+p50=$(get serve.paced p50_ms) p99=$(get serve.paced p99_ms) u50=$(get unshare.1 p50_ms)
+echo "pooled latency: p50 $(f2 "$p50") ms (< 1: $(meets "$p50" '<' 1)), p99 $(f2 "$p99") ms (< 3: $(meets "$p99" '<' 3));" \
+  "p50 / unshare p50: $(ratio "$p50" "$u50") (<= 0.5x: $(meets "$(awk -v a="$p50" -v b="$u50" 'BEGIN {if (a != "" && b > 0) print a / b}')" '<=' 0.5))"
+c16=$(get serve.16 host_cpu_ms) g16=$(get serve.16 cg_cpu_ms)
+echo "CPU per sandbox @16: host $(f1 "$c16") ms, daemon's cgroup $(f1 "$g16") ms (<= 7: $(meets "$c16" '<=' 7) host, $(meets "$g16" '<=' 7) cgroup)"
+j=$(get jaild.1 p50_ms) rr=$(get runc.1 p50_ms)
+echo "one-shot jaild run / runc run p50: $(ratio "$j" "$rr") (<= 0.8x: $(meets "$(awk -v a="$j" -v b="$rr" 'BEGIN {if (a != "" && b > 0) print a / b}')" '<=' 0.8))"
+if [ -s "$T/res.rss_peak" ]; then
+  echo "daemon RSS: idle $(($(num rss_idle) / 1024)) MiB (< 40: $(meets "$(($(num rss_idle) / 1024))" '<' 40)), peak $(($(num rss_peak) / 1024)) MiB (< 100: $(meets "$(($(num rss_peak) / 1024))" '<' 100))"
+fi
+
+if [ "${BENCH_GO:-0}" = 1 ]; then
+  echo
+  echo "== go test -bench . ./jail"
+  go test -tags seccomp,urfave_cli_no_docs -run '^$' -bench . -benchtime 2s -count 1 ./jail || echo "bench: the Go benchmarks failed" >&2
 fi

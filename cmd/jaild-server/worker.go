@@ -54,7 +54,7 @@ func startWorker(c *cli.Context, log *slog.Logger, logFormat string, l jail.Limi
 			}
 			return bin, fd, err
 		},
-		Args:   command.WorkerArgs(c, logFormat, n, l, sweep),
+		Args:   append(command.WorkerArgs(c, logFormat, n, l, sweep), workerProfileArgs(c)...),
 		Logger: log,
 	})
 	switch {

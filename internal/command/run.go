@@ -66,6 +66,7 @@ var ManagerFlags = []cli.Flag{
 	&cli.StringFlag{Name: "total-memory", EnvVars: []string{"JAILD_TOTAL_MEMORY"}, Usage: "memory budget of all sandboxes together (default half the host's)"},
 	&cli.Int64Flag{Name: "total-pids", EnvVars: []string{"JAILD_TOTAL_PIDS"}, Usage: "pids budget of all sandboxes together (default 16384)"},
 	&cli.Float64Flag{Name: "total-cpus", EnvVars: []string{"JAILD_TOTAL_CPUS"}, Usage: "CPU budget of all sandboxes together (default all)"},
+	&cli.IntFlag{Name: "teardown-backlog", Value: jail.DefaultTeardownBacklog, EnvVars: []string{"JAILD_TEARDOWN_BACKLOG"}, Usage: "finished sandboxes destroyed after their answer, at most; beyond it the answer waits for its teardown (0: always)"},
 	&cli.BoolFlag{Name: "debug", EnvVars: []string{"JAILD_DEBUG"}, Usage: "log debug messages to stderr"},
 }
 
@@ -86,6 +87,13 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	backlog := c.Int("teardown-backlog")
+	switch {
+	case backlog < 0:
+		return nil, UsageError("--teardown-backlog %d: must not be negative", backlog)
+	case backlog == 0:
+		backlog = -1 // jail.Config's "none"
+	}
 	if log == nil {
 		level := slog.LevelWarn
 		if c.Bool("debug") {
@@ -100,8 +108,9 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		Budget:       cgroup.Budget{Memory: total, Pids: c.Int64("total-pids"), CPUs: c.Float64("total-cpus")},
 		// A one-shot run keeps the budget of a parent it finds (a
 		// daemon's, say) unless it was given one.
-		KeepBudget: c.Command.Name == "run" && !c.IsSet("total-memory") && !c.IsSet("total-pids") && !c.IsSet("total-cpus"),
-		Logger:     log,
+		KeepBudget:      c.Command.Name == "run" && !c.IsSet("total-memory") && !c.IsSet("total-pids") && !c.IsSet("total-cpus"),
+		TeardownBacklog: backlog,
+		Logger:          log,
 	})
 	if err != nil {
 		return nil, err

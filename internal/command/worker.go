@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -32,6 +33,7 @@ var Worker = &cli.Command{
 		&cli.Float64Flag{Name: "pool-cpus", Usage: "CPU quota of the pool's sandboxes"},
 		&cli.StringFlag{Name: "pool-tmpfs-size", Usage: "tmpfs size of the pool's sandboxes"},
 		&cli.DurationFlag{Name: "sweep-interval", Usage: "how often to sweep orphaned sandboxes (0: only at start)"},
+		&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the worker's life to this file at exit"},
 	}, ManagerFlags...),
 	Action:       workerAction,
 	OnUsageError: OnUsageError,
@@ -57,6 +59,7 @@ func WorkerArgs(c *cli.Context, logFormat string, pool int, l jail.Limits, sweep
 	}
 	args = append(args, "--total-pids", strconv.FormatInt(c.Int64("total-pids"), 10))
 	args = append(args, "--total-cpus", strconv.FormatFloat(c.Float64("total-cpus"), 'g', -1, 64))
+	args = append(args, "--teardown-backlog", strconv.Itoa(c.Int("teardown-backlog")))
 	return args
 }
 
@@ -91,6 +94,12 @@ func workerAction(c *cli.Context) error {
 	log, err := Logger(c.String("log-format"), c.Bool("debug"))
 	if err == nil {
 		log = log.With("proc", "worker")
+	}
+	if err == nil && c.String("cpu-profile") != "" {
+		var stop func()
+		if stop, err = cpuProfile(c.String("cpu-profile")); err == nil {
+			defer stop()
+		}
 	}
 	var m *jail.Manager
 	if err == nil {
@@ -172,4 +181,21 @@ func workerAction(c *cli.Context) error {
 		return cli.Exit(serr.Error(), api.ExitInternal)
 	}
 	return nil
+}
+
+// cpuProfile starts profiling the worker's CPU into file and returns what
+// stops it and closes the file.
+func cpuProfile(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -1,7 +1,8 @@
 // Package inithook is the libcontainer init hook of jaild's binaries: both
 // import it for its init function, which turns the process into a
 // container's init when the binary was re-executed as one, and pins main to
-// the main thread otherwise.
+// the main thread otherwise. Its C constructor (poolwait.c) is the init of
+// a pooled sandbox, "<binary> pool-wait", before the Go runtime starts.
 package inithook
 
 import (

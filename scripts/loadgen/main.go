@@ -61,8 +61,16 @@ func main() {
 		warmup    = flag.Int("warmup", 5, "unmeasured requests before each level")
 		body      = flag.String("body", `{"executable":"true"}`, "the /run request to send")
 		pause     = flag.Duration("pause", 0, "each client's pause after each request: an occasional caller rather than a flood")
+		execMode  = flag.Bool("exec", false, "run the command after -- instead of requests: each worker execs it in a loop (see exec.go)")
 	)
 	flag.Parse()
+	if *execMode {
+		if err := runExec(flag.Args(), *levels, *n, *maxTime, *pause, *warmup); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "loadgen: no arguments expected; the request is -body")
 		os.Exit(2)
@@ -131,14 +139,15 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 				return fmt.Errorf("warm-up request: %w", err)
 			}
 		}
-		l := level(ctx, client, req, c, n, maxTime, pauseTime)
+		l := level(ctx, func(ctx context.Context, _ int) error {
+			resp, err := client.Run(ctx, req)
+			if err == nil && resp.ExitCode != 0 {
+				err = fmt.Errorf("exit code %d: %s", resp.ExitCode, resp.Stderr)
+			}
+			return err
+		}, c, n, maxTime, pauseTime)
 		tr.CloseIdleConnections()
-		json.NewEncoder(os.Stdout).Encode(l)
-		fmt.Fprintf(os.Stderr, "concurrency=%d requests=%d errors=%d rps=%.1f p50_ms=%.1f p99_ms=%.1f seconds=%.2f\n",
-			l.Concurrency, l.Requests, l.Errors, l.RPS, l.P50MS, l.P99MS, l.Seconds)
-		if l.FirstError != "" {
-			fmt.Fprintf(os.Stderr, "loadgen: first error at concurrency %d: %s\n", c, l.FirstError)
-		}
+		report(l)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -146,8 +155,19 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 	return nil
 }
 
-// level runs up to n requests with c workers, stopping at maxTime.
-func level(ctx context.Context, client *client.Client, req *api.Request, c, n int, maxTime, pause time.Duration) Level {
+// report prints a level's JSON line to stdout and a readable one to stderr.
+func report(l Level) {
+	json.NewEncoder(os.Stdout).Encode(l)
+	fmt.Fprintf(os.Stderr, "concurrency=%d requests=%d errors=%d rps=%.1f p50_ms=%.2f p99_ms=%.2f seconds=%.2f\n",
+		l.Concurrency, l.Requests, l.Errors, l.RPS, l.P50MS, l.P99MS, l.Seconds)
+	if l.FirstError != "" {
+		fmt.Fprintf(os.Stderr, "loadgen: first error at concurrency %d: %s\n", l.Concurrency, l.FirstError)
+	}
+}
+
+// level runs do up to n times with c workers (do gets the worker's index),
+// stopping at maxTime.
+func level(ctx context.Context, do func(ctx context.Context, worker int) error, c, n int, maxTime, pause time.Duration) Level {
 	ctx, cancel := context.WithTimeout(ctx, maxTime)
 	defer cancel()
 	var (
@@ -159,17 +179,14 @@ func level(ctx context.Context, client *client.Client, req *api.Request, c, n in
 		wg        sync.WaitGroup
 	)
 	start := time.Now()
-	for range c {
+	for w := range c {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(n) && ctx.Err() == nil {
 				t0 := time.Now()
-				resp, err := client.Run(ctx, req)
+				err := do(ctx, w)
 				d := time.Since(t0)
-				if err == nil && resp.ExitCode != 0 {
-					err = fmt.Errorf("exit code %d: %s", resp.ExitCode, resp.Stderr)
-				}
 				if ctx.Err() != nil {
 					return // cut off by -max-time: not a sample
 				}

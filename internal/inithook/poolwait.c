@@ -1,0 +1,171 @@
+// poolwait: the init of a pooled sandbox (see jail/pool.go). libcontainer
+// starts it as the container's pid 1, "/proc/self/exe pool-wait", with the
+// sandbox fully built (namespaces, mounts, cgroup, seccomp, no capabilities,
+// the sandbox user). It blocks reading its command from fd 3, which the pool
+// writes and closes at request time, then execs the command directly: the
+// command is pid 1, nothing of this program is left.
+//
+// It runs as a C constructor, before the Go runtime starts, so that a
+// pooled sandbox's wait costs no more than a shell's (less: no parsing, no
+// second exec through env). The message is NUL-terminated strings:
+//
+//   PATH, DIR, ARGC (decimal), ARGV[0..ARGC-1], then the environment to its end
+//
+// PATH is where a command name without a slash is looked for, as a fresh
+// sandbox's init does (a regular, executable file). A command that cannot
+// run is reported on fd 4 as "notfound" or "notexec" (exit 127 or 126),
+// "nodir" (the working directory, exit 127) or "error <errno>"; fd 4 is
+// close-on-exec, so the command never holds it and cannot forge a report.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// glibc calls constructors with (argc, argv, envp); other C libraries may
+// not, and reading argv from garbage would break every start of jaild.
+#ifndef __GLIBC__
+#error "poolwait.c needs glibc, which passes argc and argv to constructors"
+#endif
+
+#define MSG_FD 3
+#define STATUS_FD 4
+#define MAX_MSG (64 << 20)
+
+static void report(const char *what, int code)
+{
+	char buf[64];
+	int n = snprintf(buf, sizeof buf, "%s\n", what);
+	if (write(STATUS_FD, buf, n) < 0) {
+		// Nothing else to tell it with.
+	}
+	_exit(code);
+}
+
+static void report_errno(int err)
+{
+	char buf[32];
+	snprintf(buf, sizeof buf, "error %d", err);
+	report(buf, 127);
+}
+
+// runnable: a regular file this process may execute.
+static int runnable(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+// lookup finds name in path, as a fresh sandbox's init does; the result is
+// in buf, or NULL.
+static const char *lookup(const char *name, const char *path, char *buf, size_t size)
+{
+	const char *p = path;
+	for (;;) {
+		const char *end = strchr(p, ':');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		int n = len == 0 ? snprintf(buf, size, "./%s", name)
+				 : snprintf(buf, size, "%.*s/%s", (int)len, p, name);
+		if (n > 0 && (size_t)n < size && runnable(buf))
+			return buf;
+		if (!end)
+			return NULL;
+		p = end + 1;
+	}
+}
+
+static void poolwait(void)
+{
+	size_t cap = 4096, len = 0;
+	char *msg = malloc(cap);
+	if (!msg)
+		report_errno(ENOMEM);
+	for (;;) {
+		if (len == cap) {
+			if (cap >= MAX_MSG)
+				report_errno(E2BIG);
+			cap *= 2;
+			msg = realloc(msg, cap);
+			if (!msg)
+				report_errno(ENOMEM);
+		}
+		ssize_t n = read(MSG_FD, msg + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			report_errno(errno);
+		if (n == 0)
+			break;
+		len += n;
+	}
+	close(MSG_FD);
+	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0)
+		_exit(127);
+	// Split into strings; a message cut short is refused.
+	if (len == 0 || msg[len - 1] != '\0')
+		report_errno(EINVAL);
+	size_t count = 0;
+	for (size_t i = 0; i < len; i++)
+		count += msg[i] == '\0';
+	char **strs = calloc(count + 1, sizeof(char *));
+	if (!strs)
+		report_errno(ENOMEM);
+	for (size_t i = 0, k = 0; i < len; k++) {
+		strs[k] = msg + i;
+		i += strlen(msg + i) + 1;
+	}
+	if (count < 4)
+		report_errno(EINVAL);
+	const char *path = strs[0], *dir = strs[1];
+	char *end;
+	long argc = strtol(strs[2], &end, 10);
+	if (*end != '\0' || argc < 1 || (size_t)argc > count - 3)
+		report_errno(EINVAL);
+	char **argv = calloc(argc + 1, sizeof(char *));
+	if (!argv)
+		report_errno(ENOMEM);
+	memcpy(argv, strs + 3, argc * sizeof(char *));
+	char **envp = strs + 3 + argc; // to the NULL calloc left at the end
+
+	if (chdir(dir) < 0)
+		report("nodir", 127);
+	const char *name = argv[0];
+	char found[PATH_MAX];
+	if (strchr(name, '/')) {
+		if (access(name, F_OK) < 0)
+			report("notfound", 127);
+		if (!runnable(name))
+			report("notexec", 126);
+	} else if (!(name = lookup(name, path, found, sizeof found))) {
+		report("notfound", 127);
+	}
+	execve(name, argv, envp);
+	switch (errno) {
+	case ENOENT:
+		report("notfound", 127);
+	case EACCES:
+	case ENOEXEC:
+	case EISDIR:
+	case EPERM:
+		report("notexec", 126);
+	}
+	report_errno(errno);
+}
+
+// Called with the process's arguments by glibc, before the Go runtime
+// starts. Anything but "<binary> pool-wait" as pid 1 goes on to Go.
+__attribute__((constructor)) static void poolwait_init(int argc, char **argv, char **envp)
+{
+	(void)envp;
+	if (argc < 2 || strcmp(argv[1], "pool-wait") != 0)
+		return;
+	if (getpid() != 1) {
+		fprintf(stderr, "pool-wait is the init of a pooled jaild sandbox, started by jaild itself\n");
+		_exit(2);
+	}
+	poolwait();
+}

@@ -1,0 +1,8 @@
+package inithook
+
+// The C constructor in poolwait.c turns a process started as
+// "<binary> pool-wait" into a pooled sandbox's init before the Go runtime
+// starts (see jail/pool.go).
+
+// #cgo CFLAGS: -Wall -Werror -O2
+import "C"
