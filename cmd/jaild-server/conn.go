@@ -76,19 +76,30 @@ func signalContext() (context.Context, context.CancelFunc) {
 // failed.
 const exitRefused = 1
 
-// callError is the exit of a client command whose call failed.
-func callError(ctx context.Context, err error) error {
+// apiErrorOf is the daemon's refusal in err, or, when err is not one, the
+// exit for it: interrupted (ctx ended), a certificate the client does not
+// trust (with the flag that fixes it), or the daemon unreachable.
+func apiErrorOf(ctx context.Context, err error, interrupted string) (*client.APIError, error) {
 	if ctx.Err() != nil {
-		return cli.Exit("interrupted", api.ExitInternal)
+		return nil, cli.Exit(interrupted, api.ExitInternal)
 	}
 	var cve *tls.CertificateVerificationError
 	if errors.As(err, &cve) {
-		return cli.Exit(err.Error()+" (--ca-file FILE trusts the CA that signed the daemon's certificate)", api.ExitInternal)
+		return nil, cli.Exit(err.Error()+" (--ca-file FILE trusts the CA that signed the daemon's certificate)", api.ExitInternal)
 	}
 	var ae *client.APIError
+	if !errors.As(err, &ae) {
+		return nil, cli.Exit(err.Error(), api.ExitInternal)
+	}
+	return ae, nil
+}
+
+// callError is the exit of a client command whose call failed.
+func callError(ctx context.Context, err error) error {
+	ae, exit := apiErrorOf(ctx, err, "interrupted")
 	switch {
-	case !errors.As(err, &ae):
-		return cli.Exit(err.Error(), api.ExitInternal)
+	case ae == nil:
+		return exit
 	case ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden:
 		return cli.Exit(ae.Error(), api.ExitUsage)
 	case ae.Status/100 == 4 || ae.Status == http.StatusInsufficientStorage:

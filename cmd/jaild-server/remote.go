@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/client"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/jail"
 )
@@ -200,16 +197,9 @@ func remoteExit(exitCode int, v *api.Verdict) error {
 
 // remoteError maps a failed call to jaild run's exit codes.
 func remoteError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return cli.Exit("interrupted; the remote sandbox was killed", api.ExitInternal)
-	}
-	var cve *tls.CertificateVerificationError
-	if errors.As(err, &cve) {
-		return cli.Exit(err.Error()+" (--ca-file FILE trusts the CA that signed the daemon's certificate)", api.ExitInternal)
-	}
-	var ae *client.APIError
-	if !errors.As(err, &ae) {
-		return cli.Exit(err.Error(), api.ExitInternal)
+	ae, exit := apiErrorOf(ctx, err, "interrupted; the remote sandbox was killed")
+	if ae == nil {
+		return exit
 	}
 	code := api.CodeOutcome(ae.Code).Exit
 	msg := ae.Error()

@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -33,6 +32,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/jaild/jaild/internal/benchstat"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/client"
@@ -103,7 +104,7 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 	}
 	opts := client.Options{Socket: socket}
 	if socket == "" {
-		if err := checkLoopback(base); err != nil {
+		if err := benchstat.CheckLoopback("loadgen", base); err != nil {
 			return err
 		}
 		opts.Server = base
@@ -214,37 +215,8 @@ func level(ctx context.Context, do func(ctx context.Context, worker int) error, 
 	l := Level{Concurrency: c, Requests: len(latencies), Errors: errs, Seconds: secs, FirstError: firstErr}
 	if len(latencies) > 0 {
 		l.RPS = float64(len(latencies)) / secs
-		l.P50MS = ms(percentile(latencies, 0.50))
-		l.P99MS = ms(percentile(latencies, 0.99))
+		l.P50MS = benchstat.MS(benchstat.Percentile(latencies, 0.50))
+		l.P99MS = benchstat.MS(benchstat.Percentile(latencies, 0.99))
 	}
 	return l
-}
-
-// percentile of sorted samples, nearest-rank.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	i := int(float64(len(sorted))*p+0.999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// checkLoopback refuses a URL whose host is not loopback.
-func checkLoopback(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("-url: %w", err)
-	}
-	host := u.Hostname()
-	ips := []net.IP{net.ParseIP(host)}
-	if ips[0] == nil {
-		if ips, err = net.LookupIP(host); err != nil || len(ips) == 0 {
-			return fmt.Errorf("-url %s: cannot resolve %q", raw, host)
-		}
-	}
-	for _, ip := range ips {
-		if !ip.IsLoopback() {
-			return fmt.Errorf("-url %s: %s is not a loopback address; loadgen only loads the local host", raw, ip)
-		}
-	}
-	return nil
 }

@@ -19,17 +19,16 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"sort"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/jaild/jaild/internal/benchstat"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/client"
@@ -92,7 +91,7 @@ func main() {
 
 // newClient is a client of the loopback daemon at base.
 func newClient(base, tokenFile string) (*client.Client, error) {
-	if err := checkLoopback(base); err != nil {
+	if err := benchstat.CheckLoopback("sessionbench", base); err != nil {
 		return nil, err
 	}
 	opts := client.Options{Server: base}
@@ -238,7 +237,7 @@ func run(ctx context.Context, base, tokenFile string, n, nSessions, calls, warmu
 		ids[i] = ""
 	}
 	conc := row(fmt.Sprintf("%d sessions x %d calls at once", nSessions, calls), lat)
-	conc.Wall = ms(wall)
+	conc.Wall = benchstat.MS(wall)
 	return append(rows, conc, row("POST /sessions", creates), row("DELETE /sessions/{id}", deletes)), nil
 }
 
@@ -279,7 +278,7 @@ func compare(ctx context.Context, c *client.Client, id, label string, mk func(st
 	// The median of the differences of adjacent pairs: less moved by a
 	// load that changes during the run than the difference of medians.
 	pair := row("  paired difference", paired)
-	pair.Mean = ms(mean(paired))
+	pair.Mean = benchstat.MS(mean(paired))
 	return []Row{rOne, rSess, diff, pair}, nil
 }
 
@@ -311,33 +310,7 @@ func row(name string, d []time.Duration) Row {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	r := Row{Name: name, Calls: len(s)}
 	if len(s) > 0 {
-		r.P50MS, r.P99MS, r.Mean = ms(percentile(s, 0.5)), ms(percentile(s, 0.99)), ms(mean(s))
+		r.P50MS, r.P99MS, r.Mean = benchstat.MS(benchstat.Percentile(s, 0.5)), benchstat.MS(benchstat.Percentile(s, 0.99)), benchstat.MS(mean(s))
 	}
 	return r
-}
-
-// percentile of sorted samples, nearest-rank.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	i := int(float64(len(sorted))*p+0.999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// checkLoopback refuses a URL whose host is not a loopback address.
-func checkLoopback(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("-url: %w", err)
-	}
-	ips, err := net.LookupIP(u.Hostname())
-	if err != nil || len(ips) == 0 {
-		return fmt.Errorf("-url %s: cannot resolve %q", raw, u.Hostname())
-	}
-	for _, ip := range ips {
-		if !ip.IsLoopback() {
-			return errors.New("-url " + raw + ": " + ip.String() + " is not a loopback address; sessionbench only loads the local host")
-		}
-	}
-	return nil
 }
