@@ -114,3 +114,19 @@ func TestMCPToolsFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPEgressNeedsNoSessions: --mcp-egress with MCP sessions on is a
+// usage error at start, not a failure of every egress call later.
+func TestMCPEgressNeedsNoSessions(t *testing.T) {
+	for _, args := range [][]string{
+		{"mcp", "--mcp-egress", "--egress-allow", "x.example:443"},
+		{"serve", "--mcp-egress", "--egress-allow", "x.example:443"},
+	} {
+		cmd := exec.Command(jaildBin, args...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		if exitCode(err) != api.ExitUsage || !strings.Contains(string(out), "--mcp-egress needs --mcp-session none") {
+			t.Errorf("%v: exit %d:\n%s", args, exitCode(err), out)
+		}
+	}
+}
