@@ -15,8 +15,11 @@ const (
 type EgressRecord struct {
 	Time      time.Time `json:"time"`
 	RequestID string    `json:"request_id,omitempty"`
-	Caller    string    `json:"caller"`
-	Verdict   string    `json:"verdict"`
+	// SessionID names the session whose proxy it was (a session's egress
+	// is decided once, at its creation: its lines carry no request id).
+	SessionID string `json:"session_id,omitempty"`
+	Caller    string `json:"caller"`
+	Verdict   string `json:"verdict"`
 	// Reason is why the connection was refused, in words.
 	Reason string `json:"reason,omitempty"`
 	// Host and Port are what the sandbox asked for (a CONNECT target or

@@ -36,6 +36,12 @@ type SessionRequest struct {
 	// WorkspaceBytes is the size of /work (default and maximum: the
 	// daemon's --workspace-size).
 	WorkspaceBytes *int64 `json:"workspace_bytes,omitempty"`
+	// Egress gives every call and job of the session network access
+	// through the daemon's proxy, as a request's egress field does (true:
+	// the allowlist; false: none; a list: that list, which may only
+	// narrow the allowlist). It is decided here, once: a call in the
+	// session may not ask for it.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // SessionLimits are the per-call limits of a session, named as in Request.
@@ -66,6 +72,19 @@ type Session struct {
 	WorkspaceBytesUsed int64             `json:"workspace_bytes_used"`
 	Jobs               int               `json:"jobs"`
 	RunningJobs        int               `json:"running_jobs"`
+	// Egress is what the session's proxy counted so far; absent if the
+	// session has no egress.
+	Egress *SessionEgress `json:"egress,omitempty"`
+}
+
+// SessionEgress is what a session's egress proxy counted: bytes from
+// upstreams to the sandboxes (in) and back (out), connections let through
+// and refused.
+type SessionEgress struct {
+	BytesIn     int64 `json:"bytes_in"`
+	BytesOut    int64 `json:"bytes_out"`
+	Connections int64 `json:"connections"`
+	Denied      int64 `json:"denied"`
 }
 
 // SessionList is the body of GET /sessions.

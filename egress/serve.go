@@ -37,7 +37,24 @@ type runState struct {
 // connection, and returns the run's counters. Its signature, with g bound,
 // is jail.Egress.Serve's.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener, g Grant) jail.EgressUsage {
-	r := &runState{p: p, g: g, open: map[net.Conn]struct{}{}}
+	return p.Start(g).Serve(ctx, ln)
+}
+
+// Serving is one grant's proxy whose counters can be read while it serves:
+// a session's, served for the session's life.
+type Serving struct{ r *runState }
+
+// Start returns the proxy of grant g, to be served once with Serve.
+func (p *Proxy) Start(g Grant) *Serving {
+	return &Serving{r: &runState{p: p, g: g, open: map[net.Conn]struct{}{}}}
+}
+
+// Usage is what the proxy counted so far.
+func (s *Serving) Usage() jail.EgressUsage { return s.r.usage() }
+
+// Serve is [Proxy.Serve] with the grant given to Start. Call it once.
+func (s *Serving) Serve(ctx context.Context, ln net.Listener) jail.EgressUsage {
+	r := s.r
 	tr := &http.Transport{
 		Proxy:                 nil, // never jaild's own proxy settings
 		DialContext:           r.dialFromContext,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,10 +55,14 @@ type Workspace struct {
 	netns string // host path the network namespace is pinned at
 	size  int64
 	slot  *slot
+	// proxy is the listener on 127.0.0.1:ProxyPort in the network
+	// namespace, for a workspace made WithProxy, until taken.
+	proxy *net.TCPListener
 
-	mu     sync.Mutex
-	rec    record
-	closed bool
+	mu       sync.Mutex
+	rec      record
+	closed   bool
+	hasProxy bool // the proxy listener was taken
 }
 
 // workspacePaths derives a workspace's paths from its record, so that a
@@ -67,10 +72,27 @@ func workspacePaths(stateRoot, id string) (dir, netns string) {
 	return filepath.Join(state, "workspaces", id), filepath.Join(state, "netns", id)
 }
 
+// WorkspaceOption changes how NewWorkspace makes a workspace.
+type WorkspaceOption func(*workspaceOptions)
+
+type workspaceOptions struct{ proxy bool }
+
+// WithProxy makes the workspace's network namespace with a proxy listener
+// on 127.0.0.1:[ProxyPort], as a sandbox given [Egress] has: every sandbox
+// on the workspace finds the proxy variables in its environment, and the
+// caller serves a proxy on the listener it takes with
+// [Workspace.TakeProxyListener] (a session's egress, decided once for the
+// whole session).
+func WithProxy() WorkspaceOption { return func(o *workspaceOptions) { o.proxy = true } }
+
 // NewWorkspace makes a workspace whose /work holds at most size bytes (zero
 // means DefaultWorkspaceSize). The caller must Close it, after destroying
 // its sandboxes, and before closing m.
-func (m *Manager) NewWorkspace(size int64) (_ *Workspace, retErr error) {
+func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Workspace, retErr error) {
+	var o workspaceOptions
+	for _, opt := range options {
+		opt(&o)
+	}
 	if size == 0 {
 		size = DefaultWorkspaceSize
 	}
@@ -131,10 +153,42 @@ func (m *Manager) NewWorkspace(size int64) (_ *Workspace, retErr error) {
 	if err := unix.Mount("jaild-workspace", w.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return nil, fmt.Errorf("mount workspace: %w", err)
 	}
-	if err := newNetNS(w.netns); err != nil {
+	if !o.proxy {
+		if err := newNetNS(w.netns); err != nil {
+			return nil, err
+		}
+		return w, nil
+	}
+	ln, err := newProxyNetNS(w.netns)
+	if err != nil {
 		return nil, err
 	}
+	w.proxy = ln
 	return w, nil
+}
+
+// TakeProxyListener hands the proxy listener of a workspace made
+// [WithProxy] to the caller, who serves it and closes it; nil if the
+// workspace has none or it was taken. A listener never taken is closed by
+// Close.
+func (w *Workspace) TakeProxyListener() net.Listener {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.proxy == nil {
+		return nil
+	}
+	ln := w.proxy
+	w.proxy = nil
+	w.hasProxy = true
+	return ln
+}
+
+// proxied reports whether the workspace's sandboxes get the proxy
+// variables: it was made WithProxy.
+func (w *Workspace) proxied() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.proxy != nil || w.hasProxy
 }
 
 // ID names the workspace; its tmpfs is mounted at workspaces/<ID> in the
@@ -218,6 +272,10 @@ func (w *Workspace) Close() error {
 		return nil
 	}
 	w.closed = true
+	if w.proxy != nil {
+		w.proxy.Close()
+		w.proxy = nil
+	}
 	w.mu.Unlock()
 	err := w.m.sweepWorkspace(&w.rec)
 	w.release(err)

@@ -40,48 +40,62 @@ type egressLink struct {
 	o    EgressOptions
 }
 
-func (e *egressLink) Run(ctx context.Context, req *Request) (*jail.Result, error) {
-	want := req.Egress
-	if req.SessionID != "" || req.Background {
-		// A session's sandboxes share its network namespace, which has
-		// no proxy listener (docs/egress.md): an explicit ask is refused,
-		// --egress-default does not apply.
-		if want != nil && want.Allowed {
-			return nil, &jail.InvalidError{Field: "egress", Reason: "not available in a session (run it without session_id)"}
-		}
-		return e.next.Run(ctx, req)
-	}
-	if want == nil && e.o.Default && e.o.Proxy != nil {
+// Grant decides what a request's (or a session's) egress field gives
+// caller, with the rules of [Egress]: nil (and no error) means no network;
+// an ask the daemon cannot give is an InvalidError naming the field. The
+// grant's who-asked fields other than Caller are the caller's to fill.
+func (o EgressOptions) Grant(want *api.Egress, caller string) (*egress.Grant, error) {
+	if want == nil && o.Default && o.Proxy != nil {
 		want = &api.Egress{Allowed: true}
 	}
 	if want == nil || !want.Allowed {
-		return e.next.Run(ctx, req)
+		return nil, nil
 	}
-	if e.o.Proxy == nil {
+	if o.Proxy == nil {
 		return nil, &jail.InvalidError{Field: "egress", Reason: "this daemon gives no network access (the operator has not set --egress-allow)"}
 	}
-	base := e.o.Tokens[req.Caller] // nil: the daemon's list
-	if len(base) == 0 && len(e.o.Proxy.Allow()) == 0 {
+	base := o.Tokens[caller] // nil: the daemon's list
+	if len(base) == 0 && len(o.Proxy.Allow()) == 0 {
 		return nil, &jail.InvalidError{Field: "egress", Reason: "no destination is allowed for this caller (the operator's allowlist is empty)"}
 	}
-	g := egress.Grant{
-		Base: base, Caller: req.Caller, RequestID: req.RequestID, FrontEnd: req.FrontEnd,
-		Command: req.Shell,
-	}
-	if g.Command == "" {
-		g.Command = strings.Join(req.Spec.Args, " ")
-	}
+	g := &egress.Grant{Base: base, Caller: caller}
 	if want.Hosts != nil {
-		hosts, err := e.o.Proxy.Narrow(base, want.Hosts)
+		hosts, err := o.Proxy.Narrow(base, want.Hosts)
 		if err != nil {
 			return nil, &jail.InvalidError{Field: "egress", Reason: err.Error()}
 		}
 		g.Hosts = hosts
 	}
+	return g, nil
+}
+
+func (e *egressLink) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+	want := req.Egress
+	if req.SessionID != "" || req.Background {
+		// A session's sandboxes share its network namespace, whose
+		// egress was decided when the session was created
+		// (SessionEgress): an explicit ask is refused, --egress-default
+		// does not apply.
+		if want != nil && want.Allowed {
+			return nil, &jail.InvalidError{Field: "egress", Reason: "a session's egress is set when the session is created (POST /sessions with \"egress\"), not per call"}
+		}
+		return e.next.Run(ctx, req)
+	}
+	g, err := e.o.Grant(want, req.Caller)
+	if err != nil {
+		return nil, err
+	}
+	if g == nil {
+		return e.next.Run(ctx, req)
+	}
+	g.RequestID, g.FrontEnd, g.Command = req.RequestID, req.FrontEnd, req.Shell
+	if g.Command == "" {
+		g.Command = strings.Join(req.Spec.Args, " ")
+	}
 	spec := *req.Spec
 	p := e.o.Proxy
 	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
-		return p.Serve(ctx, ln, g)
+		return p.Serve(ctx, ln, *g)
 	}}
 	orig := req.Spec
 	req.Spec = &spec
@@ -99,7 +113,7 @@ func (l *AuditLog) Egress(d egress.Decision) {
 		Host: d.Host, Port: d.Port, Addr: d.Addr,
 	}
 	if d.Grant != nil {
-		rec.Caller, rec.RequestID = d.Grant.Caller, d.Grant.RequestID
+		rec.Caller, rec.RequestID, rec.SessionID = d.Grant.Caller, d.Grant.RequestID, d.Grant.SessionID
 	}
 	if !d.Allowed {
 		rec.Verdict = api.VerdictEgressDenied

@@ -40,7 +40,7 @@ func TestEgressLink(t *testing.T) {
 		wantErr    string
 	}{
 		{name: "no field, default off", o: EgressOptions{Proxy: proxy}},
-		{name: "in a session", o: EgressOptions{Proxy: proxy}, session: "s1", want: &api.Egress{Allowed: true}, wantErr: "not available in a session"},
+		{name: "in a session", o: EgressOptions{Proxy: proxy}, session: "s1", want: &api.Egress{Allowed: true}, wantErr: "set when the session is created"},
 		{name: "no field, default on", o: EgressOptions{Proxy: proxy, Default: true}, wantEgress: true},
 		{name: "false", o: EgressOptions{Proxy: proxy, Default: true}, want: &api.Egress{}},
 		{name: "true", o: EgressOptions{Proxy: proxy}, want: &api.Egress{Allowed: true}, wantEgress: true},

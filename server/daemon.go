@@ -46,6 +46,7 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	opts := c.Server
 	opts.Runner, opts.Metrics, opts.Audit = runner, c.Chain.Metrics, c.Chain.Audit
 	opts.Sessions, opts.SessionMaxLimits = c.Sessions, c.Chain.Max.Limits
+	opts.SessionEgress = c.Chain.Egress
 	if c.MCP != nil {
 		opts.MCP = NewMCPHandler(runner, *c.MCP)
 	}

@@ -691,7 +691,7 @@ func TestOpenAPI(t *testing.T) {
 	}
 	// Every wire field is documented (the document is hand-written).
 	for _, v := range []any{api.Request{}, api.Response{}, api.Verdict{}, api.Event{}, api.ErrorResponse{}, api.Health{},
-		api.SessionRequest{}, api.SessionLimits{}, api.SessionPatch{}, api.Session{}, api.SessionList{},
+		api.SessionRequest{}, api.SessionLimits{}, api.SessionPatch{}, api.Session{}, api.SessionEgress{}, api.SessionList{},
 		api.JobAccepted{}, api.Job{}, api.JobList{}, api.FileList{}, api.FileInfo{}} {
 		rt := reflect.TypeOf(v)
 		for i := range rt.NumField() {

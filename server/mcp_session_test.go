@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -31,7 +32,10 @@ type fakeJail struct {
 	lost   chan struct{} // every workspace's Lost
 }
 
-func (j *fakeJail) NewWorkspace(_ context.Context, size int64) (session.Workspace, error) {
+func (j *fakeJail) NewWorkspace(_ context.Context, size int64, proxy bool) (session.Workspace, error) {
+	if proxy {
+		return nil, errors.New("fakeJail: no proxy listeners")
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.n++
@@ -51,10 +55,11 @@ type fakeWorkspace struct {
 	id, dir string
 }
 
-func (w *fakeWorkspace) Dir() string             { return w.dir }
-func (w *fakeWorkspace) HostIDs() (uid, gid int) { return 1, 1 }
-func (w *fakeWorkspace) Size() int64             { return 1 << 20 }
-func (w *fakeWorkspace) Used() (int64, error)    { return 0, nil }
+func (w *fakeWorkspace) Dir() string                     { return w.dir }
+func (w *fakeWorkspace) HostIDs() (uid, gid int)         { return 1, 1 }
+func (w *fakeWorkspace) Size() int64                     { return 1 << 20 }
+func (w *fakeWorkspace) Used() (int64, error)            { return 0, nil }
+func (w *fakeWorkspace) TakeProxyListener() net.Listener { return nil }
 func (w *fakeWorkspace) Lost() <-chan struct{} {
 	w.j.mu.Lock()
 	defer w.j.mu.Unlock()

@@ -65,6 +65,10 @@ type Options struct {
 	// see sessions.go) and runs with session_id; pass the same Manager
 	// as to the chain (run.ChainOptions.Sessions). SessionMaxLimits are
 	// the operator's maxima, which a session's limits must be within.
+	// SessionEgress is the daemon's egress configuration, for the
+	// sessions' egress (decided at their creation): the same as the
+	// chain's (run.ChainOptions.Egress).
+	SessionEgress    run.EgressOptions
 	Sessions         *session.Manager
 	SessionMaxLimits jail.Limits
 	// Files, if non-nil (and Sessions too), serves

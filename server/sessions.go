@@ -170,6 +170,11 @@ func (s *Server) sessionOptions(r *http.Request, req *api.SessionRequest) (sessi
 		}
 		o.WorkspaceBytes = *req.WorkspaceBytes
 	}
+	eg, err := run.SessionEgress(s.opts.SessionEgress, s.opts.Metrics, req.Egress, CallerFromContext(r.Context()), "sessions")
+	if err != nil {
+		return o, err
+	}
+	o.Egress = eg
 	keys := make([]string, 0, len(req.Env))
 	for k := range req.Env {
 		keys = append(keys, k)
@@ -287,6 +292,9 @@ func sessionOf(in session.Info) *api.Session {
 	for _, kv := range in.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		out.Env[k] = v
+	}
+	if u := in.Egress; u != nil {
+		out.Egress = &api.SessionEgress{BytesIn: u.BytesIn, BytesOut: u.BytesOut, Connections: u.Connections, Denied: u.Denied}
 	}
 	return out
 }

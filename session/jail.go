@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"net"
 
 	"github.com/jaild/jaild/jail"
 )
@@ -10,7 +11,10 @@ import (
 // in the same process, or the daemon's worker client (whose workspaces
 // live in the worker process).
 type Jail interface {
-	NewWorkspace(ctx context.Context, size int64) (Workspace, error)
+	// NewWorkspace makes a workspace of size bytes, with a proxy
+	// listener in its network namespace if proxy is set
+	// (jail.WithProxy).
+	NewWorkspace(ctx context.Context, size int64, proxy bool) (Workspace, error)
 }
 
 // Workspace is what a session needs of its workspace: a *jail.Workspace
@@ -31,6 +35,10 @@ type Workspace interface {
 	// (the worker that held it exited); nil means never. The session is
 	// then removed, and named as lost to its next caller.
 	Lost() <-chan struct{}
+	// TakeProxyListener hands over the proxy listener of a workspace
+	// made with proxy set (jail.Workspace.TakeProxyListener); nil if
+	// none.
+	TakeProxyListener() net.Listener
 }
 
 // Local is a Jail whose workspaces are m's, in this process.
@@ -38,8 +46,12 @@ func Local(m *jail.Manager) Jail { return localJail{m} }
 
 type localJail struct{ m *jail.Manager }
 
-func (l localJail) NewWorkspace(_ context.Context, size int64) (Workspace, error) {
-	ws, err := l.m.NewWorkspace(size)
+func (l localJail) NewWorkspace(_ context.Context, size int64, proxy bool) (Workspace, error) {
+	var opts []jail.WorkspaceOption
+	if proxy {
+		opts = append(opts, jail.WithProxy())
+	}
+	ws, err := l.m.NewWorkspace(size, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -159,6 +160,11 @@ type Options struct {
 	// WorkspaceBytes is the size of /work; zero means
 	// Config.WorkspaceBytes.
 	WorkspaceBytes int64
+	// Egress, if not nil, gives the session a way out: its workspace is
+	// made with a proxy listener, every call and job finds the proxy
+	// variables in its environment, and Egress(id) is served on the
+	// listener until the session is removed. nil: loopback only.
+	Egress func(sessionID string) Egress
 }
 
 // Session is one workspace and what carries over between its calls.
@@ -167,6 +173,7 @@ type Session struct {
 	id       string
 	owner    string
 	ws       Workspace
+	proxy    *proxyServer // nil without egress
 	limits   jail.Limits
 	ttl      time.Duration
 	created  time.Time
@@ -203,6 +210,9 @@ type Info struct {
 	WorkspaceUsed  int64
 	Jobs           int
 	RunningJobs    int
+	// Egress is what the session's proxy counted so far; nil if the
+	// session has no egress.
+	Egress *jail.EgressUsage
 }
 
 // Create makes a session: its workspace, network namespace and uid range.
@@ -227,14 +237,24 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 	if err := m.reserve(opts.Owner); err != nil {
 		return nil, err
 	}
-	ws, err := m.jail.NewWorkspace(ctx, opts.WorkspaceBytes)
+	ws, err := m.jail.NewWorkspace(ctx, opts.WorkspaceBytes, opts.Egress != nil)
 	if err != nil {
 		m.unreserve(opts.Owner, nil)
 		return nil, fmt.Errorf("create session: %w", err)
 	}
+	id := uuid.NewString()
+	var proxy *proxyServer
+	if opts.Egress != nil {
+		ln := ws.TakeProxyListener()
+		if ln == nil {
+			m.unreserve(opts.Owner, nil)
+			return nil, errors.Join(errors.New("create session: the workspace has no proxy listener"), ws.Close())
+		}
+		proxy = serveProxy(opts.Egress(id), ln)
+	}
 	now := time.Now()
 	s := &Session{
-		m: m, id: uuid.NewString(), owner: opts.Owner, ws: ws,
+		m: m, id: id, owner: opts.Owner, ws: ws, proxy: proxy,
 		limits: opts.Limits, ttl: opts.TTL, created: now, deadline: now.Add(m.cfg.MaxLifetime),
 		done: make(chan struct{}), env: env, cwd: cwd, lastUsed: now, jobs: make(map[string]*Job),
 	}
@@ -242,6 +262,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 	if !m.unreserve(opts.Owner, s) {
 		// Closed meanwhile.
 		s.cancel()
+		proxy.stop()
 		_ = ws.Close()
 		return nil, ErrClosed
 	}
@@ -391,6 +412,9 @@ func (s *Session) remove() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	// The sandboxes are gone: the proxy goes, then the workspace (whose
+	// network namespace the listener is in).
+	s.proxy.stop()
 	err := s.ws.Close()
 	close(s.done)
 	if err != nil {
@@ -509,6 +533,7 @@ func (s *Session) Info() Info {
 	in := Info{
 		ID: s.id, Owner: s.owner, Created: s.created, TTL: s.ttl, Cwd: s.cwd, Env: envList(s.env),
 		Limits: s.limits, WorkspaceBytes: s.ws.Size(), WorkspaceUsed: used, Jobs: len(s.jobs),
+		Egress: s.proxy.usage(),
 	}
 	for _, j := range s.jobs {
 		if !j.isEnded() {

@@ -118,8 +118,8 @@ func newSessions(cfg session.Config, w *worker.Client) (*session.Manager, error)
 // workerJail makes the sessions' workspaces in the worker.
 type workerJail struct{ w *worker.Client }
 
-func (j workerJail) NewWorkspace(ctx context.Context, size int64) (session.Workspace, error) {
-	ws, err := j.w.NewWorkspace(ctx, size)
+func (j workerJail) NewWorkspace(ctx context.Context, size int64, proxy bool) (session.Workspace, error) {
+	ws, err := j.w.NewWorkspace(ctx, size, proxy)
 	if err != nil {
 		return nil, err
 	}

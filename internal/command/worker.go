@@ -162,8 +162,12 @@ func workerAction(c *cli.Context) error {
 	}()
 
 	// Until the front end closes the connection or dies.
-	serr := worker.Serve(c.Context, ctl, base, func(size int64) (worker.Workspace, error) {
-		ws, err := m.NewWorkspace(size)
+	serr := worker.Serve(c.Context, ctl, base, func(size int64, proxy bool) (worker.Workspace, error) {
+		var opts []jail.WorkspaceOption
+		if proxy {
+			opts = append(opts, jail.WithProxy())
+		}
+		ws, err := m.NewWorkspace(size, opts...)
 		if err != nil {
 			return nil, err
 		}

@@ -64,12 +64,14 @@ type Workspace interface {
 	HostIDs() (uid, gid int)
 	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
 	Close() error
+	// TakeProxyListener is jail.Workspace.TakeProxyListener.
+	TakeProxyListener() net.Listener
 }
 
-// Workspaces makes workspaces: with a *jail.Manager m,
-// func(size int64) (Workspace, error) { return m.NewWorkspace(size) }, with
-// the nil check that converting a nil *jail.Workspace needs.
-type Workspaces func(size int64) (Workspace, error)
+// Workspaces makes workspaces, with a proxy listener if proxy is set: with
+// a *jail.Manager m, m.NewWorkspace (with jail.WithProxy), with the nil
+// check that converting a nil *jail.Workspace needs.
+type Workspaces func(size int64, proxy bool) (Workspace, error)
 
 // ErrNoWorkspace: a run or a close names a workspace the worker does not
 // hold (it was closed, or another worker made it), or the worker makes none.
@@ -188,16 +190,27 @@ func (w *served) serveWorkspace(fd int) error {
 	if err := readFrame(conn, &req); err != nil {
 		return fmt.Errorf("read workspace request: %w", err)
 	}
-	var a wsAnswer
+	var (
+		a     wsAnswer
+		proxy net.Listener
+	)
 	switch req.Op {
 	case "create":
-		ws, err := w.create(req.Size)
+		ws, err := w.create(req.Size, req.Proxy)
 		if err != nil {
 			a.Err = encodeError(err)
 			break
 		}
 		a.ID, a.Dir, a.Size = ws.ID(), ws.Dir(), ws.Size()
 		a.UID, a.GID = ws.HostIDs()
+		if req.Proxy {
+			if proxy = ws.TakeProxyListener(); proxy == nil {
+				w.mu.Lock()
+				delete(w.held, ws.ID())
+				w.mu.Unlock()
+				a = wsAnswer{Err: encodeError(errors.Join(errors.New("the workspace has no proxy listener"), ws.Close()))}
+			}
+		}
 	case "close":
 		w.mu.Lock()
 		ws, ok := w.held[req.ID]
@@ -212,16 +225,43 @@ func (w *served) serveWorkspace(fd int) error {
 		a.Err = encodeError(fmt.Errorf("unknown workspace operation %q", req.Op))
 	}
 	if err := writeFrame(conn, a); err != nil {
+		if proxy != nil {
+			proxy.Close()
+		}
 		return fmt.Errorf("answer workspace %s: %w", req.Op, err)
+	}
+	if proxy != nil {
+		// After the answer, as a run's listener is (egressMark); the
+		// front end's copy is the one that serves, the worker's goes.
+		return passWorkspaceListener(conn, proxy)
 	}
 	return nil
 }
 
-func (w *served) create(size int64) (Workspace, error) {
+// passWorkspaceListener sends a workspace's proxy listener to the front end
+// after its create answer, and closes the worker's copy.
+func passWorkspaceListener(conn *net.UnixConn, ln net.Listener) error {
+	defer ln.Close()
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return fmt.Errorf("proxy listener of type %T", ln)
+	}
+	f, err := tl.File()
+	if err != nil {
+		return fmt.Errorf("proxy listener: %w", err)
+	}
+	defer f.Close()
+	if _, _, err := conn.WriteMsgUnix([]byte{egressMark}, unix.UnixRights(int(f.Fd())), nil); err != nil {
+		return fmt.Errorf("send the proxy listener: %w", err)
+	}
+	return nil
+}
+
+func (w *served) create(size int64, proxy bool) (Workspace, error) {
 	if w.make == nil {
 		return nil, fmt.Errorf("%w: this worker makes no workspaces", ErrNoWorkspace)
 	}
-	ws, err := w.make(size)
+	ws, err := w.make(size, proxy)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,10 @@ type wsRequest struct {
 	Op   string `json:"op"`
 	Size int64  `json:"size,omitempty"`
 	ID   string `json:"id,omitempty"`
+	// Proxy asks for a workspace with a proxy listener in its network
+	// namespace (jail.WithProxy): after the answer, the worker sends
+	// egressMark carrying the listener, as on a run with egress.
+	Proxy bool `json:"proxy,omitempty"`
 }
 
 // wsAnswer is the worker's answer to a wsRequest: the workspace made (its

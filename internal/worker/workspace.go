@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -27,14 +28,17 @@ type RemoteWorkspace struct {
 
 	mu     sync.Mutex
 	closed bool
+	proxy  net.Listener // until taken
 }
 
 // NewWorkspace asks the worker for a workspace of size bytes (zero: the
-// jail's default), as jail.Manager.NewWorkspace makes one. ctx is checked
+// jail's default), as jail.Manager.NewWorkspace makes one, with a proxy
+// listener in its network namespace if proxy is set (jail.WithProxy),
+// which the worker passes here: TakeProxyListener gives it. ctx is checked
 // before asking; once asked, NewWorkspace waits for the answer (a mount and
 // a network namespace, milliseconds), so that no workspace is made for a
 // caller that left.
-func (c *Client) NewWorkspace(ctx context.Context, size int64) (*RemoteWorkspace, error) {
+func (c *Client) NewWorkspace(ctx context.Context, size int64, proxy bool) (*RemoteWorkspace, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -43,43 +47,95 @@ func (c *Client) NewWorkspace(ctx context.Context, size int64) (*RemoteWorkspace
 		return nil, err
 	}
 	var a wsAnswer
-	if err := p.workspaceOp(wsRequest{Op: "create", Size: size}, &a); err != nil {
+	ln, err := p.workspaceOp(wsRequest{Op: "create", Size: size, Proxy: proxy}, &a)
+	if err != nil {
 		return nil, err
 	}
 	if err := a.Err.decode(); err != nil {
 		return nil, err
 	}
-	return &RemoteWorkspace{p: p, id: a.ID, dir: a.Dir, size: a.Size, uid: a.UID, gid: a.GID}, nil
+	w := &RemoteWorkspace{p: p, id: a.ID, dir: a.Dir, size: a.Size, uid: a.UID, gid: a.GID, proxy: ln}
+	if proxy && ln == nil {
+		return nil, errors.Join(errors.New("worker: no proxy listener came with the workspace"), w.Close())
+	}
+	return w, nil
+}
+
+// TakeProxyListener hands the proxy listener of a workspace made with
+// proxy set to the caller, who serves and closes it; nil if there is none
+// or it was taken.
+func (w *RemoteWorkspace) TakeProxyListener() net.Listener {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ln := w.proxy
+	w.proxy = nil
+	return ln
 }
 
 // workspaceOp sends req on a socket of its own and reads the answer into
-// a. It waits until the worker answers or exits.
-func (p *proc) workspaceOp(req wsRequest, a *wsAnswer) error {
+// a, and, for a create with Proxy set that succeeded, the proxy listener
+// that follows it. It waits until the worker answers or exits.
+func (p *proc) workspaceOp(req wsRequest, a *wsAnswer) (net.Listener, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("workspace socketpair: %w", err)
+		return nil, fmt.Errorf("workspace socketpair: %w", err)
 	}
 	local := os.NewFile(uintptr(pair[0]), "workspace")
 	nc, err := net.FileConn(local)
 	local.Close()
 	if err != nil {
 		unix.Close(pair[1])
-		return fmt.Errorf("workspace socket: %w", err)
+		return nil, fmt.Errorf("workspace socket: %w", err)
 	}
 	conn := nc.(*net.UnixConn)
 	defer conn.Close()
 	_, _, err = p.ctl.WriteMsgUnix([]byte{opWorkspace}, unix.UnixRights(pair[1]), nil)
 	unix.Close(pair[1])
 	if err != nil {
-		return p.gone("send the workspace "+req.Op, err)
+		return nil, p.gone("send the workspace "+req.Op, err)
 	}
 	if err := writeFrame(conn, req); err != nil {
-		return p.gone("send the workspace "+req.Op, err)
+		return nil, p.gone("send the workspace "+req.Op, err)
 	}
 	if err := readFrame(conn, a); err != nil {
-		return p.gone("answer the workspace "+req.Op, err)
+		return nil, p.gone("answer the workspace "+req.Op, err)
 	}
-	return nil
+	if !req.Proxy || a.Err != nil {
+		return nil, nil
+	}
+	ln, err := receiveWorkspaceListener(conn)
+	if err != nil {
+		return nil, p.gone("pass the workspace's proxy listener", err)
+	}
+	return ln, nil
+}
+
+// receiveWorkspaceListener reads the egressMark that carries a workspace's
+// proxy listener.
+func receiveWorkspaceListener(conn *net.UnixConn) (net.Listener, error) {
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, flags, _, err := conn.ReadMsgUnix(b[:], oob)
+	if err != nil {
+		return nil, err
+	}
+	fds, err := parseRights(oob[:oobn])
+	if err == nil && (n != 1 || b[0] != egressMark || len(fds) != 1 || flags&unix.MSG_CTRUNC != 0) {
+		err = fmt.Errorf("proxy listener message of %d bytes with %d descriptors", n, len(fds))
+	}
+	if err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fds[0]), "egress")
+	ln, err := net.FileListener(f) // a close-on-exec duplicate
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("proxy listener: %w", err)
+	}
+	return ln, nil
 }
 
 // ID names the workspace in the worker.
@@ -133,6 +189,10 @@ func (w *RemoteWorkspace) Close() error {
 		return nil
 	}
 	w.closed = true
+	if w.proxy != nil {
+		w.proxy.Close()
+		w.proxy = nil
+	}
 	w.mu.Unlock()
 	select {
 	case <-w.p.exited:
@@ -140,7 +200,7 @@ func (w *RemoteWorkspace) Close() error {
 	default:
 	}
 	var a wsAnswer
-	if err := w.p.workspaceOp(wsRequest{Op: "close", ID: w.id}, &a); err != nil {
+	if _, err := w.p.workspaceOp(wsRequest{Op: "close", ID: w.id}, &a); err != nil {
 		select {
 		case <-w.p.exited:
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -19,6 +20,15 @@ type fakeWorkspace struct {
 	mu     sync.Mutex
 	runs   []string
 	closed bool
+	proxy  net.Listener
+}
+
+func (w *fakeWorkspace) TakeProxyListener() net.Listener {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ln := w.proxy
+	w.proxy = nil
+	return ln
 }
 
 func (w *fakeWorkspace) ID() string              { return w.id }
@@ -57,13 +67,20 @@ func (w *fakeWorkspace) isClosed() bool {
 func TestWorkspacesCrossTheWire(t *testing.T) {
 	var mu sync.Mutex
 	var made []*fakeWorkspace
-	ws := func(size int64) (Workspace, error) {
+	ws := func(size int64, proxy bool) (Workspace, error) {
 		if size == 1 {
 			return nil, &jail.InvalidError{Field: "workspace size", Reason: "too small"}
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		w := &fakeWorkspace{id: "ws" + string(rune('a'+len(made)))}
+		if proxy {
+			ln, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			w.proxy = ln
+		}
 		made = append(made, w)
 		return w, nil
 	}
@@ -72,10 +89,10 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 		p := pairWith(t, fake{}, ws)
 		c := &Client{cur: p}
 		ctx := context.Background()
-		if _, err := c.NewWorkspace(ctx, 1); !jail.IsInvalid(err) {
+		if _, err := c.NewWorkspace(ctx, 1, false); !jail.IsInvalid(err) {
 			t.Errorf("NewWorkspace(1) = %v, want the worker's invalid error", err)
 		}
-		w, err := c.NewWorkspace(ctx, 0)
+		w, err := c.NewWorkspace(ctx, 0, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,10 +125,39 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 		if _, err := w.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"true"}}}); !errors.Is(err, ErrNoWorkspace) {
 			t.Errorf("run on a closed workspace: %v, want ErrNoWorkspace", err)
 		}
-		if _, err := c.NewWorkspace(ctx, 0); err != nil {
+		if _, err := c.NewWorkspace(ctx, 0, false); err != nil {
 			t.Fatal(err)
 		}
 		leftOpen = made[1]
+	})
+	t.Run("proxy", func(t *testing.T) {
+		p := pairWith(t, fake{}, ws)
+		c := &Client{cur: p}
+		w, err := c.NewWorkspace(context.Background(), 0, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Close() })
+		ln := w.TakeProxyListener()
+		if ln == nil {
+			t.Fatal("no proxy listener came with the workspace")
+		}
+		defer ln.Close()
+		if w.TakeProxyListener() != nil {
+			t.Error("the proxy listener was given twice")
+		}
+		// The front end's copy accepts what is dialed at the worker's
+		// address: the same socket.
+		conn, err := net.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		in, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Close()
 	})
 	// pairWith's cleanup ended Serve.
 	if leftOpen == nil || !leftOpen.isClosed() {
