@@ -147,9 +147,10 @@ func validateEgress(s *Spec) error {
 		return invalid("egress", "no proxy to serve it")
 	}
 	if s.Workspace != nil {
-		// A workspace's sandboxes share its network namespace, which
-		// has no proxy listener: sessions get egress on their own.
-		return invalid("egress", "not available on a workspace")
+		// A workspace's sandboxes share its network namespace: one
+		// made WithProxy has a listener its caller serves for all of
+		// them (a session's egress), none has one per sandbox.
+		return invalid("egress", "not available on a workspace (make the workspace WithProxy)")
 	}
 	return nil
 }

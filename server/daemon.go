@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
@@ -48,7 +49,11 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	opts.Sessions, opts.SessionMaxLimits = c.Sessions, c.Chain.Max.Limits
 	opts.SessionEgress = c.Chain.Egress
 	if c.MCP != nil {
-		opts.MCP = NewMCPHandler(runner, *c.MCP)
+		mo := *c.MCP
+		if mo.SessionEgress == nil {
+			mo.SessionEgress = MCPSessionEgress(c.Chain.Egress, c.Chain.Metrics)
+		}
+		opts.MCP = NewMCPHandler(runner, mo)
 	}
 	srv, err := New(opts)
 	if err != nil {
@@ -70,4 +75,17 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 		}
 	}()
 	return srv.Serve(ctx, ln)
+}
+
+// MCPSessionEgress is MCPOptions.SessionEgress over the daemon's egress
+// configuration: the operator's allowlist (the caller's token's, if it has
+// one), as a request's "egress": true gives. Without a proxy (nothing
+// allowed) it is nil: the sessions get no network.
+func MCPSessionEgress(o run.EgressOptions, m *run.Metrics) func(caller string) (func(sessionID string) session.Egress, error) {
+	if o.Proxy == nil {
+		return nil
+	}
+	return func(caller string) (func(sessionID string) session.Egress, error) {
+		return run.SessionEgress(o, m, &api.Egress{Allowed: true}, caller, "mcp")
+	}
 }

@@ -90,6 +90,13 @@ type MCPOptions struct {
 	// task_output, kill_task and list_tasks tools. Nil: every call is
 	// one-shot.
 	Sessions *session.Manager
+	// SessionEgress, with Egress and Sessions, gives each MCP session's
+	// jaild session egress (the operator's allowlist, decided for the
+	// caller of its first call: run.SessionEgress): every call and task
+	// of it has network through the proxy, and the tools offer no egress
+	// argument. Nil, with Egress and Sessions: the sessions' calls have
+	// none.
+	SessionEgress func(caller string) (func(sessionID string) session.Egress, error)
 	// Logger receives one line per tool call (never its output) and the
 	// SDK's messages; nil discards them.
 	Logger *slog.Logger
@@ -187,6 +194,9 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *m
 	t := &mcpTools{run: r, opts: o, log: o.Logger, post: post}
 	if o.Sessions != nil {
 		t.sess = newMCPSessions(o.Sessions, o.Logger)
+		if o.Egress {
+			t.sess.egress = o.SessionEgress
+		}
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "jaild", Title: "jaild sandboxed shell", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: t.toolInstructions(),

@@ -24,6 +24,9 @@ import (
 type mcpSessions struct {
 	m   *session.Manager
 	log *slog.Logger
+	// egress, if not nil, gives each jaild session egress for its
+	// caller (MCPOptions.SessionEgress).
+	egress func(caller string) (func(sessionID string) session.Egress, error)
 
 	mu sync.Mutex
 	by map[*mcp.ServerSession]*mcpSession
@@ -70,7 +73,14 @@ func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, caller str
 		}
 		return e.id, e.owner, e.err
 	}
-	sess, err := s.m.Create(ctx, session.Options{Owner: e.owner})
+	opts := session.Options{Owner: e.owner}
+	if s.egress != nil {
+		opts.Egress, err = s.egress(caller)
+	}
+	var sess *session.Session
+	if err == nil {
+		sess, err = s.m.Create(ctx, opts)
+	}
 	if err != nil {
 		e.err = run.SessionError(err)
 		s.mu.Lock()

@@ -54,6 +54,10 @@ func (t *mcpTools) egressText() string {
 	if !t.opts.Egress {
 		return ""
 	}
+	if t.sess != nil {
+		return " The sandbox may reach the destinations the operator allows, through an HTTP proxy " +
+			"(HTTP_PROXY/HTTPS_PROXY are set; there is no DNS, and other destinations get HTTP 403)."
+	}
 	return " With \"egress\": true the sandbox may reach the destinations the operator allows, through an HTTP proxy " +
 		"(HTTP_PROXY/HTTPS_PROXY are set; there is no DNS, and other destinations get HTTP 403)."
 }
@@ -115,9 +119,9 @@ func (t *mcpTools) executeSchema() *jsonschema.Schema {
 }
 
 // egressSchema drops the egress argument unless the operator lets calls
-// ask for network.
+// ask for network, one-shot: with sessions, the session has it or not.
 func (t *mcpTools) egressSchema(s *jsonschema.Schema) {
-	if !t.opts.Egress {
+	if !t.opts.Egress || t.sess != nil {
 		delete(s.Properties, "egress")
 	}
 }
@@ -196,7 +200,10 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		if !t.opts.Egress {
 			return nil, nil, errors.New("invalid arguments: egress: this server does not let tool calls ask for network")
 		}
-		wantEgress = &api.Egress{Allowed: true}
+		if t.sess == nil {
+			wantEgress = &api.Egress{Allowed: true}
+		} // else the session has egress already: true asks for nothing more
+
 	}
 	timeout := t.opts.DefaultTimeout
 	if timeoutMS > 0 {

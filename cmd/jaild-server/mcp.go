@@ -133,6 +133,7 @@ func mcpAction(c *cli.Context) error {
 		return err
 	}
 	opts.Egress = c.Bool("mcp-egress")
+	opts.SessionEgress = server.MCPSessionEgress(eg, nil)
 	runner, err := run.Chain(w, run.ChainOptions{
 		Max:       run.Maxima{Limits: opts.Limits, Timeout: opts.MaxTimeout, MaxOutput: maxOutput},
 		Admission: adm,

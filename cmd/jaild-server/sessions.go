@@ -37,14 +37,11 @@ var maxUploadFlag = &cli.StringFlag{Name: "max-upload", Value: "1G", EnvVars: []
 var mcpSessionFlag = &cli.StringFlag{Name: "mcp-session", Value: "auto", EnvVars: []string{"JAILD_MCP_SESSION"}, Usage: `"auto": each MCP session gets a session of its own at its first tool call (files, cd, exports and background tasks carry across calls); "none": every tool call is one-shot`}
 
 // mcpSessionsOn reads --mcp-session: whether MCP sessions get sessions.
-// --mcp-egress needs "none": a session's sandboxes have no egress yet, so
-// every egress call would fail.
+// With --mcp-egress, each MCP session's jaild session then gets egress
+// (server.MCPOptions.SessionEgress).
 func mcpSessionsOn(c *cli.Context) (bool, error) {
 	switch c.String("mcp-session") {
 	case "auto":
-		if c.Bool("mcp-egress") {
-			return false, command.UsageError("--mcp-egress needs --mcp-session none: sessions have no egress yet (docs/egress.md)")
-		}
 		return true, nil
 	case "none":
 		return false, nil

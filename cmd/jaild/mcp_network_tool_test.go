@@ -115,18 +115,75 @@ func TestMCPToolsFlag(t *testing.T) {
 	}
 }
 
-// TestMCPEgressNeedsNoSessions: --mcp-egress with MCP sessions on is a
-// usage error at start, not a failure of every egress call later.
+// TestMCPEgressNeedsNoSessions (its name kept from when --mcp-egress
+// needed --mcp-session none): with sessions on, --mcp-egress gives the MCP
+// session's jaild session egress, so that every bash call of it reaches
+// the allowed upstream (and only it), and the tools offer no egress
+// argument; with sessions off, the argument is offered.
 func TestMCPEgressNeedsNoSessions(t *testing.T) {
-	for _, args := range [][]string{
-		{"mcp", "--mcp-egress", "--egress-allow", "x.example:443"},
-		{"serve", "--mcp-egress", "--egress-allow", "x.example:443"},
-	} {
-		cmd := exec.Command(jaildBin, args...)
+	in := newInstall(t)
+	up := helloUpstream(t)
+	connect := func(t *testing.T, mode string) *mcp.ClientSession {
+		cmd := exec.Command(jaildBin, "mcp", "--state-dir", in.StateDir, "--cgroup-parent", in.Parent,
+			"--pool", "0", "--audit-log", "off", "--mcp-session", mode, "--mcp-egress",
+			"--egress-allow", "up.test:80", "--egress-resolve", "up.test="+up.Addr.String()+",denied.test="+up.Addr.String())
 		cmd.Env = []string{"PATH=/usr/bin:/bin"}
-		out, err := cmd.CombinedOutput()
-		if exitCode(err) != api.ExitUsage || !strings.Contains(string(out), "--mcp-egress needs --mcp-session none") {
-			t.Errorf("%v: exit %d:\n%s", args, exitCode(err), out)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		t.Cleanup(cancel)
+		session, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			session.Close()
+			cmd.Wait()
+		})
+		return session
 	}
+	hasEgressArg := func(t *testing.T, s *mcp.ClientSession) bool {
+		tools, err := s.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range tools.Tools {
+			if tool.Name == "bash" {
+				data, _ := json.Marshal(tool.InputSchema)
+				return strings.Contains(string(data), `"egress"`)
+			}
+		}
+		t.Fatal("no bash tool")
+		return false
+	}
+	t.Run("sessions", func(t *testing.T) {
+		s := connect(t, "auto")
+		if hasEgressArg(t, s) {
+			t.Error("with sessions, bash offers an egress argument")
+		}
+		for _, cmd := range []string{
+			"curl -sS http://up.test/one; cd /work; echo kept > f",
+			"cat /work/f; curl -s -o /dev/null -w '%{http_code}\\n' http://denied.test/; curl -sS http://up.test/two",
+		} {
+			res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": cmd}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out struct {
+				Stdout string `json:"stdout"`
+			}
+			data, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(data, &out)
+			want := "hello from upstream host=up.test\n"
+			if strings.Contains(cmd, "cat") {
+				want = "kept\n403\nhello from upstream host=up.test\n"
+			}
+			if res.IsError || out.Stdout != want {
+				t.Errorf("%q: isError %v, stdout %q, want %q", cmd, res.IsError, out.Stdout, want)
+			}
+		}
+	})
+	t.Run("one-shot", func(t *testing.T) {
+		if !hasEgressArg(t, connect(t, "none")) {
+			t.Error("without sessions, bash offers no egress argument")
+		}
+	})
 }

@@ -27,7 +27,7 @@ var EgressFlags = []cli.Flag{
 var DaemonEgressFlags = []cli.Flag{
 	&cli.StringFlag{Name: "egress-default", Value: "off", EnvVars: []string{"JAILD_EGRESS_DEFAULT"}, Usage: `"on": a request without an egress field gets the allowlist; "off": it gets no network`},
 	&cli.StringSliceFlag{Name: "egress-token-allow", EnvVars: []string{"JAILD_EGRESS_TOKEN_ALLOW"}, Usage: "NAME=host:port: the token NAME's own allowlist, which replaces --egress-allow for its requests (repeatable)"},
-	&cli.BoolFlag{Name: "mcp-egress", EnvVars: []string{"JAILD_MCP_EGRESS"}, Usage: "let MCP bash and execute calls ask for egress (the allowlist) with \"egress\": true"},
+	&cli.BoolFlag{Name: "mcp-egress", EnvVars: []string{"JAILD_MCP_EGRESS"}, Usage: "MCP calls get egress (the allowlist): with --mcp-session none each bash and execute call may ask for it with \"egress\": true; with --mcp-session auto each MCP session's workspace has it, for all its calls and tasks"},
 }
 
 // EgressHook gives a one-shot run's spec the proxy of the egress flags. It
