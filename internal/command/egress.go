@@ -19,8 +19,8 @@ var EgressFlags = []cli.Flag{
 	&cli.StringSliceFlag{Name: "egress-allow", EnvVars: []string{"JAILD_EGRESS_ALLOW"}, Usage: "host:port a sandbox given egress may reach through jaild's proxy: api.example.com:443, *.pypi.org:443, 10.1.2.3:443 (repeatable, or comma-separated; default none)"},
 	&cli.StringSliceFlag{Name: "egress-allow-cidr", EnvVars: []string{"JAILD_EGRESS_ALLOW_CIDR"}, Usage: "address range the proxy may dial even though it is private, loopback or link-local (repeatable; default none). An allowed name is still needed"},
 	&cli.StringSliceFlag{Name: "egress-resolve", EnvVars: []string{"JAILD_EGRESS_RESOLVE"}, Usage: "NAME=IP the proxy resolves NAME to without asking DNS, like curl --resolve (repeatable)"},
-	&cli.StringFlag{Name: "egress-max-bytes", Value: "1G", EnvVars: []string{"JAILD_EGRESS_MAX_BYTES"}, Usage: "bytes one run may move through the proxy, both ways together (0: no cap)"},
-	&cli.Int64Flag{Name: "egress-max-conns", Value: 256, EnvVars: []string{"JAILD_EGRESS_MAX_CONNS"}, Usage: "connections one run may open through the proxy (0: no cap)"},
+	&cli.StringFlag{Name: "egress-max-bytes", Value: "1G", EnvVars: []string{"JAILD_EGRESS_MAX_BYTES"}, Usage: "bytes one run (or one session with egress, over its life) may move through the proxy, both ways together (0: no cap)"},
+	&cli.Int64Flag{Name: "egress-max-conns", Value: 256, EnvVars: []string{"JAILD_EGRESS_MAX_CONNS"}, Usage: "connections one run (or one session with egress, over its life) may open through the proxy (0: no cap)"},
 }
 
 // DaemonEgressFlags are serve's and mcp's besides EgressFlags.
