@@ -9,7 +9,10 @@
 // seccomp, read-only root and fresh /tmp), so a fork bomb or an OOM in one
 // call leaves the session usable for the next, while files, a server
 // listening on loopback, the working directory and exported variables carry
-// over.
+// over. A session created with Options.Egress has, in its network namespace,
+// a proxy listener ([jail.WithProxy]) on which its Egress is served for the
+// session's life: every call and job gets the proxy variables, and that
+// proxy is the only way out.
 //
 // # Working directory and environment
 //

@@ -36,8 +36,11 @@
 // a socket, on which the front end sends the operation (create with a size,
 // or close with an id) and the worker answers (the workspace's id, host
 // directory, size and the host uid and gid of its sandbox user, or the
-// error). The front end reaches the directory itself: both processes share
-// the mount namespace. The worker closes the workspaces it still holds when
+// error). A create with proxy set (a session with egress) makes the
+// workspace jail.WithProxy and, after the answer, sends the listener as a
+// run's is (one byte carrying it by SCM_RIGHTS); the front end serves the
+// proxy on it for the session's life. The front end reaches the directory
+// itself: both processes share the mount namespace. The worker closes the workspaces it still holds when
 // it stops; those of a worker that dies go with it ([RemoteWorkspace.Lost]),
 // swept by its watchdog or by the next worker's start.
 //

@@ -49,6 +49,10 @@ func (c *Client) NewWorkspace(ctx context.Context, size int64, proxy bool) (*Rem
 	var a wsAnswer
 	ln, err := p.workspaceOp(wsRequest{Op: "create", Size: size, Proxy: proxy}, &a)
 	if err != nil {
+		if a.ID != "" && a.Err == nil {
+			// Made, but its listener did not come: not left held.
+			return nil, errors.Join(err, (&RemoteWorkspace{p: p, id: a.ID}).Close())
+		}
 		return nil, err
 	}
 	if err := a.Err.decode(); err != nil {
