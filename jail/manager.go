@@ -230,7 +230,7 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		c := *cmd
 		c.Env = append(proxyEnv(), cmd.Env...)
 		cmd = &c
-	} else if spec.Workspace != nil && spec.Workspace.proxied() {
+	} else if spec.Workspace != nil && spec.Workspace.proxied {
 		// The workspace's proxy is its caller's to serve (a session's).
 		c := *cmd
 		c.Env = append(proxyEnv(), cmd.Env...)

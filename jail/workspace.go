@@ -55,14 +55,13 @@ type Workspace struct {
 	netns string // host path the network namespace is pinned at
 	size  int64
 	slot  *slot
-	// proxy is the listener on 127.0.0.1:ProxyPort in the network
-	// namespace, for a workspace made WithProxy, until taken.
-	proxy *net.TCPListener
+	// proxied: made WithProxy, its sandboxes get the proxy variables.
+	proxied bool
 
-	mu       sync.Mutex
-	rec      record
-	closed   bool
-	hasProxy bool // the proxy listener was taken
+	mu     sync.Mutex
+	rec    record
+	closed bool
+	proxy  *net.TCPListener // the proxy listener, until taken
 }
 
 // workspacePaths derives a workspace's paths from its record, so that a
@@ -163,7 +162,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	if err != nil {
 		return nil, err
 	}
-	w.proxy = ln
+	w.proxy, w.proxied = ln, true
 	return w, nil
 }
 
@@ -179,16 +178,7 @@ func (w *Workspace) TakeProxyListener() net.Listener {
 	}
 	ln := w.proxy
 	w.proxy = nil
-	w.hasProxy = true
 	return ln
-}
-
-// proxied reports whether the workspace's sandboxes get the proxy
-// variables: it was made WithProxy.
-func (w *Workspace) proxied() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.proxy != nil || w.hasProxy
 }
 
 // ID names the workspace; its tmpfs is mounted at workspaces/<ID> in the
