@@ -57,3 +57,25 @@ func TestWorkspaceProxy(t *testing.T) {
 		t.Errorf("plain workspace: %+v", res)
 	}
 }
+
+// BenchmarkWorkspace: making and closing a workspace, without and with
+// the proxy listener (a session with egress).
+func BenchmarkWorkspace(b *testing.B) {
+	m := newManager(b)
+	for _, tc := range []struct {
+		name string
+		opts []jail.WorkspaceOption
+	}{{"plain", nil}, {"proxy", []jail.WorkspaceOption{jail.WithProxy()}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				ws, err := m.NewWorkspace(0, tc.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := ws.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
