@@ -50,7 +50,7 @@ type Metrics struct {
 
 	policyOnce sync.Once
 	policy     *policyMetrics // see PolicyObserver
-	egress   *egressMetrics
+	egress     *egressMetrics
 }
 
 // NewMetrics creates the metrics and their registry, with the Go runtime

@@ -150,7 +150,7 @@ type BashInput struct {
 	Env         map[string]string `json:"env,omitempty" jsonschema:"Extra environment variables, as an object of NAME: value. PATH, HOME=/work, USER and LANG are set already and may be overridden."`
 	// RunInBackground is served only with MCPOptions.Sessions.
 	RunInBackground bool `json:"run_in_background,omitempty" jsonschema:"Start the command as a background task and return its task_id at once (for servers and long jobs); read it with task_output, stop it with kill_task. Only where this server keeps sessions."`
-	Egress      bool              `json:"egress,omitempty" jsonschema:"Give the sandbox network access, through jaild's HTTP proxy, to the destinations the operator allows (HTTP_PROXY and HTTPS_PROXY are set; there is no DNS otherwise)."`
+	Egress          bool `json:"egress,omitempty" jsonschema:"Give the sandbox network access, through jaild's HTTP proxy, to the destinations the operator allows (HTTP_PROXY and HTTPS_PROXY are set; there is no DNS otherwise)."`
 }
 
 // ExecuteInput is the argument of the execute tool: a program and its
