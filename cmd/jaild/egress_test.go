@@ -104,19 +104,29 @@ func TestServeEgress(t *testing.T) {
 	if code != 0 || stdout != "hello from upstream host=up.test\njaild egress: also.test:80 is not in this request's egress list\n" {
 		t.Errorf("jaild remote --egress: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
+	checkEgressRecords(t, "http://"+addr, audit,
+		[]string{`jaild_egress_connections_total{result="allowed"} 4`, `jaild_egress_connections_total{result="denied"} 4`},
+		[]string{`"verdict":"egress_denied","reason":"other.test:80 is not in the egress allowlist","egress_host":"other.test","egress_port":80`, `"verdict":"egress_allowed"`, `"egress_connections":2`})
+}
+
+// checkEgressRecords checks the daemon's /metrics at base and the audit log
+// file for the lines of an egress test: metrics and audit each hold every
+// string of theirs.
+func checkEgressRecords(t *testing.T, base, audit string, metrics, records []string) {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics, _ := io.ReadAll(resp.Body)
+	m, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, w := range []string{`jaild_egress_connections_total{result="allowed"} 4`, `jaild_egress_connections_total{result="denied"} 4`} {
-		if !strings.Contains(string(metrics), w) {
+	for _, w := range metrics {
+		if !strings.Contains(string(m), w) {
 			t.Errorf("/metrics lacks %s", w)
 		}
 	}
 	log, _ := os.ReadFile(audit)
-	for _, w := range []string{`"verdict":"egress_denied","reason":"other.test:80 is not in the egress allowlist","egress_host":"other.test","egress_port":80`, `"verdict":"egress_allowed"`, `"egress_connections":2`} {
+	for _, w := range records {
 		if !strings.Contains(string(log), w) {
 			t.Errorf("audit log lacks %s:\n%s", w, log)
 		}
