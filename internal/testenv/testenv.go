@@ -2,7 +2,7 @@
 // installation (a state dir and a parent cgroup of their own, so a daemon on
 // the same host is never touched) and checks, when the test ends, that the
 // installation left nothing on the host: no process, cgroup, container state
-// or uid slot. It also builds the jaild binary for end-to-end tests.
+// or uid slot; what a failed test did leave is reported, then removed. It also builds the jaild binary for end-to-end tests.
 package testenv
 
 import (
@@ -149,9 +149,53 @@ func New(t testing.TB, prefix string) *Install {
 	}
 	t.Cleanup(func() {
 		in.Check(t)
-		os.RemoveAll(dir)
+		in.scrub()
 	})
 	return in
+}
+
+// scrub removes what Check reports, so that a failed test, whose failure
+// Check has already reported, still leaves nothing on the host: it kills
+// the processes in the installation's cgroups and its watchdogs (all
+// started by the test's sandboxes and Managers), detaches the mounts under
+// the state dir, removes the installation's cgroups deepest first, then
+// the state dir. Slot files are left to jail's sweep, which removes a
+// record whose owner is gone.
+func (in *Install) scrub() {
+	name := filepath.Base(in.Parent)
+	kill := func() int {
+		procs := ProcsInCgroup(name)
+		for _, p := range procs {
+			if pid, err := strconv.Atoi(strings.Fields(p)[0]); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		for _, pid := range Watchdogs(in.StateDir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return len(procs)
+	}
+	for deadline := time.Now().Add(5 * time.Second); kill() > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	mounts := MountsUnder(in.StateDir)
+	for i := len(mounts) - 1; i >= 0; i-- { // mountinfo lists parents first
+		_, mp, _ := strings.Cut(mounts[i], " ")
+		_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+	}
+	for _, top := range CgroupsNamed(name) {
+		var dirs []string
+		_ = filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- { // children after their parents
+			_ = os.Remove(dirs[i])
+		}
+	}
+	os.RemoveAll(in.StateDir)
 }
 
 // Env is the environment that points jaild processes at the installation.
