@@ -31,7 +31,7 @@ func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) er
 	if err != nil {
 		return SessionError(err)
 	}
-	l := sess.Info().Limits
+	l := sess.Limits()
 	fill := func(v *int64, d int64) {
 		if *v == 0 {
 			*v = d

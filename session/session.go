@@ -525,6 +525,10 @@ func (s *Session) ID() string { return s.id }
 // Done is closed once the session has been removed (deleted or expired).
 func (s *Session) Done() <-chan struct{} { return s.done }
 
+// Limits are the resources of each of the session's sandboxes unless a
+// call sets its own; fixed when the session is created.
+func (s *Session) Limits() jail.Limits { return s.limits }
+
 // Info describes the session now.
 func (s *Session) Info() Info {
 	used, _ := s.ws.Used()
