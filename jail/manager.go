@@ -410,11 +410,13 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace
 	return cfg
 }
 
-// Sweep tears down the sandboxes of jaild processes that died, on the whole
-// host, and reports how many it found. Sandboxes of live jaild processes are
-// never touched.
+// Sweep tears down the sandboxes that jaild processes on this installation
+// (this state dir) left when they died, and reports how many it found.
+// Sandboxes of live jaild processes are never touched; another
+// installation's orphans are left to its own sweeps, or to the slot
+// allocation that needs their uid range (see acquireSlot).
 func (m *Manager) Sweep() (int, error) {
-	n, err := sweepSlots(m.slotDir, 0, m.sweepRecord)
+	n, err := sweepSlots(m.slotDir, func(r *record) bool { return r.StateRoot == m.containers }, m.sweepRecord)
 	pins, perr := m.sweepPins()
 	return n + pins, errors.Join(err, perr)
 }

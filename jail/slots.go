@@ -66,37 +66,47 @@ type slot struct {
 func (s *slot) hostID() int { return slotBase + s.n*slotSize }
 
 // acquireSlot takes the lowest free slot and writes rec into it. A free slot
-// whose file still names a sandbox belonged to a dead jaild: that orphan is
-// torn down first, since it may still run with this uid range.
+// whose file still names a sandbox belonged to a dead jaild: it is taken
+// only when no clean slot is left, its orphan torn down first, since it may
+// still run with this uid range. Orphans are otherwise left to their own
+// installation's watchdog and sweeps: a start does not stall on another
+// installation's teardowns, and its own sweep's tests do not race with
+// every other jaild on the host.
 func acquireSlot(dir string, rec *record, sweep func(*record) error) (*slot, error) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
-	for n := 0; n < slotCount; n++ {
-		s, old, err := lockSlot(dir, n)
-		if err != nil {
-			return nil, err
-		}
-		if s == nil {
-			continue // held by a live sandbox
-		}
-		if old != nil {
-			if err := sweep(old); err != nil {
-				// Leave the file: the next sweep retries. Its uid
-				// range may still be in use, so skip it.
-				s.f.Close()
-				continue
+	for _, orphans := range []bool{false, true} {
+		for n := 0; n < slotCount; n++ {
+			s, old, err := lockSlot(dir, n)
+			if err != nil {
+				return nil, err
 			}
+			if s == nil {
+				continue // held by a live sandbox
+			}
+			if old != nil {
+				if !orphans {
+					s.f.Close()
+					continue
+				}
+				if err := sweep(old); err != nil {
+					// Leave the file: the next sweep retries. Its
+					// uid range may still be in use, so skip it.
+					s.f.Close()
+					continue
+				}
+			}
+			if err := s.f.Truncate(0); err == nil {
+				_, err = s.f.WriteAt(data, 0)
+			}
+			if err != nil {
+				s.release()
+				return nil, fmt.Errorf("write slot %d: %w", n, err)
+			}
+			return s, nil
 		}
-		if err := s.f.Truncate(0); err == nil {
-			_, err = s.f.WriteAt(data, 0)
-		}
-		if err != nil {
-			s.release()
-			return nil, fmt.Errorf("write slot %d: %w", n, err)
-		}
-		return s, nil
 	}
 	return nil, errors.New("jail: all sandbox uid ranges are in use")
 }
@@ -171,10 +181,10 @@ func (s *slot) release() {
 	s.f = nil
 }
 
-// sweepSlots tears down every sandbox whose owner has died, or only those
-// of the process owner if owner is not 0, and returns how many it found.
-// Slots held by live owners are never touched.
-func sweepSlots(dir string, owner int, sweep func(*record) error) (int, error) {
+// sweepSlots tears down every sandbox whose owner has died and whose record
+// mine accepts, and returns how many it found. Slots held by live owners
+// are never touched.
+func sweepSlots(dir string, mine func(*record) bool, sweep func(*record) error) (int, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -202,7 +212,7 @@ func sweepSlots(dir string, owner int, sweep func(*record) error) (int, error) {
 		if s == nil {
 			continue
 		}
-		if old != nil && owner != 0 && old.Owner != owner {
+		if old != nil && !mine(old) {
 			s.f.Close() // another's orphan: left to its own watchdog or a sweep
 			continue
 		}

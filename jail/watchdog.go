@@ -300,7 +300,7 @@ func cleanUp(cfg watchdogConfig, log *slog.Logger) int {
 	// catches one that was still being torn down by a kernel under load.
 	for try := 0; try < 3; try++ {
 		var n int
-		n, err = sweepSlots(cfg.SlotDir, cfg.Owner, m.sweepRecord)
+		n, err = sweepSlots(cfg.SlotDir, func(r *record) bool { return r.Owner == cfg.Owner }, m.sweepRecord)
 		if n > 0 {
 			log.Info("owner died; swept orphaned sandboxes", "count", n)
 		}

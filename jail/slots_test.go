@@ -1,0 +1,57 @@
+package jail
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// writeOrphan leaves in dir, as a dead jaild would, slot n naming rec.
+func writeOrphan(t *testing.T, dir string, n int, rec record) {
+	t.Helper()
+	data, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, string(rune('0'+n))), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAcquireSlotPrefersClean: a new sandbox takes a clean slot over one an
+// orphan still names, and leaves the orphan to its own installation.
+func TestAcquireSlotPrefersClean(t *testing.T) {
+	dir := t.TempDir()
+	writeOrphan(t, dir, 0, record{ID: "orphan", StateRoot: "/elsewhere/containers", Owner: 1})
+	var swept []string
+	sweep := func(r *record) error { swept = append(swept, r.ID); return nil }
+	s, err := acquireSlot(dir, &record{ID: "new"}, sweep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.release()
+	if s.n != 1 || len(swept) != 0 {
+		t.Errorf("took slot %d and swept %v; want slot 1 and no sweep", s.n, swept)
+	}
+}
+
+// TestSweepSlotsScope: a sweep tears down only the orphans its filter
+// accepts, and keeps the others' records for their own sweeps.
+func TestSweepSlotsScope(t *testing.T) {
+	dir := t.TempDir()
+	writeOrphan(t, dir, 0, record{ID: "ours", StateRoot: "/a/containers", Owner: 1})
+	writeOrphan(t, dir, 1, record{ID: "theirs", StateRoot: "/b/containers", Owner: 1})
+	var swept []string
+	sweep := func(r *record) error { swept = append(swept, r.ID); return nil }
+	n, err := sweepSlots(dir, func(r *record) bool { return r.StateRoot == "/a/containers" }, sweep)
+	if err != nil || n != 1 || len(swept) != 1 || swept[0] != "ours" {
+		t.Fatalf("sweep = %d, %v, swept %v; want only ours", n, err, swept)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "0")); !os.IsNotExist(err) {
+		t.Errorf("our swept slot's file: %v, want it removed", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "1")); err != nil {
+		t.Errorf("their slot's record: %v, want it kept", err)
+	}
+}
