@@ -22,7 +22,17 @@ func settle() { time.Sleep(30 * time.Millisecond) }
 // TestResolveCache: a cached resolution is reused while nothing it
 // depends on changes, and every change that would make the lookup turn
 // out differently is seen.
+//
+// In a batch (the commands of one decision), the paths a cached answer
+// depends on are read once for all of them: each check here first resolves
+// another name of the same PATH in the batch, whose reads must not hide a
+// change made before the batch began.
 func TestResolveCache(t *testing.T) {
+	t.Run("alone", func(t *testing.T) { testResolveCache(t, false) })
+	t.Run("batch", func(t *testing.T) { testResolveCache(t, true) })
+}
+
+func testResolveCache(t *testing.T, batched bool) {
 	root := fakeRoot(t)
 	r := NewRoot(root)
 	r.racy = 0
@@ -31,7 +41,12 @@ func TestResolveCache(t *testing.T) {
 	}
 	resolve := func(name string) (string, string, error) {
 		t.Helper()
-		return r.Resolve(name, "", "")
+		if !batched {
+			return r.Resolve(name, "", "")
+		}
+		b := r.batch()
+		b.Resolve("cat", "", "")
+		return b.Resolve(name, "", "")
 	}
 	settle()
 	for _, name := range []string{"date", "sh", "echo", "id", "nosuch"} {

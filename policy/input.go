@@ -95,6 +95,9 @@ func Complete(in *Input, r Resolver) error {
 	if in.Env == nil {
 		in.Env = map[string]string{}
 	}
+	if b, ok := r.(batcher); ok {
+		r = b.batch()
+	}
 	pathEnv := in.Env["PATH"]
 	if in.Shell != nil {
 		if in.Command == "" {

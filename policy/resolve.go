@@ -76,9 +76,15 @@ func NewRoot(dir string, binds ...string) *Root {
 // Resolve implements Resolver. Answers are cached for as long as nothing
 // they depend on changes (see resolvecache.go).
 func (r *Root) Resolve(name, pathEnv, cwd string) (string, string, error) {
+	return r.resolveCached(name, pathEnv, cwd, nil)
+}
+
+// resolveCached is Resolve with the identities seen so far by the batch
+// it is part of (nil: none, see batch).
+func (r *Root) resolveCached(name, pathEnv, cwd string, seen map[string]statID) (string, string, error) {
 	k := resolveKey{name: name, pathEnv: pathEnv, cwd: cwd}
 	if res := r.cache.get(k); res != nil {
-		if res.valid() {
+		if res.valid(seen) {
 			return res.path, res.hash, res.err
 		}
 		r.cache.drop(k)

@@ -116,16 +116,44 @@ func before(a, b unix.Timespec) bool {
 	return a.Sec < b.Sec || a.Sec == b.Sec && a.Nsec < b.Nsec
 }
 
-// valid reports whether every dep of res is as it was.
-func (res *resolution) valid() bool {
+// valid reports whether every dep of res is as it was. seen, if not nil,
+// holds the identities the same batch already read, and gets those this
+// check reads: the commands of one decision share most of their deps (the
+// PATH directories and their parents), which are then read once.
+func (res *resolution) valid(seen map[string]statID) bool {
 	var st unix.Stat_t
 	for _, d := range res.deps {
-		if unix.Lstat(d.host, &st) != nil || idOf(&st) != d.id {
+		id, ok := seen[d.host]
+		if !ok {
+			if unix.Lstat(d.host, &st) != nil {
+				return false
+			}
+			id = idOf(&st)
+			if seen != nil {
+				seen[d.host] = id
+			}
+		}
+		if id != d.id {
 			return false
 		}
 	}
 	return true
 }
+
+// batch returns a Resolver for the commands of one decision: r's, except
+// that each path a cached answer depends on is read once for them all.
+// The decision sees the tree as it was at one moment either way; it is
+// not to be kept for later decisions.
+func (r *Root) batch() Resolver {
+	seen := make(map[string]statID, 16)
+	return ResolverFunc(func(name, pathEnv, cwd string) (string, string, error) {
+		return r.resolveCached(name, pathEnv, cwd, seen)
+	})
+}
+
+// batcher is a Resolver that can resolve the commands of one decision
+// together (Root).
+type batcher interface{ batch() Resolver }
 
 // resolveCache maps (name, PATH, cwd) to a resolution of one Root.
 type resolveCache struct {

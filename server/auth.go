@@ -204,6 +204,18 @@ func peerFromContext(ctx context.Context, r *http.Request) string {
 	return r.RemoteAddr
 }
 
+// peerCaller names a caller without a token after its peer: a unix socket's
+// uid, or a TCP peer's address without the port. A port names one
+// connection, not a caller: with it, every new connection would be a
+// stranger to the sessions its caller made, and a new input to the policy's
+// decision cache.
+func peerCaller(peer string) string {
+	if host, _, err := net.SplitHostPort(peer); err == nil && net.ParseIP(host) != nil {
+		return host
+	}
+	return peer // "uid:N", "unix"
+}
+
 // authenticate puts the caller into the request context, or answers 401.
 // With no tokens every caller is let in and named after its peer: the
 // listener is then loopback or a unix socket (serve enforces that), and the
@@ -212,7 +224,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		if s.opts.Tokens == nil {
-			next.ServeHTTP(w, r.WithContext(withCaller(ctx, peerFromContext(ctx, r))))
+			next.ServeHTTP(w, r.WithContext(withCaller(ctx, peerCaller(peerFromContext(ctx, r)))))
 			return
 		}
 		name, ok := s.opts.Tokens.Lookup(bearer(r))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -192,6 +193,35 @@ func TestUnixSocketPeer(t *testing.T) {
 	}
 	if want := "uid:" + strconv.Itoa(os.Getuid()); rec.Caller != want {
 		t.Errorf("caller %q, want %q", rec.Caller, want)
+	}
+}
+
+// TestTCPPeer: without tokens, a TCP caller is named after its address
+// without the port, so that its next connection is the same caller (a
+// session it made is its own there too).
+func TestTCPPeer(t *testing.T) {
+	var audit syncBuffer
+	ts := start(t, server.Options{Runner: chain(t, &fake{}, nil, &audit, run.AdmitOptions{})})
+	for i := 0; i < 2; i++ {
+		// A new connection each time.
+		if resp, body := post(t, ts.URL+"/run", `{"executable":"id"}`, "Connection", "close"); resp.StatusCode != 200 {
+			t.Fatalf("run: status %d: %s", resp.StatusCode, body)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(audit.Bytes()))
+	for n := 0; ; n++ {
+		var rec api.AuditRecord
+		if err := dec.Decode(&rec); err == io.EOF {
+			if n != 2 {
+				t.Fatalf("%d audit records, want 2", n)
+			}
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Caller != "127.0.0.1" {
+			t.Errorf("caller %q, want 127.0.0.1", rec.Caller)
+		}
 	}
 }
 

@@ -62,6 +62,7 @@ func main() {
 		warmup    = flag.Int("warmup", 5, "unmeasured requests before each level")
 		body      = flag.String("body", `{"executable":"true"}`, "the /run request to send")
 		pause     = flag.Duration("pause", 0, "each client's pause after each request: an occasional caller rather than a flood")
+		vary      = flag.Bool("vary", false, `replace "{{n}}" in the request's command with the request's number, so that no two requests are the same to the daemon's caches`)
 		execMode  = flag.Bool("exec", false, "run the command after -- instead of requests: each worker execs it in a loop (see exec.go)")
 	)
 	flag.Parse()
@@ -84,13 +85,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadgen: -body:", err)
 		os.Exit(2)
 	}
-	if err := run(*base, *socket, *tokenFile, *levels, *n, *maxTime, *pause, *warmup, req); err != nil {
+	if *vary && !strings.Contains(req.Command, "{{n}}") {
+		fmt.Fprintln(os.Stderr, `loadgen: -vary needs "{{n}}" in the -body's command`)
+		os.Exit(2)
+	}
+	if err := run(*base, *socket, *tokenFile, *levels, *n, *maxTime, *pause, *warmup, req, *vary); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime time.Duration, warmup int, req *api.Request) error {
+func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime time.Duration, warmup int, req *api.Request, vary bool) error {
 	if n <= 0 || n > 100000 || maxTime <= 0 || maxTime > 10*time.Minute || warmup < 0 || warmup > 1000 {
 		return errors.New("-n must be 1..100000, -duration 0..10m, -warmup 0..1000")
 	}
@@ -116,6 +121,15 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 		}
 		opts.Token = tok
 	}
+	var seq atomic.Int64
+	nextReq := func() *api.Request {
+		if !vary {
+			return req
+		}
+		r := *req
+		r.Command = strings.ReplaceAll(r.Command, "{{n}}", strconv.FormatInt(seq.Add(1), 10))
+		return &r
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	for _, c := range concs {
@@ -136,12 +150,12 @@ func run(base, socket, tokenFile, levelList string, n int, maxTime, pauseTime ti
 			return err
 		}
 		for range warmup {
-			if _, err := client.Run(ctx, req); err != nil {
+			if _, err := client.Run(ctx, nextReq()); err != nil {
 				return fmt.Errorf("warm-up request: %w", err)
 			}
 		}
 		l := level(ctx, func(ctx context.Context, _ int) error {
-			resp, err := client.Run(ctx, req)
+			resp, err := client.Run(ctx, nextReq())
 			if err == nil && resp.ExitCode != 0 {
 				err = fmt.Errorf("exit code %d: %s", resp.ExitCode, resp.Stderr)
 			}
