@@ -83,30 +83,30 @@ func splitAll(items []string) []string {
 	return out
 }
 
-// daemonEgress builds serve's and mcp's egress options: the proxy, if the
-// operator allowed anything, with its decisions in the audit log and,
-// when a policy is loaded, the policy's network rule asked too.
-func daemonEgress(c *cli.Context, audit *run.AuditLog, pol *policy.Engine, log *slog.Logger) (run.EgressOptions, error) {
+// daemonEgressFlags reads serve's and mcp's egress flags: the options
+// without their proxy, and the proxy's configuration. Called before the
+// worker starts, so that a bad flag stops jaild before it builds anything.
+func daemonEgressFlags(c *cli.Context, log *slog.Logger) (run.EgressOptions, egress.Config, error) {
 	var o run.EgressOptions
 	switch d := c.String("egress-default"); d {
 	case "on":
 		o.Default = true
 	case "off":
 	default:
-		return o, command.UsageError("--egress-default %q: want on or off", d)
+		return o, egress.Config{}, command.UsageError("--egress-default %q: want on or off", d)
 	}
 	cfg, err := egressConfig(c, log)
 	if err != nil {
-		return o, err
+		return o, cfg, err
 	}
 	for _, s := range splitAll(c.StringSlice("egress-token-allow")) {
 		name, pat, ok := strings.Cut(s, "=")
 		if !ok || name == "" {
-			return o, command.UsageError("--egress-token-allow %q: want NAME=host:port", s)
+			return o, cfg, command.UsageError("--egress-token-allow %q: want NAME=host:port", s)
 		}
 		p, err := egress.ParsePattern(pat)
 		if err != nil {
-			return o, command.UsageError("--egress-token-allow: %v", err)
+			return o, cfg, command.UsageError("--egress-token-allow: %v", err)
 		}
 		if o.Tokens == nil {
 			o.Tokens = map[string][]egress.Pattern{}
@@ -114,14 +114,31 @@ func daemonEgress(c *cli.Context, audit *run.AuditLog, pol *policy.Engine, log *
 		o.Tokens[name] = append(o.Tokens[name], p)
 	}
 	if len(cfg.Allow) == 0 && len(o.Tokens) == 0 {
-		return o, nil // no egress: requests asking for it are refused
+		// No egress: requests asking for it are refused. Flags that
+		// would grant it are then a mistake, said at once rather than
+		// found in a sandbox that cannot reach anything.
+		for _, f := range []string{"mcp-egress", "egress-default"} {
+			if c.IsSet(f) && (f != "egress-default" || o.Default) {
+				return o, cfg, command.UsageError("--%s: no destination is allowed (--egress-allow, --egress-token-allow): it would give no network", f)
+			}
+		}
+	}
+	return o, cfg, nil
+}
+
+// daemonEgress gives o its proxy, if the operator allowed anything, with
+// its decisions in the audit log and, when a policy is loaded, the
+// policy's network rule asked too.
+func daemonEgress(o run.EgressOptions, cfg egress.Config, audit *run.AuditLog, pol *policy.Engine) run.EgressOptions {
+	if len(cfg.Allow) == 0 && len(o.Tokens) == 0 {
+		return o // no egress: requests asking for it are refused
 	}
 	cfg.OnDecision = audit.Egress
 	if pol != nil {
 		cfg.Policy = networkPolicy{pol}
 	}
 	o.Proxy = egress.New(cfg)
-	return o, nil
+	return o
 }
 
 // runEgress gives a one-shot run (jaild-server run) its proxy, served in

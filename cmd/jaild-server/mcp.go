@@ -82,6 +82,10 @@ func mcpAction(c *cli.Context) error {
 
 	// The worker builds the sandboxes (see internal/worker); closing it
 	// waits until every sandbox is torn down.
+	egOpts, egCfg, err := daemonEgressFlags(c, opts.Logger)
+	if err != nil {
+		return err
+	}
 	w, err := startWorker(c, opts.Logger, "text", opts.Limits, 0)
 	if err != nil {
 		return err
@@ -128,10 +132,7 @@ func mcpAction(c *cli.Context) error {
 	if mcpSess {
 		opts.Sessions = sessions
 	}
-	eg, err := daemonEgress(c, audit, pol, opts.Logger)
-	if err != nil {
-		return err
-	}
+	eg := daemonEgress(egOpts, egCfg, audit, pol)
 	opts.Egress = c.Bool("mcp-egress")
 	opts.SessionEgress = server.MCPSessionEgress(eg, nil)
 	runner, err := run.Chain(w, run.ChainOptions{

@@ -185,6 +185,10 @@ func serveAction(c *cli.Context) error {
 	// when nothing of it is left on the host. The pool's sandboxes get
 	// the limits of a request that asks for none, under the operator's
 	// maxima.
+	egOpts, egCfg, err := daemonEgressFlags(c, log)
+	if err != nil {
+		return err
+	}
 	defaults, _, _ := max.Defaults()
 	w, err := startWorker(c, log, c.String("log-format"), defaults, sweepInterval)
 	if err != nil {
@@ -200,10 +204,7 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer closePolicy()
-	eg, err := daemonEgress(c, audit, pol, log)
-	if err != nil {
-		return err
-	}
+	eg := daemonEgress(egOpts, egCfg, audit, pol)
 
 	// The sessions' workspaces are the worker's; they are removed before
 	// the worker stops.

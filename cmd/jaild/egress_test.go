@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,6 +130,33 @@ func checkEgressRecords(t *testing.T, base, audit string, metrics, records []str
 	for _, w := range records {
 		if !strings.Contains(string(log), w) {
 			t.Errorf("audit log lacks %s:\n%s", w, log)
+		}
+	}
+}
+
+// TestEgressFlagsChecked: bad egress flags stop serve and mcp at start,
+// before a worker or a sandbox exists, with the flag named; flags that would
+// grant egress when nothing is allowed are such a mistake.
+func TestEgressFlagsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--egress-allow", "nohost"}, "--egress-allow"},
+		{[]string{"mcp", "--egress-default", "maybe", "--egress-allow", "a.test:443"}, "--egress-default"},
+		{[]string{"serve", "--egress-token-allow", "=a.test:443"}, "--egress-token-allow"},
+		{[]string{"mcp", "--mcp-egress"}, "--mcp-egress: no destination is allowed"},
+		{[]string{"serve", "--egress-default", "on"}, "--egress-default: no destination is allowed"},
+	} {
+		state := t.TempDir()
+		cmd := exec.Command(jaildBin, append(tc.args, "--state-dir", state)...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		out, err := cmd.CombinedOutput()
+		if exitCode(err) != api.ExitUsage || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%v: exit %d, want %d and %q:\n%s", tc.args, exitCode(err), api.ExitUsage, tc.want, out)
+		}
+		if ents, _ := os.ReadDir(state); len(ents) != 0 {
+			t.Errorf("%v: the state dir has %d entries: something was built before the flags were checked", tc.args, len(ents))
 		}
 	}
 }
