@@ -16,6 +16,12 @@ import (
 // control returns a *BusyError, which matches ErrBusy with errors.Is.
 var ErrBusy = errors.New("too many sandboxes running, try again later")
 
+// ErrUnavailable: nothing can build sandboxes for a moment (the daemon's
+// worker died and is being restarted). Front ends answer it with "try again
+// shortly" (HTTP 503 with Retry-After); the worker's errors match it with
+// errors.Is.
+var ErrUnavailable = errors.New("sandboxes are unavailable for a moment, try again shortly")
+
 // ErrDenied is a run the operator's policy refused; the error returned is
 // a *DeniedError, which matches it with errors.Is.
 var ErrDenied = errors.New("policy denied the command")
@@ -78,6 +84,7 @@ var outcomes = []struct {
 }{
 	{jail.IsInvalid, Outcome{CodeInvalid, VerdictInvalid, 400, ExitUsage}},
 	{isErr(ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
+	{isErr(ErrUnavailable), Outcome{CodeUnavailable, VerdictError, 503, ExitInternal}},
 	{isErr(ErrDenied), Outcome{CodePolicyDenied, VerdictDenied, 403, ExitUsage}},
 	{isErr(jail.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 422, ExitNotFound}},
 	// After the command's not_found: CodeOutcome (a client's view of a

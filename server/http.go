@@ -313,6 +313,10 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 			wait = be.RetryAfter
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+	case http.StatusServiceUnavailable:
+		if errors.Is(err, api.ErrUnavailable) {
+			w.Header().Set("Retry-After", "1") // a worker restarts within a second
+		}
 	case http.StatusBadRequest:
 		s.metrics.Rejected(run.RejectInvalid)
 		w.Header().Set("Connection", "close")

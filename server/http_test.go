@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
@@ -205,6 +206,7 @@ func TestRunErrors(t *testing.T) {
 		{errors.New("boom"), 500, api.CodeInternal},
 		{&jail.InvalidError{Field: "cwd", Reason: "no"}, 400, api.CodeInvalid},
 		{api.ErrBusy, 429, api.CodeBusy},
+		{fmt.Errorf("%w: it exited and is being restarted", worker.ErrDown), 503, api.CodeUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
@@ -215,8 +217,9 @@ func TestRunErrors(t *testing.T) {
 				if resp.StatusCode != tt.status || decodeError(t, body).Code != tt.code {
 					t.Errorf("%s: status %d body %s, want %d %s", path, resp.StatusCode, body, tt.status, tt.code)
 				}
-				if ra := resp.Header.Get("Retry-After"); (tt.status == 429) != (ra == "2") {
-					t.Errorf("%s: Retry-After %q", path, ra)
+				want := map[int]string{429: "2", 503: "1"}[tt.status]
+				if ra := resp.Header.Get("Retry-After"); ra != want {
+					t.Errorf("%s: Retry-After %q, want %q", path, ra, want)
 				}
 			}
 		})
@@ -707,7 +710,7 @@ func TestOpenAPI(t *testing.T) {
 	}
 	for _, code := range []string{api.CodeInvalid, api.CodeBadJSON, api.CodeUnauthorized, api.CodeTooLarge,
 		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeNotExecutable, api.CodeLimit, api.CodeBusy,
-		api.CodeShuttingDown, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal, api.CodeFileNotFound, api.CodeConflict, api.CodeNoSpace} {
+		api.CodeShuttingDown, api.CodeUnavailable, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal, api.CodeFileNotFound, api.CodeConflict, api.CodeNoSpace} {
 		if !regexp.MustCompile(`enum: \[[^]]*\b` + code + `\b`).Match(doc) {
 			t.Errorf("openapi.yaml does not list error code %s", code)
 		}

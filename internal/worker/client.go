@@ -19,11 +19,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 )
 
-// ErrDown: no worker serves runs now (it died and is being restarted).
-var ErrDown = errors.New("jaild worker is not running")
+// ErrDown: no worker serves runs now (it died and is being restarted). It
+// matches api.ErrUnavailable, which front ends answer with "try again".
+var ErrDown error = downError{}
+
+type downError struct{}
+
+func (downError) Error() string        { return "jaild worker is not running" }
+func (downError) Is(target error) bool { return target == api.ErrUnavailable }
 
 // Config says how a front end starts its worker.
 type Config struct {
