@@ -186,16 +186,25 @@ func TestServeRestartsWorker(t *testing.T) {
 	if r := <-done; !strings.HasPrefix(r, "500 ") {
 		t.Errorf("the run of a killed worker answered %s; want a 500", r)
 	}
-	log.waitFor(t, "jaild worker is not running: it exited (signal: killed) before it could read the result")
-	var last string
+	log.waitFor(t, "jaild worker died: it exited (signal: killed) before it could read the result")
+	var (
+		last    string
+		refused int
+	)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if last = <-postRun(context.Background(), addr, "echo back"); strings.HasPrefix(last, "200 ") && strings.Contains(last, `"stdout":"back\n"`) {
 			break
+		}
+		// Until the new worker serves, a request is told to come back.
+		refused++
+		if !strings.HasPrefix(last, "503 ") || !strings.Contains(last, `"code":"unavailable"`) {
+			t.Errorf("a run while the worker restarts answered %s; want a 503 unavailable", last)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no run succeeds after the worker was killed; last: %s", last)
 		}
 	}
+	t.Logf("%d runs refused while the worker restarted", refused)
 	log.waitFor(t, "jaild worker restarted")
 	// The killed worker's watchdog removes its sandboxes; testenv checks.
 	for deadline := time.Now().Add(30 * time.Second); running(sleep); time.Sleep(10 * time.Millisecond) {

@@ -32,6 +32,11 @@ type downError struct{}
 func (downError) Error() string        { return "jaild worker is not running" }
 func (downError) Is(target error) bool { return target == api.ErrUnavailable }
 
+// ErrLost: the worker died while it held the run, or the workspace the run
+// named. What became of the command is unknown, so it is no ErrDown: "try
+// again" could run it twice.
+var ErrLost = errors.New("jaild worker died")
+
 // Config says how a front end starts its worker.
 type Config struct {
 	// Open opens the worker's binary and returns its path (argv[0]) and
@@ -454,7 +459,7 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Res
 func (p *proc) gone(what string, err error) error {
 	select {
 	case <-p.exited:
-		return fmt.Errorf("%w: it exited (%v) before it could %s", ErrDown, p.err, what)
+		return fmt.Errorf("%w: it exited (%v) before it could %s", ErrLost, p.err, what)
 	case <-time.After(100 * time.Millisecond):
 		return fmt.Errorf("jaild worker: %s: %w", what, err)
 	}

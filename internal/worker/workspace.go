@@ -17,7 +17,7 @@ import (
 // end: the sandboxes of its runs are the worker's, while its directory is
 // reached directly (the front end and the worker share the mount
 // namespace). It lives as long as the worker that made it: once that worker
-// has exited, Lost is closed and runs fail with ErrDown.
+// has exited, Lost is closed and runs fail with ErrLost.
 type RemoteWorkspace struct {
 	p    *proc
 	id   string
@@ -177,7 +177,7 @@ func (w *RemoteWorkspace) Run(ctx context.Context, spec *jail.Spec) (*jail.Resul
 	}
 	select {
 	case <-w.p.exited:
-		return nil, fmt.Errorf("%w: workspace %s went with the worker that held it", ErrDown, w.id)
+		return nil, fmt.Errorf("%w: workspace %s went with it", ErrLost, w.id)
 	default:
 	}
 	return runOn(ctx, w.p, spec, w.id)
