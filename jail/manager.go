@@ -46,6 +46,12 @@ type Config struct {
 	// DefaultStateDir. Every jaild sharing a CgroupParent must use the
 	// same state dir, or one may remove the parent under another.
 	StateDir string
+	// WorkspaceRoot is where workspaces' tmpfs are mounted, at
+	// <WorkspaceRoot>/<id>; empty means <StateDir>/workspaces. A root
+	// outside the state dir must be root's, writable by no one else up
+	// to /, and closed to group and others; it is made (mode 0700) if
+	// missing (see workspaceroot.go).
+	WorkspaceRoot string
 	// Rootfs is "host" (or empty) for the generated read-only template
 	// over the host's /usr, or the path of a prepared directory.
 	Rootfs string
@@ -74,12 +80,16 @@ type Config struct {
 type Manager struct {
 	stateDir   string
 	containers string // libcontainer's state root
-	slotDir    string
-	root       *rootfs.Root
-	parent     *cgroup.Parent
-	dog        *watchdog
-	teardowns  *teardowns
-	log        *slog.Logger
+	// workspaces is the workspace root (real path); defaultWorkspaces
+	// says it is <stateDir>/workspaces, which NewWorkspace makes.
+	workspaces        string
+	defaultWorkspaces bool
+	slotDir           string
+	root              *rootfs.Root
+	parent            *cgroup.Parent
+	dog               *watchdog
+	teardowns         *teardowns
+	log               *slog.Logger
 
 	mu     sync.Mutex
 	closed bool
@@ -108,12 +118,20 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The workspace root too, before anything is built: a bad one is a
+	// start-up error, not a failure of the first session.
+	workspaces, defWS, err := openWorkspaceRoot(cfg.WorkspaceRoot, stateDir, SlotDir)
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
-		stateDir:   stateDir,
-		containers: filepath.Join(stateDir, "containers"),
-		slotDir:    SlotDir,
-		teardowns:  newTeardowns(cfg.TeardownBacklog),
-		log:        cfg.Logger,
+		stateDir:          stateDir,
+		workspaces:        workspaces,
+		defaultWorkspaces: defWS,
+		containers:        filepath.Join(stateDir, "containers"),
+		slotDir:           SlotDir,
+		teardowns:         newTeardowns(cfg.TeardownBacklog),
+		log:               cfg.Logger,
 	}
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
