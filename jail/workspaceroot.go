@@ -37,11 +37,32 @@ const workspaceSource = "jaild-workspace"
 // real path and whether it is the default. The default,
 // <stateDir>/workspaces, is jaild's own and made by NewWorkspace.
 func openWorkspaceRoot(root, stateDir, slotDir string) (string, bool, error) {
+	real, def, err := vetWorkspaceRoot(root, stateDir, slotDir)
+	if err != nil || def {
+		return real, def, err
+	}
+	if _, err := os.Lstat(real); errors.Is(err, os.ErrNotExist) {
+		if real, err = makeTrustedDir("workspace root", real, 0o700); err != nil {
+			return "", false, err
+		}
+	}
+	if err := checkWorkspaceRoot(root, real); err != nil {
+		return "", false, err
+	}
+	return real, false, nil
+}
+
+// vetWorkspaceRoot is what openWorkspaceRoot checks before it makes
+// anything: whether root is the default, and otherwise whether it is
+// outside the state and slot dirs and safe from other users as far as it
+// exists. It returns root's real path (the tail that does not exist yet
+// unresolved).
+func vetWorkspaceRoot(root, stateDir, slotDir string) (string, bool, error) {
+	const what = "workspace root"
 	def := filepath.Join(stateDir, "workspaces")
 	if root == "" {
 		return def, true, nil
 	}
-	const what = "workspace root"
 	real, err := trustedDir(what, root, true)
 	if err != nil {
 		return "", false, err
@@ -57,15 +78,38 @@ func openWorkspaceRoot(root, stateDir, slotDir string) (string, bool, error) {
 				root, stateDir, slotDir, def)
 		}
 	}
-	if _, err := os.Lstat(real); errors.Is(err, os.ErrNotExist) {
-		if real, err = makeTrustedDir(what, real, 0o700); err != nil {
-			return "", false, err
+	return real, false, nil
+}
+
+// CheckWorkspaceRoot is jaild doctor's finding on a workspace root (empty:
+// the state dir's default) of a jaild on stateDir (empty:
+// DefaultStateDir): whether jaild would mount workspaces in it. It
+// changes nothing; a root not made yet passes if root would make it.
+func CheckWorkspaceRoot(root, stateDir string) Finding {
+	if stateDir == "" {
+		stateDir = DefaultStateDir
+	}
+	f := Finding{Name: "workspace root", Required: true}
+	state, err := trustedDir("state dir", stateDir, true)
+	if err != nil {
+		f.Detail = err.Error()
+		return f
+	}
+	real, def, err := vetWorkspaceRoot(root, state, SlotDir)
+	if err == nil && !def {
+		if _, serr := os.Lstat(real); serr == nil {
+			err = checkWorkspaceRoot(root, real)
 		}
 	}
-	if err := checkWorkspaceRoot(root, real); err != nil {
-		return "", false, err
+	switch {
+	case err != nil:
+		f.Detail = err.Error()
+	case def:
+		f.OK, f.Detail = true, real+" (the default, in the state dir)"
+	default:
+		f.OK, f.Detail = true, real+": only root can change or read it"
 	}
-	return real, false, nil
+	return f
 }
 
 // checkWorkspaceRoot checks, again before each workspace is mounted in it,

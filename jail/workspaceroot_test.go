@@ -86,7 +86,8 @@ func TestWorkspaceRoot(t *testing.T) {
 
 // TestWorkspaceRootTrust: New refuses a workspace root that another user
 // could change or read, or that would meet the state dir, before it makes
-// anything; it makes a missing one, mode 0700.
+// anything; it makes a missing one, mode 0700. jaild doctor's finding
+// (CheckWorkspaceRoot) says the same.
 func TestWorkspaceRootTrust(t *testing.T) {
 	requireHost(t)
 	env := testenv.New(t, "jaild-trust")
@@ -202,6 +203,10 @@ func TestWorkspaceRootTrust(t *testing.T) {
 			mkdir(t, base, 0o711, 0)
 			cfg := config(env)
 			cfg.WorkspaceRoot = tt.setup(t, base)
+			// jaild doctor's finding agrees, before New makes anything.
+			if f := jail.CheckWorkspaceRoot(cfg.WorkspaceRoot, env.StateDir); f.OK != (tt.is == nil) {
+				t.Errorf("doctor's finding on it: %+v", f)
+			}
 			m, err := jail.New(cfg)
 			if tt.is != nil {
 				if err == nil {

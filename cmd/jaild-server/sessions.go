@@ -17,7 +17,7 @@ import (
 
 // sessionFlags configure the sessions of serve and mcp (docs/sessions.md).
 var sessionFlags = []cli.Flag{
-	workspaceRootFlag,
+	command.WorkspaceRootFlag,
 	&cli.IntFlag{Name: "max-sessions", Value: session.DefaultMaxSessions, EnvVars: []string{"JAILD_MAX_SESSIONS"}, Usage: "sessions of the whole daemon at most; beyond it POST /sessions answers 409"},
 	&cli.IntFlag{Name: "max-sessions-per-caller", Value: session.DefaultMaxPerOwner, EnvVars: []string{"JAILD_MAX_SESSIONS_PER_CALLER"}, Usage: "sessions of one caller (token, unix uid or TCP peer address) at most"},
 	&cli.DurationFlag{Name: "session-ttl", Value: session.DefaultTTL, EnvVars: []string{"JAILD_SESSION_TTL"}, Usage: "idle time (nothing running) after which a session and its workspace are removed; a session may ask for its own, up to --session-max-lifetime"},
@@ -25,19 +25,6 @@ var sessionFlags = []cli.Flag{
 	&cli.StringFlag{Name: "workspace-size", Value: "1G", EnvVars: []string{"JAILD_WORKSPACE_SIZE"}, Usage: "size of a session's /work (a tmpfs counted as memory), the default and the most a session may ask for"},
 	&cli.IntFlag{Name: "max-jobs", Value: session.DefaultMaxJobs, EnvVars: []string{"JAILD_MAX_JOBS"}, Usage: "background jobs a session keeps, running or ended (the oldest ended one makes room); beyond it 409"},
 	&cli.DurationFlag{Name: "max-job-timeout", Value: session.DefaultMaxJobTimeout, EnvVars: []string{"JAILD_MAX_JOB_TIMEOUT"}, Usage: "longest a background job may run, and its timeout if it asks for none"},
-}
-
-// workspaceRootFlag says where the worker mounts the sessions' workspaces
-// (jail.Config.WorkspaceRoot). --workdir and MCP_BASH_ROOT_DIR are the
-// names of the per-request-workdir convention (flag, then env fallback);
-// the flag under either name wins, then JAILD_WORKSPACE_ROOT, then
-// MCP_BASH_ROOT_DIR (urfave/cli takes the first env var set), then the
-// default.
-var workspaceRootFlag = &cli.StringFlag{
-	Name: "workspace-root", Aliases: []string{"workdir"},
-	EnvVars:     []string{"JAILD_WORKSPACE_ROOT", "MCP_BASH_ROOT_DIR"},
-	DefaultText: "<state-dir>/workspaces",
-	Usage:       "directory the sessions' workspaces (each a tmpfs of --workspace-size) are mounted in, as <dir>/<id>; it must be root's, writable by no one else up to /, and closed to group and others, and is made (mode 0700) if missing",
 }
 
 // maxUploadFlag bounds the files API's uploads (serve only: jaild mcp has

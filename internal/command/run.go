@@ -103,7 +103,8 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 	}
 	m, err := jail.New(jail.Config{
 		StateDir: c.String("state-dir"),
-		// Only the worker has the flag; elsewhere it reads "" (default).
+		// The worker's and doctor's flag; jaild run has none: "", the
+		// default.
 		WorkspaceRoot: c.String("workspace-root"),
 		Rootfs:        c.String("rootfs"),
 		CgroupParent:  c.String("cgroup-parent"),
