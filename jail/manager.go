@@ -80,16 +80,17 @@ type Config struct {
 type Manager struct {
 	stateDir   string
 	containers string // libcontainer's state root
+	slotDir    string
+	root       *rootfs.Root
+	parent     *cgroup.Parent
+	dog        *watchdog
+	teardowns  *teardowns
+	log        *slog.Logger
+
 	// workspaces is the workspace root (real path); defaultWorkspaces
 	// says it is <stateDir>/workspaces, which NewWorkspace makes.
 	workspaces        string
 	defaultWorkspaces bool
-	slotDir           string
-	root              *rootfs.Root
-	parent            *cgroup.Parent
-	dog               *watchdog
-	teardowns         *teardowns
-	log               *slog.Logger
 
 	mu     sync.Mutex
 	closed bool
@@ -125,14 +126,13 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		stateDir:          stateDir,
-		workspaces:        workspaces,
-		defaultWorkspaces: defWS,
-		containers:        filepath.Join(stateDir, "containers"),
-		slotDir:           SlotDir,
-		teardowns:         newTeardowns(cfg.TeardownBacklog),
-		log:               cfg.Logger,
+		stateDir:   stateDir,
+		containers: filepath.Join(stateDir, "containers"),
+		slotDir:    SlotDir,
+		teardowns:  newTeardowns(cfg.TeardownBacklog),
+		log:        cfg.Logger,
 	}
+	m.workspaces, m.defaultWorkspaces = workspaces, defWS
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
 	// pay (see cgroup.Parent.Warm); everything below overlaps that wait.

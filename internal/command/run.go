@@ -102,18 +102,18 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	}
 	m, err := jail.New(jail.Config{
-		StateDir: c.String("state-dir"),
-		// The worker's and doctor's flag; jaild run has none: "", the
-		// default.
-		WorkspaceRoot: c.String("workspace-root"),
-		Rootfs:        c.String("rootfs"),
-		CgroupParent:  c.String("cgroup-parent"),
-		Budget:        cgroup.Budget{Memory: total, Pids: c.Int64("total-pids"), CPUs: c.Float64("total-cpus")},
+		StateDir:     c.String("state-dir"),
+		Rootfs:       c.String("rootfs"),
+		CgroupParent: c.String("cgroup-parent"),
+		Budget:       cgroup.Budget{Memory: total, Pids: c.Int64("total-pids"), CPUs: c.Float64("total-cpus")},
 		// A one-shot run keeps the budget of a parent it finds (a
 		// daemon's, say) unless it was given one.
 		KeepBudget:      c.Command.Name == "run" && !c.IsSet("total-memory") && !c.IsSet("total-pids") && !c.IsSet("total-cpus"),
 		TeardownBacklog: backlog,
 		Logger:          log,
+		// The worker's and doctor's flag; jaild run has none: "", the
+		// default.
+		WorkspaceRoot: c.String("workspace-root"),
 	})
 	if err != nil {
 		return nil, err
