@@ -285,3 +285,32 @@ func startWorkspaceRootHelper(t *testing.T) (*testenv.Install, *exec.Cmd) {
 	}
 	return env, cmd
 }
+
+// BenchmarkWorkspaceRoot: making and closing a workspace in the state
+// dir's default root and in a root outside it (checked again before each
+// mount, and its tmpfs looked up in mountinfo before the unmount).
+func BenchmarkWorkspaceRoot(b *testing.B) {
+	requireHost(b)
+	env := testenv.New(b, "jaild-test")
+	custom := env.WithWorkspaceRoot(b)
+	for _, tc := range []struct{ name, root string }{{"default", ""}, {"custom", custom}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := config(env)
+			cfg.WorkspaceRoot = tc.root
+			m, err := jail.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			for b.Loop() {
+				ws, err := m.NewWorkspace(0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := ws.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
