@@ -46,6 +46,12 @@ type Config struct {
 	// DefaultStateDir. Every jaild sharing a CgroupParent must use the
 	// same state dir, or one may remove the parent under another.
 	StateDir string
+	// WorkspaceRoot is where workspaces' tmpfs are mounted, at
+	// <WorkspaceRoot>/<id>; empty means <StateDir>/workspaces. A root
+	// outside the state dir must be root's, writable by no one else up
+	// to /, and closed to group and others; it is made (mode 0700) if
+	// missing (see workspaceroot.go).
+	WorkspaceRoot string
 	// Rootfs is "host" (or empty) for the generated read-only template
 	// over the host's /usr, or the path of a prepared directory.
 	Rootfs string
@@ -80,6 +86,11 @@ type Manager struct {
 	dog        *watchdog
 	teardowns  *teardowns
 	log        *slog.Logger
+
+	// workspaces is the workspace root (real path); defaultWorkspaces
+	// says it is <stateDir>/workspaces, which NewWorkspace makes.
+	workspaces        string
+	defaultWorkspaces bool
 
 	mu     sync.Mutex
 	closed bool
@@ -120,6 +131,12 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The workspace root too, before anything is built: a bad one is a
+	// start-up error, not a failure of the first session.
+	workspaces, defWS, err := openWorkspaceRoot(cfg.WorkspaceRoot, stateDir, SlotDir)
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
 		stateDir:   stateDir,
 		containers: filepath.Join(stateDir, "containers"),
@@ -127,6 +144,7 @@ func New(cfg Config) (*Manager, error) {
 		teardowns:  newTeardowns(cfg.TeardownBacklog),
 		log:        cfg.Logger,
 	}
+	m.workspaces, m.defaultWorkspaces = workspaces, defWS
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
 	// pay (see cgroup.Parent.Warm); everything below overlaps that wait.

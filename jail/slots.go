@@ -38,10 +38,13 @@ type record struct {
 	Cgroup    *cgroup.Group `json:"cgroup"`
 	Owner     int           `json:"owner_pid"`
 	// Workspace marks the slot of a [Workspace] rather than of one
-	// sandbox: its tmpfs and network namespace are at paths derived from
-	// StateRoot and ID (see workspacePaths), and Sandboxes lists the
-	// sandboxes that run on its uid range.
-	Workspace bool `json:"workspace,omitempty"`
+	// sandbox: its tmpfs is mounted at Dir (<workspace root>/<ID>; a
+	// record without one, written before workspace roots, at a path
+	// derived from StateRoot and ID), its network namespace at a path
+	// derived from StateRoot and ID (see workspacePaths), and Sandboxes
+	// lists the sandboxes that run on its uid range.
+	Workspace bool   `json:"workspace,omitempty"`
+	Dir       string `json:"dir,omitempty"`
 	// NetNS marks a sandbox with egress: its network namespace is
 	// pinned at a path derived from StateRoot and ID (see egressNetNS).
 	NetNS     bool     `json:"netns,omitempty"`

@@ -37,8 +37,9 @@ const minWorkspaceSize = 4096
 // network anyway), and their separate pid and user namespaces keep one from
 // signalling or tracing another even though their uids are equal.
 //
-// /work is a tmpfs of its own, mounted by jaild on the host under the state
-// dir (workspaces/<id>, nosuid and nodev, but not noexec: agents build and
+// /work is a tmpfs of its own, mounted by jaild on the host under the
+// workspace root (<root>/<id>, by default <state dir>/workspaces/<id>; see
+// workspaceroot.go; nosuid and nodev, but not noexec: agents build and
 // run programs there) and bind-mounted into each sandbox. Its size cap is
 // enforced by the kernel (a write beyond it fails with ENOSPC); it is
 // memory, counted against the memory cgroup of the sandbox that wrote the
@@ -64,8 +65,11 @@ type Workspace struct {
 	proxy  *net.TCPListener // the proxy listener, until taken
 }
 
-// workspacePaths derives a workspace's paths from its record, so that a
-// sweep never acts on a path a record could name: only on these.
+// workspacePaths derives a workspace's network namespace pin from its
+// record, so that a sweep never removes a pin a record could name: only
+// this one. The tmpfs path it derives is the default root's, which a
+// record written before workspace roots implies (see
+// recordedWorkspaceDir).
 func workspacePaths(stateRoot, id string) (dir, netns string) {
 	state := filepath.Dir(stateRoot)
 	return filepath.Join(state, "workspaces", id), filepath.Join(state, "netns", id)
@@ -111,7 +115,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	// and nsexec joins a namespace path as host root, before the
 	// sandbox's user namespace exists (TestWorkspacePersists fails if a
 	// runc ever stops doing so), so no sandbox needs to traverse them.
-	wsRoot, err := makeTrustedDir("workspace root", filepath.Join(m.stateDir, "workspaces"), 0o700)
+	err := m.checkWorkspaceRoot()
 	if err == nil {
 		_, err = makeTrustedDir("netns dir", filepath.Join(m.stateDir, "netns"), 0o700)
 	}
@@ -119,15 +123,13 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 		m.live.Done()
 		return nil, err
 	}
-	if filepath.Dir(wsRoot) != m.stateDir {
-		m.live.Done()
-		return nil, fmt.Errorf("jail: workspace root %s is not in the state dir %s", wsRoot, m.stateDir)
-	}
 
 	id := uuid.NewString()
 	w := &Workspace{m: m, id: id, size: size}
 	w.rec = record{ID: id, StateRoot: m.containers, Owner: os.Getpid(), Workspace: true}
-	w.dir, w.netns = workspacePaths(m.containers, id)
+	_, w.netns = workspacePaths(m.containers, id)
+	w.dir = filepath.Join(m.workspaces, id)
+	w.rec.Dir = w.dir
 	// From here on a crash leaves a record, and the sweep removes what
 	// the record's paths hold.
 	w.slot, err = acquireSlot(m.slotDir, &w.rec, m.sweepRecord)
@@ -149,7 +151,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	// outside the size cap: one inode per 4 KiB of quota, at least 16384.
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d",
 		size, max(16384, size/4096), host+SandboxUID, host+SandboxGID)
-	if err := unix.Mount("jaild-workspace", w.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	if err := unix.Mount(workspaceSource, w.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return nil, fmt.Errorf("mount workspace: %w", err)
 	}
 	if !o.proxy {
@@ -181,8 +183,8 @@ func (w *Workspace) TakeProxyListener() net.Listener {
 	return ln
 }
 
-// ID names the workspace; its tmpfs is mounted at workspaces/<ID> in the
-// state dir.
+// ID names the workspace; its tmpfs is mounted at <ID> in the workspace
+// root (Dir).
 func (w *Workspace) ID() string { return w.id }
 
 // Size is the workspace's capacity in bytes.
@@ -305,10 +307,18 @@ func (m *Manager) sweepWorkspace(rec *record) error {
 		// sweep tries again.
 		return errors.Join(errs...)
 	}
-	dir, netns := workspacePaths(rec.StateRoot, rec.ID)
+	_, netns := workspacePaths(rec.StateRoot, rec.ID)
 	// The tmpfs is unmounted before its mount point is removed, with
-	// rmdir: its contents, which sandboxes wrote, are never walked.
-	if err := unmountAndRemove(dir, unix.Rmdir); err != nil {
+	// rmdir: its contents, which sandboxes wrote, are never walked. Only
+	// a workspace tmpfs is unmounted (see workspaceroot.go).
+	dir, err := recordedWorkspaceDir(rec)
+	if err == nil {
+		_, err = workspaceMount(dir)
+	}
+	if err == nil {
+		err = unmountAndRemove(dir, unix.Rmdir)
+	}
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeNetNS(netns); err != nil {

@@ -238,7 +238,8 @@ func startWorkspaceHelper(t *testing.T) (*testenv.Install, *exec.Cmd) {
 // helperWorkspace is a jaild that makes a workspace, starts a long command
 // on it and says so, to be SIGKILLed.
 func helperWorkspace() {
-	m, err := jail.New(jail.Config{StateDir: os.Getenv("JAILD_TEST_STATE"), CgroupParent: os.Getenv("JAILD_TEST_PARENT")})
+	m, err := jail.New(jail.Config{StateDir: os.Getenv("JAILD_TEST_STATE"), CgroupParent: os.Getenv("JAILD_TEST_PARENT"),
+		WorkspaceRoot: os.Getenv("JAILD_TEST_WORKSPACE_ROOT")})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)

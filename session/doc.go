@@ -60,7 +60,10 @@
 // A [Manager] makes workspaces through a [Jail]: [Local] over a
 // *jail.Manager in the same process, or the daemon's worker client, whose
 // workspaces live in the worker process while their directory is reached
-// from this one. A workspace that goes from under its session (the worker
+// from this one. Where its directory is, the Jail decides (the daemon's
+// --workspace-root, jail.Config.WorkspaceRoot); a session, and the files
+// API, only ever reach it by [Session.Dir]. A workspace that goes from
+// under its session (the worker
 // died: [Workspace.Lost]) takes the session with it: the next Get says it
 // was lost, and the expiry goroutine removes the rest.
 //

@@ -16,10 +16,8 @@ import (
 )
 
 // sessionFlags configure the sessions of serve and mcp (docs/sessions.md).
-// There is no --workspace-root: workspaces live in the state dir's
-// workspaces/, the one place the sweep derives their paths from, so that a
-// slot record can never make a sweep unmount or remove anything else.
 var sessionFlags = []cli.Flag{
+	command.WorkspaceRootFlag,
 	&cli.IntFlag{Name: "max-sessions", Value: session.DefaultMaxSessions, EnvVars: []string{"JAILD_MAX_SESSIONS"}, Usage: "sessions of the whole daemon at most; beyond it POST /sessions answers 409"},
 	&cli.IntFlag{Name: "max-sessions-per-caller", Value: session.DefaultMaxPerOwner, EnvVars: []string{"JAILD_MAX_SESSIONS_PER_CALLER"}, Usage: "sessions of one caller (token, unix uid or TCP peer address) at most"},
 	&cli.DurationFlag{Name: "session-ttl", Value: session.DefaultTTL, EnvVars: []string{"JAILD_SESSION_TTL"}, Usage: "idle time (nothing running) after which a session and its workspace are removed; a session may ask for its own, up to --session-max-lifetime"},

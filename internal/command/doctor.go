@@ -26,10 +26,12 @@ Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the findings as JSON"},
 			policyDirFlag,
+			WorkspaceRootFlag,
 		}, append(ManagerFlags, EgressFlags...)...),
 		OnUsageError: OnUsageError,
 		Action: func(c *cli.Context) error {
-			findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")), frontEnds(), egressFinding(c), policyFinding(c.String("policy-dir")))
+			findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")),
+				jail.CheckWorkspaceRoot(c.String("workspace-root"), c.String("state-dir")), frontEnds(), egressFinding(c), policyFinding(c.String("policy-dir")))
 			ok := true
 			for _, f := range findings {
 				ok = ok && (f.OK || !f.Required)

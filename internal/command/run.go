@@ -111,6 +111,9 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		KeepBudget:      c.Command.Name == "run" && !c.IsSet("total-memory") && !c.IsSet("total-pids") && !c.IsSet("total-cpus"),
 		TeardownBacklog: backlog,
 		Logger:          log,
+		// The worker's and doctor's flag; jaild run has none: "", the
+		// default.
+		WorkspaceRoot: c.String("workspace-root"),
 	})
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ var Worker = &cli.Command{
 		&cli.StringFlag{Name: "pool-tmpfs-size", Usage: "tmpfs size of the pool's sandboxes"},
 		&cli.DurationFlag{Name: "sweep-interval", Usage: "how often to sweep orphaned sandboxes (0: only at start)"},
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the worker's life to this file at exit"},
+		&cli.StringFlag{Name: "workspace-root", Usage: "where session workspaces are mounted (empty: <state-dir>/workspaces)"},
 	}, ManagerFlags...),
 	Action:       workerAction,
 	OnUsageError: OnUsageError,
@@ -54,7 +55,9 @@ func WorkerArgs(c *cli.Context, logFormat string, pool int, l jail.Limits, sweep
 		"--sweep-interval", sweep.String(),
 		"--debug=" + strconv.FormatBool(c.Bool("debug")),
 	}
-	for _, name := range []string{"rootfs", "state-dir", "cgroup-parent", "total-memory"} {
+	// workspace-root is serve's and mcp's (their session flags), not a
+	// manager flag: jaild run makes no workspaces.
+	for _, name := range []string{"rootfs", "state-dir", "cgroup-parent", "total-memory", "workspace-root"} {
 		args = append(args, "--"+name, c.String(name))
 	}
 	args = append(args, "--total-pids", strconv.FormatInt(c.Int64("total-pids"), 10))

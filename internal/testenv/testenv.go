@@ -43,14 +43,16 @@ func WatchdogsOf(stateDir string, pid int) []int {
 
 // StartHelper re-executes the test binary as helper (which its TestMain
 // dispatches: a stand-in jaild on in, told the installation by the
-// JAILD_TEST_STATE and JAILD_TEST_PARENT environment) and returns once the
+// JAILD_TEST_STATE, JAILD_TEST_PARENT and JAILD_TEST_WORKSPACE_ROOT
+// environment) and returns once the
 // helper says on stdout that it started its sandbox. At cleanup the helper
 // is killed and its watchdog given time to tear its sandboxes down, before
 // the installation's leak check.
 func StartHelper(t testing.TB, in *Install, helper string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("/proc/self/exe", helper)
-	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+in.StateDir, "JAILD_TEST_PARENT="+in.Parent)
+	cmd.Env = append(os.Environ(), "JAILD_TEST_STATE="+in.StateDir, "JAILD_TEST_PARENT="+in.Parent,
+		"JAILD_TEST_WORKSPACE_ROOT="+in.WorkspaceRoot)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +129,34 @@ func TokenFile(t testing.TB, name string) (file, token string) {
 type Install struct {
 	StateDir string // under /run, traversable by sandboxes
 	Parent   string // cgroup parent: relative on v1, absolute on v2
+	// WorkspaceRoot, if set (WithWorkspaceRoot), is a workspace root
+	// outside the state dir that the installation's jaild processes use;
+	// Check and scrub look there too.
+	WorkspaceRoot string
+}
+
+// WithWorkspaceRoot gives the installation a workspace root of its own
+// outside the state dir (under /run, mode 0700, as jaild wants an
+// operator's root), passed to helpers (JAILD_TEST_WORKSPACE_ROOT) and
+// daemons (Env); jail.Config users set it themselves. The leak check then
+// also asserts that nothing is mounted or left in it, and scrub removes
+// it.
+func (in *Install) WithWorkspaceRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/run", filepath.Base(in.StateDir)+"-ws-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.WorkspaceRoot = dir
+	return dir
+}
+
+// dirs are the directories the installation's mounts and files are in.
+func (in *Install) dirs() []string {
+	if in.WorkspaceRoot == "" {
+		return []string{in.StateDir}
+	}
+	return []string{in.StateDir, in.WorkspaceRoot}
 }
 
 // New makes an installation named after prefix and registers, at cleanup,
@@ -178,10 +208,12 @@ func (in *Install) scrub() {
 	for deadline := time.Now().Add(5 * time.Second); kill() > 0 && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
-	mounts := MountsUnder(in.StateDir)
-	for i := len(mounts) - 1; i >= 0; i-- { // mountinfo lists parents first
-		_, mp, _ := strings.Cut(mounts[i], " ")
-		_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+	for _, dir := range in.dirs() {
+		mounts := MountsUnder(dir)
+		for i := len(mounts) - 1; i >= 0; i-- { // mountinfo lists parents first
+			_, mp, _ := strings.Cut(mounts[i], " ")
+			_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+		}
 	}
 	for _, top := range CgroupsNamed(name) {
 		var dirs []string
@@ -196,11 +228,18 @@ func (in *Install) scrub() {
 		}
 	}
 	os.RemoveAll(in.StateDir)
+	if in.WorkspaceRoot != "" {
+		os.RemoveAll(in.WorkspaceRoot)
+	}
 }
 
 // Env is the environment that points jaild processes at the installation.
 func (in *Install) Env() []string {
-	return []string{"JAILD_STATE_DIR=" + in.StateDir, "JAILD_CGROUP_PARENT=" + in.Parent}
+	env := []string{"JAILD_STATE_DIR=" + in.StateDir, "JAILD_CGROUP_PARENT=" + in.Parent}
+	if in.WorkspaceRoot != "" {
+		env = append(env, "JAILD_WORKSPACE_ROOT="+in.WorkspaceRoot)
+	}
+	return env
 }
 
 // Check fails t if the installation left processes, cgroups, container
@@ -229,6 +268,14 @@ func (in *Install) Check(t testing.TB) {
 	for _, d := range []string{"workspaces", "netns"} {
 		if ents, _ := os.ReadDir(filepath.Join(in.StateDir, d)); len(ents) > 0 {
 			t.Errorf("%d entries left in %s/%s", len(ents), in.StateDir, d)
+		}
+	}
+	if in.WorkspaceRoot != "" {
+		if mounts := MountsUnder(in.WorkspaceRoot); len(mounts) > 0 {
+			t.Errorf("mounts left under the workspace root: %v", mounts)
+		}
+		if ents, _ := os.ReadDir(in.WorkspaceRoot); len(ents) > 0 {
+			t.Errorf("%d entries left in the workspace root %s", len(ents), in.WorkspaceRoot)
 		}
 	}
 }

@@ -48,8 +48,17 @@ func TestScrub(t *testing.T) {
 	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
 		t.Fatal(err)
 	}
-	if len(ProcsInCgroup(name)) != 1 || len(CgroupsNamed(name)) != 1 || len(MountsUnder(dir)) != 1 {
-		t.Fatalf("set-up: procs %v cgroups %v mounts %v", ProcsInCgroup(name), CgroupsNamed(name), MountsUnder(dir))
+	// A workspace mounted in a workspace root outside the state dir.
+	root := in.WithWorkspaceRoot(t)
+	wsMnt := filepath.Join(root, "w")
+	if err := os.Mkdir(wsMnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", wsMnt, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	if len(ProcsInCgroup(name)) != 1 || len(CgroupsNamed(name)) != 1 || len(MountsUnder(dir)) != 1 || len(MountsUnder(root)) != 1 {
+		t.Fatalf("set-up: procs %v cgroups %v mounts %v %v", ProcsInCgroup(name), CgroupsNamed(name), MountsUnder(dir), MountsUnder(root))
 	}
 
 	in.scrub()
@@ -63,7 +72,13 @@ func TestScrub(t *testing.T) {
 	if m := MountsUnder(dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
+	if m := MountsUnder(root); len(m) > 0 {
+		t.Errorf("mounts left in the workspace root: %v", m)
+	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("state dir left: %v", err)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Errorf("workspace root left: %v", err)
 	}
 }
