@@ -146,7 +146,19 @@ func runBreakdown(ctx context.Context, base, tokenFile string, n, warmup int) ([
 	for k, v := range variants {
 		rows = append(rows, row(v.name, lat[k]))
 	}
-	return rows, nil
+	// Differences within each round (the three kinds one after the other),
+	// whose median a changing load moves less than the medians' difference.
+	paired := func(name string, a, b int) Row {
+		d := make([]time.Duration, n)
+		for i := range n {
+			d[i] = lat[a][i] - lat[b][i]
+		}
+		return row(name, d)
+	}
+	return append(rows,
+		paired("  session's sandbox (argv - one-shot), paired", 1, 0),
+		paired("  the report (shell - argv in the session), paired", 2, 1),
+		paired("  session shell call - one-shot, paired", 2, 0)), nil
 }
 
 func run(ctx context.Context, base, tokenFile string, n, nSessions, calls, warmup int) ([]Row, error) {
