@@ -48,6 +48,8 @@ var (
 	bashPrelude  = prelude(`\builtin `, "")
 )
 
+// prelude spells the trap with b before each command word (`\` or
+// `\builtin `) and unfunc run before the report.
 func prelude(b, unfunc string) string {
 	return b + `trap '__jaild_rc=$?; ` + b + `trap - EXIT; ` + b + `set +eu; ` + unfunc + `{ ` +
 		b + `cd -P . 2>/dev/null; ` + b + `printf "` + stateMagic + `\0%s\0" "$PWD"; ` +

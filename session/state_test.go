@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -204,5 +205,25 @@ func TestStream(t *testing.T) {
 	}
 	if got, next := b.read(500); got != "" || next != 115 {
 		t.Errorf("read past the end = %q, %d", got, next)
+	}
+}
+
+// BenchmarkParseState: jaild's side of a report, for a typical agent's
+// environment (30 variables) as dash and bash print it.
+func BenchmarkParseState(b *testing.B) {
+	var dash, bash strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&dash, "export VAR_%d='value %d with '\"'\"'quotes'\"'\"' and $dollars'\n", i, i)
+		fmt.Fprintf(&bash, "declare -x VAR_%d=\"value %d with 'quotes' and \\$dollars\"\n", i, i)
+	}
+	for _, sh := range []struct{ name, text string }{{"dash", dash.String()}, {"bash", bash.String()}} {
+		data := report("/work/src", sh.text)
+		b.Run(sh.name, func(b *testing.B) {
+			for range b.N {
+				if st, err := parseState(data); err != nil || len(st.env) != 30 {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
