@@ -119,6 +119,9 @@ func quotedLiteral(part syntax.WordPart) bool {
 	case *syntax.SglQuoted:
 		return true
 	case *syntax.DblQuoted:
+		if p.Dollar { // $"..." is translated by the locale
+			return false
+		}
 		for _, q := range p.Parts {
 			if _, ok := q.(*syntax.Lit); !ok {
 				return false

@@ -49,6 +49,9 @@ func TestParseState(t *testing.T) {
 		{name: "bad name", data: report("/work", "export 1X='1'\n"), wantErr: "variables"},
 		{name: "expansion", data: report("/work", "export X=\"$HOME\"\n"), wantErr: "quoted literal"},
 		{name: "command substitution", data: report("/work", "export X=\"$(id)\"\n"), wantErr: "quoted literal"},
+		{name: "locale string", data: report("/work", "declare -x X=$\"1\"\n"), wantErr: "quoted literal"},
+		{name: "arithmetic", data: report("/work", "export X=\"$((1+1))\"\n"), wantErr: "quoted literal"},
+		{name: "two flag words", data: report("/work", "declare -x -r X=\"1\"\n"), wantErr: "2 names"},
 		{name: "unquoted", data: report("/work", "export X=1\n"), wantErr: "quoted literal"},
 		{name: "tilde", data: report("/work", "export X=~root\n"), wantErr: "quoted literal"},
 		{name: "another command", data: report("/work", "export X='1'\nrm -rf /work\n"), wantErr: "not an export"},
@@ -226,4 +229,20 @@ func BenchmarkParseState(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzParseExports: any text either parses into valid names or is
+// rejected; it never panics.
+func FuzzParseExports(f *testing.F) {
+	for _, s := range []string{"export X='1'\n", "declare -rx A=$'\\351'\n", "export -a A=([0]=\"1\")\n", "export X=\"$(id)\"\n", "export X='\xff'\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		env, err := parseExports([]byte(text))
+		for k := range env {
+			if err != nil || !validName(k) {
+				t.Fatalf("%q: name %q, err %v", text, k, err)
+			}
+		}
+	})
 }
