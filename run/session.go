@@ -65,7 +65,7 @@ func runInSession(ctx context.Context, m *session.Manager, req *Request) (*jail.
 	spec := req.Spec
 	call := &session.Call{Command: spec.Command, Limits: spec.Limits}
 	if req.Shell != "" {
-		call.Shell, call.Args = req.Shell, nil
+		call.Shell, call.ShellPath, call.Args = req.Shell, shellOf(spec.Args, req.Shell), nil
 	}
 	if req.Background {
 		id, err := sess.Start(ctx, call)
@@ -77,6 +77,17 @@ func runInSession(ctx context.Context, m *session.Manager, req *Request) (*jail.
 	}
 	res, err := sess.Run(ctx, call)
 	return res, SessionError(err)
+}
+
+// shellOf returns the shell of a shell-mode argv (SHELL -c COMMAND), which
+// runs the command in a session too: the session does not change the shell
+// a front end runs a command in (/bin/sh for /run, --shell-path for the MCP
+// bash tool). Empty (session.DefaultShell) for any other argv.
+func shellOf(args []string, command string) string {
+	if len(args) == 3 && args[1] == "-c" && args[2] == command {
+		return args[0]
+	}
+	return ""
 }
 
 // SessionError marks an error of package session with the api error a

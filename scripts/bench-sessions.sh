@@ -20,9 +20,10 @@
 # Env: JAILD (default bin/jaild, with bin/jaild-server next to it; built with
 # go build if missing), BENCH_N (default 200), BENCH_SESSIONS (20),
 # BENCH_CALLS (5), BENCH_POOLS (the --pool values to measure, default "2 0"),
-# BENCH_BREAKDOWN (default 1: with --pool 0, also time sh, bash, bash in the
-# session's sandbox and the shell call with its state-reporting trap, to see
-# where a session's shell call spends its extra time; 0 skips it).
+# BENCH_BREAKDOWN (default 1: with --pool 0, also time a one-shot sh -c, sh -c
+# as an argv in the session's sandbox and the session's shell call with its
+# state-reporting trap, to see where a session's shell call spends its extra
+# time; 0 skips it).
 # Needs root and go; everything it starts is stopped and removed on exit.
 set -euo pipefail
 

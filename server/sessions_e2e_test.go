@@ -241,6 +241,16 @@ func testSessionsHTTP(t *testing.T, bin string) {
 		if want := "content\n/work/sub\nbar hi\n"; res.Stdout != want {
 			t.Errorf("second call stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
 		}
+		// The session does not change the shell: /run's command runs
+		// in /bin/sh, as without a session, and hard values carry over.
+		res = alice.run(id, `echo "$0"; export Q="it's '\''\"q\" \$x \\" NL="$(printf 'a\nb')"`)
+		if res.Stdout != "/bin/sh\n" {
+			t.Errorf("shell of a session call: %q (stderr %q)", res.Stdout, res.Stderr)
+		}
+		res = alice.run(id, `printf '%s|' "$Q" "$NL"`)
+		if want := "it's '\\''\"q\" $x \\|a\nb|"; res.Stdout != want {
+			t.Errorf("hard values carried: %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+		}
 		var s api.Session
 		alice.do("GET", "/sessions/"+id, "", &s)
 		if s.Cwd != "/work/sub" || s.Env["FOO"] != "bar" || s.WorkspaceBytesMax != 64<<20 || s.WorkspaceBytesUsed <= 0 {
@@ -578,6 +588,21 @@ func testSessionsMCP(t *testing.T, bin string) {
 	_, out := call("bash", map[string]any{"command": `cat /work/f; pwd; echo "x=$X"`})
 	if out["stdout"] != "kept\n/work/d\nx=1\n" {
 		t.Errorf("second call: %v", out)
+	}
+	// The bash tool's calls and tasks run in --shell-path (/bin/bash), in
+	// a session as without one.
+	_, out = call("bash", map[string]any{"command": `[[ -n $BASH_VERSION ]] && echo "$0"; export Q="it's \"q\" \$x"`})
+	if out["stdout"] != "/bin/bash\n" {
+		t.Errorf("shell of a session call: %v", out)
+	}
+	if _, out = call("bash", map[string]any{"command": `echo "$Q"`}); out["stdout"] != "it's \"q\" $x\n" {
+		t.Errorf("carried from bash: %v", out)
+	}
+	_, out = call("bash", map[string]any{"command": `echo "$0"`, "run_in_background": true})
+	if task, _ := out["task_id"].(string); task == "" {
+		t.Errorf("background bash: %v", out)
+	} else if _, out = call("task_output", map[string]any{"task_id": task}); out["stdout"] != "/bin/bash\n" {
+		t.Errorf("shell of a task: %v", out)
 	}
 	_, out = call("bash", map[string]any{"command": "cd /work && exec python3 -m http.server 8124 --bind 127.0.0.1", "run_in_background": true})
 	task, _ := out["task_id"].(string)

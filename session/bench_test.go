@@ -31,7 +31,10 @@ func BenchmarkCall(b *testing.B) {
 		{"session-argv", func() (*jail.Result, error) {
 			return s.Run(bg, &session.Call{Command: jail.Command{Args: []string{"/bin/sh", "-c", "true"}}})
 		}},
-		{"session-shell", func() (*jail.Result, error) { return s.Run(bg, &session.Call{Shell: "true"}) }},
+		{"session-shell-sh", func() (*jail.Result, error) { return s.Run(bg, &session.Call{Shell: "true"}) }},
+		{"session-shell-bash", func() (*jail.Result, error) {
+			return s.Run(bg, &session.Call{Shell: "true", ShellPath: "/bin/bash"})
+		}},
 	}
 	for _, c := range calls {
 		b.Run(c.name, func(b *testing.B) {

@@ -23,19 +23,25 @@
 // back to /work. A call's environment is the sandbox's fixed one, then the
 // session's, then the call's own Env (for that call only).
 //
-// A shell call (Call.Shell) runs its script with /bin/bash -c, after a
-// first line that installs an EXIT trap. When the script ends, the trap
-// writes the shell's physical working directory and its exported variables
-// to a pipe on fd 3 that jaild reads, bounded ([MaxState]) and parsed
-// strictly (NUL-separated records, valid names, no duplicates; anything
-// else discards the whole report). The session then takes:
+// A shell call (Call.Shell) runs its script with Call.ShellPath -c (the
+// shell the front end runs the same command in without a session: /bin/sh,
+// the default, for /run and /raw; --shell-path for the MCP bash tool), after
+// a first line that installs an EXIT trap. When the script ends, the trap
+// writes, with builtins only and in any POSIX shell, the shell's physical
+// working directory (cd -P .) and `export -p` to a pipe on fd 3 that jaild
+// reads, bounded ([MaxState]), and parses strictly with mvdan.cc/sh's
+// parser: only `export NAME='value'` (dash, bash in posix mode) or
+// `declare -x NAME="value"` (bash) statements whose values are quoted
+// literals; anything else discards the whole report. The session then
+// takes:
 //
 //   - the directory, if it is /work or below it; any other (/tmp is fresh
 //     in every call) resets the session's directory to /work;
 //   - the exported variables as its new environment, so `export X=1` and
 //     `unset X` both carry over, except the shell's own bookkeeping, which
 //     never does: PWD, OLDPWD, SHLVL, _, SHELLOPTS, BASHOPTS, BASH_ENV,
-//     ENV, BASH_* and exported functions (BASH_FUNC_*). A variable the
+//     ENV, BASH_*, exported functions (which `export -p` does not list)
+//     and exported arrays (which no shell passes on). A variable the
 //     call's own Env set and the script left unchanged keeps its previous
 //     session value (or stays unset): a call's Env is for that call.
 //
@@ -48,7 +54,8 @@
 //
 // # Background jobs
 //
-// [Session.Start] runs a call in its own sandbox without waiting for it,
+// [Session.Start] runs a call in its own sandbox without waiting for it
+// (a shell call with Call.ShellPath -c, without the trap),
 // with a timeout up to [Config.MaxJobTimeout]. Its output is kept as it
 // arrives, bounded like a call's (head and tail with [jail.Elide]'s marker
 // between), and can be read from an offset while it runs ([Session.Job]);

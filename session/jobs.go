@@ -85,7 +85,7 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	}
 	spec, _ := s.spec(call, false)
 	if call.Shell != "" {
-		spec.Args = []string{"/bin/bash", "-c", call.Shell}
+		spec.Args = []string{call.shell(), "-c", call.Shell}
 	}
 	if err := spec.Validate(); err != nil {
 		return "", err

@@ -13,10 +13,14 @@ import (
 
 // Call is one command of a session. Exactly one of Shell and Args is set.
 type Call struct {
-	// Shell is a bash script, run with /bin/bash -c; its directory and
+	// Shell is a shell script, run with ShellPath -c; its directory and
 	// exported variables carry over to the next call (see the package
 	// doc).
 	Shell string
+	// ShellPath is the shell (inside the sandbox) that runs Shell: the one
+	// the front end runs the same command in without a session. Empty
+	// means DefaultShell (/bin/sh).
+	ShellPath string
 	// Command: Args (an argv, run as it is; nothing carries over from it),
 	// Env and Dir for this call only (Dir overrides the session's
 	// directory), Stdin, Stdout, Stderr, Timeout and MaxOutput as for
@@ -39,6 +43,14 @@ func (c *Call) validate() error {
 		return invalid("command", "extra files are not available in a session")
 	}
 	return nil
+}
+
+// shell returns the shell that runs c.Shell.
+func (c *Call) shell() string {
+	if c.ShellPath == "" {
+		return DefaultShell
+	}
+	return c.ShellPath
 }
 
 // Run runs call in a fresh sandbox on the session's workspace and waits for
@@ -134,7 +146,7 @@ func (s *Session) spec(call *Call, shell bool) (*jail.Spec, map[string]string) {
 		spec.Dir = s.existingDir(cwd)
 	}
 	if shell {
-		spec.Args = []string{"/bin/bash", "-c", shellPrelude + call.Shell}
+		spec.Args = []string{call.shell(), "-c", shellPrelude(call.shell()) + call.Shell}
 	}
 	return spec, callEnv
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,14 +39,30 @@ func shell(t *testing.T, s *session.Session, script string) *jail.Result {
 // rules.
 func TestCarryOver(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
+	for _, sh := range []string{"", "/bin/bash"} {
+		t.Run("shell "+sh, func(t *testing.T) { testCarryOver(t, m, sh) })
+	}
+}
+
+// testCarryOver runs TestCarryOver's steps with shell calls in sh (empty:
+// the default, /bin/sh).
+func testCarryOver(t *testing.T, m *session.Manager, sh string) {
+	wantSh := sh
+	if sh == "" {
+		wantSh = "/bin/sh"
+	}
 	s := create(t, m, session.Options{Owner: "a", Env: []string{"FROM_SESSION=s"}})
+	t.Cleanup(func() { m.Delete("a", s.ID()) })
 	steps := []struct {
 		name, script, want string
 		env                []string
 		dir                string
 	}{
+		{name: "the shell asked for", script: `echo "$0"`, want: wantSh + "\n"},
 		{name: "write, cd and export", script: "echo hi > /work/f && mkdir -p /work/src/deep && cd /work/src && export X=1 Y='a b' && Z=local && echo ok", want: "ok\n"},
 		{name: "all carried over", script: `pwd; cat /work/f; echo "$X|$Y|$Z|$FROM_SESSION"; echo $$`, want: "/work/src\nhi\n1|a b||s\n1\n"},
+		{name: "hard values", script: `export Q="it's '\''\" \$x \\ \` + "`" + `" NL="$(printf 'a\nb\n_')" BIN="$(printf '\351\001')" EMPTY=`, want: ""},
+		{name: "hard values carried", script: `printf '%s|' "$Q" "${NL%_}" "${EMPTY-unset}"; printf '%s' "$BIN" | od -An -tx1 | tr -d ' '`, want: "it's '\\''\" $x \\ `|a\nb\n||efbfbd01\n"},
 		{name: "fresh tmp", script: "ls -A /tmp; echo t > /tmp/t", want: ""},
 		{name: "tmp was fresh", script: "ls -A /tmp", want: ""},
 		{name: "unset and cd outside work", script: "unset X; cd /tmp; export W=2", want: ""},
@@ -54,21 +71,33 @@ func TestCarryOver(t *testing.T) {
 		{name: "call env not kept", script: `pwd; echo "$W|${C-unset}"`, want: "/work/src\n2|unset\n"},
 		{name: "exit status kept and state carried", script: "cd deep; export E=3; exit 3", want: ""},
 		{name: "after exit", script: `pwd; echo $E`, want: "/work/src/deep\n3\n"},
-		{name: "forged report rejected", script: `cd /work; export F=1; printf 'junk' >&3`, want: ""},
-		{name: "state unchanged after forgery", script: `pwd; echo "${F-unset}"`, want: "/work/src/deep\nunset\n"},
+		{name: "functions dropped", script: `f() { echo f; }; export F=1; cd() { :; }; printf() { :; }`, want: ""},
+		{name: "no function", script: `f 2>/dev/null || echo "none $F"`, want: "none 1\n"},
+		{name: "forged report rejected", script: `cd /work; export F=2; printf 'junk' >&3`, want: ""},
+		{name: "state unchanged after forgery", script: `pwd; echo "$F"`, want: "/work/src/deep\n1\n"},
 		{name: "removed dir falls back to work", script: `rmdir /work/src/deep`, want: ""},
 		{name: "fallback", script: `pwd`, want: "/work\n"},
 	}
 	for _, st := range steps {
-		res, err := s.Run(bg, &session.Call{Shell: st.script, Command: jail.Command{Env: st.env, Dir: st.dir}})
+		res, err := s.Run(bg, &session.Call{Shell: st.script, ShellPath: sh, Command: jail.Command{Env: st.env, Dir: st.dir}})
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
 		if res.Stdout != st.want {
 			t.Fatalf("%s: stdout %q, want %q (stderr %q, exit %d)", st.name, res.Stdout, st.want, res.Stderr, res.ExitCode)
 		}
-		if st.name == "exit status kept and state carried" && res.ExitCode != 3 {
-			t.Errorf("exit code %d, want 3", res.ExitCode)
+		switch st.name {
+		case "exit status kept and state carried":
+			if res.ExitCode != 3 {
+				t.Errorf("exit code %d, want 3", res.ExitCode)
+			}
+		case "hard values":
+			// The report keeps any byte; the sandbox's environment
+			// (libcontainer's JSON config) turns invalid UTF-8 into
+			// U+FFFD, in a session or not.
+			if env := s.Info().Env; !slices.Contains(env, "BIN=\xe9\x01") {
+				t.Errorf("session env after hard values: %q", env)
+			}
 		}
 	}
 	// An argv call starts in the session's directory and changes nothing.
@@ -89,9 +118,16 @@ func TestSurvivesBadCalls(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
 	s := create(t, m, session.Options{Owner: "a", Limits: jail.Limits{Pids: 64, Memory: 64 << 20}})
 	shell(t, s, "echo keep > /work/k; cd /work; export K=1")
-	bomb, err := s.Run(bg, &session.Call{Shell: "b(){ b|b& }; b; sleep 2", Command: jail.Command{Timeout: 5 * time.Second}})
-	if err != nil || !bomb.PidsLimitHit {
-		t.Fatalf("fork bomb: %v %+v", err, bomb)
+	// The EXIT trap reports with builtins only: the state carries over
+	// from a shell whose forks fail.
+	for _, sh := range []string{"", "/bin/bash"} {
+		bomb, err := s.Run(bg, &session.Call{ShellPath: sh, Shell: "export B=" + sh + "; b(){ b|b& }; b; sleep 2", Command: jail.Command{Timeout: 20 * time.Second}})
+		if err != nil || !bomb.PidsLimitHit {
+			t.Fatalf("fork bomb in %q: %v %+v", sh, err, bomb)
+		}
+		if res := shell(t, s, `echo "$B"`); res.Stdout != sh+"\n" {
+			t.Errorf("after a fork bomb in %q: %+v", sh, res)
+		}
 	}
 	oom, err := s.Run(bg, &session.Call{Shell: "tail /dev/zero"})
 	if err != nil || !oom.OOMKilled {

@@ -18,22 +18,43 @@ const MaxState = 256 << 10
 
 // stateMagic starts every report, so that output that merely happens to
 // reach fd 3 is never taken for one.
-const stateMagic = "jaild-state-v1"
+const stateMagic = "jaild-state-v2"
 
-// shellPrelude is the first line of every shell call: an EXIT trap that
-// reports the shell's state on fd 3. It uses builtins only (builtin
-// printf and cd, [[ ]], ${!prefix@} and ${!name@a}), so it still works when
-// the command has exhausted the pids limit, and is immune to functions the
-// script defines with the same names. "${!a@}" lists the set variables
-// whose names start with a, whatever IFS is.
-var shellPrelude = func() string {
-	var names strings.Builder
-	for _, c := range "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_" {
-		fmt.Fprintf(&names, ` "${!%c@}"`, c)
+// DefaultShell runs a shell call whose Call.ShellPath is empty: the shell a
+// one-shot `{"command"}` runs in.
+const DefaultShell = "/bin/sh"
+
+// shellPrelude returns the first line of a shell call run by shell: an EXIT
+// trap that reports the shell's state on fd 3, as the magic, the physical
+// working directory (cd -P .), each NUL-terminated, then `export -p` and a
+// final NUL. It works in any POSIX shell (dash, bash, bash in posix mode)
+// and uses builtins only, so that it still works when the command has
+// exhausted the pids limit. Each command word is quoted (\cd), which no
+// alias matches. A function the script defines with a builtin's name is not
+// run instead: bash (not in posix mode) lets a function take any name, so
+// there each command goes through `builtin`; other shells keep the special
+// builtins (trap, set, unset, export, exit) from functions, and the trap
+// unsets the functions cd and printf first. `set +eu` keeps a failing cd or
+// an unset PWD from ending the trap early under the script's own `set -eu`.
+func shellPrelude(shell string) string {
+	if strings.HasPrefix(path.Base(shell), "bash") {
+		return bashPrelude
 	}
-	return `builtin trap '__jaild_rc=$?; builtin trap - EXIT; { builtin cd -P . 2>/dev/null; builtin printf "` + stateMagic + `\0%s\0" "$PWD"; ` +
-		`for __jaild_n in` + names.String() + `; do [[ ${!__jaild_n@a} == *x* ]] && builtin printf "%s=%s\0" "$__jaild_n" "${!__jaild_n}"; done; } >&3 2>/dev/null; builtin exit $__jaild_rc' EXIT` + "\n"
-}()
+	return posixPrelude
+}
+
+var (
+	posixPrelude = prelude(`\`, `\unset -f cd printf 2>/dev/null; `)
+	bashPrelude  = prelude(`\builtin `, "")
+)
+
+// prelude spells the trap with b before each command word (`\` or
+// `\builtin `) and unfunc run before the report.
+func prelude(b, unfunc string) string {
+	return b + `trap '__jaild_rc=$?; ` + b + `trap - EXIT; ` + b + `set +eu; ` + unfunc + `{ ` +
+		b + `cd -P . 2>/dev/null; ` + b + `printf "` + stateMagic + `\0%s\0" "$PWD"; ` +
+		b + `export -p; ` + b + `printf "\0"; } >&3 2>/dev/null; ` + b + `exit "$__jaild_rc"' EXIT` + "\n"
+}
 
 // neverCarried reports whether an exported variable stays out of the
 // session's environment: the shell's own bookkeeping, which a next shell
@@ -52,10 +73,10 @@ type state struct {
 	env map[string]string
 }
 
-// parseState parses a report strictly: the magic, the directory, then
-// KEY=VALUE records, each NUL-terminated, valid names, no duplicates.
-// Exported functions (names with "%%") and neverCarried names are dropped;
-// any other deviation rejects the whole report.
+// parseState parses a report strictly: the magic and the directory, each
+// NUL-terminated, then the output of `export -p` (see parseExports) and a
+// final NUL. neverCarried names are dropped; any deviation rejects the
+// whole report.
 func parseState(data []byte) (*state, error) {
 	if len(data) == 0 {
 		return nil, errors.New("no report")
@@ -63,32 +84,32 @@ func parseState(data []byte) (*state, error) {
 	if data[len(data)-1] != 0 {
 		return nil, errors.New("report truncated")
 	}
-	recs := bytes.Split(data[:len(data)-1], []byte{0})
-	if len(recs) < 2 || string(recs[0]) != stateMagic {
+	magic, rest, _ := bytes.Cut(data, []byte{0})
+	if string(magic) != stateMagic {
 		return nil, errors.New("not a state report")
 	}
-	st := &state{cwd: string(recs[1]), env: make(map[string]string)}
+	cwd, exports, ok := bytes.Cut(rest, []byte{0})
+	if !ok {
+		return nil, errors.New("report truncated")
+	}
+	exports = exports[:len(exports)-1]
+	if bytes.IndexByte(exports, 0) >= 0 {
+		return nil, errors.New("not a state report: a NUL in the variables")
+	}
+	st := &state{cwd: string(cwd)}
 	if !path.IsAbs(st.cwd) {
 		return nil, fmt.Errorf("directory %q is not absolute", st.cwd)
 	}
-	for _, r := range recs[2:] {
-		k, v, ok := strings.Cut(string(r), "=")
-		if strings.HasPrefix(k, "BASH_FUNC_") && ok {
-			continue // an exported function
-		}
-		if !ok || !validName(k) {
-			return nil, fmt.Errorf("bad variable record %.40q", r)
-		}
-		if _, dup := st.env[k]; dup {
-			return nil, fmt.Errorf("variable %s reported twice", k)
-		}
-		st.env[k] = v
+	env, err := parseExports(exports)
+	if err != nil {
+		return nil, err
 	}
-	for k := range st.env {
+	for k := range env {
 		if neverCarried(k) {
-			delete(st.env, k)
+			delete(env, k)
 		}
 	}
+	st.env = env
 	return st, nil
 }
 
