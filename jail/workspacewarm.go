@@ -90,17 +90,16 @@ func (p *prestarted) startLocked() {
 }
 
 // take hands out the waiting sandbox and starts building the next. If none
-// is ready but one is being built, it waits for that one (never longer
-// than building a fresh one would take) unless ctx ends first. nil: none.
-func (p *prestarted) take(ctx context.Context) *warm {
+// is ready but one is being built, it waits for that one: never longer than
+// building a fresh one would take, and a run whose caller gives up
+// meanwhile still gets its sandbox, killed at once, and a Canceled result,
+// as a fresh one's would be. nil: none.
+func (p *prestarted) take() *warm {
 	p.mu.Lock()
 	if p.ready == nil && p.building != nil && !p.closed {
 		building := p.building
 		p.mu.Unlock()
-		select {
-		case <-building:
-		case <-ctx.Done():
-		}
+		<-building
 		p.mu.Lock()
 	}
 	defer p.mu.Unlock()
@@ -311,7 +310,7 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *Result, _
 			return nil, nil, false
 		}
 	}
-	sb := p.take(ctx)
+	sb := p.take()
 	if sb == nil {
 		if relay != nil {
 			relay.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,8 +211,8 @@ func TestJobs(t *testing.T) {
 		if err := s.Wait(ctx, j); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := s.Job(j, session.Offsets{}); st.Running || !st.Result.Canceled {
-			t.Errorf("killed job: %+v", st.Result)
+		if st, _ := s.Job(j, session.Offsets{}); st.Running || st.Result == nil || !st.Result.Canceled {
+			t.Errorf("killed job: %+v %+v", st.Result, st)
 		}
 	}
 	if _, err := s.Start(bg, &session.Call{Shell: "true", Command: jail.Command{Timeout: 2 * time.Hour}}); !jail.IsInvalid(err) {
@@ -309,16 +310,19 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-// TestRemovedOnRestart: a jaild SIGKILLed with a session and a running job
-// leaves nothing once the next jaild starts.
+// TestRemovedOnRestart: a jaild SIGKILLed with a session, a running job
+// and a sandbox prestarted for the next call leaves nothing once the next
+// jaild starts.
 func TestRemovedOnRestart(t *testing.T) {
 	requireHost(t)
 	env := testenv.New(t, "jaild-stest")
 	cmd := testenv.StartHelper(t, env, "helper-session")
 	// The jaild and its watchdog die together: the next start sweeps.
 	testenv.KillWithWatchdog(t, env, cmd)
-	if len(testenv.MountsUnder(env.StateDir)) != 2 || len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {
-		t.Fatal("the dead jaild's session is already gone; the test would prove nothing")
+	procs := testenv.ProcsInCgroup(filepath.Base(env.Parent))
+	if len(testenv.MountsUnder(env.StateDir)) != 2 || !slices.ContainsFunc(procs, func(p string) bool { return strings.Contains(p, "sleep 1000") }) ||
+		!slices.ContainsFunc(procs, func(p string) bool { return strings.Contains(p, "pool-wait") }) {
+		t.Fatalf("the dead jaild's session, its job or its prestarted sandbox is already gone; the test would prove nothing: %v", procs)
 	}
 	jm, err := jail.New(jail.Config{StateDir: env.StateDir, CgroupParent: env.Parent})
 	if err != nil {

@@ -67,7 +67,7 @@ func (w *fakeWorkspace) isClosed() bool {
 func TestWorkspacesCrossTheWire(t *testing.T) {
 	var mu sync.Mutex
 	var made []*fakeWorkspace
-	ws := func(size int64, proxy bool) (Workspace, error) {
+	ws := func(size int64, proxy bool, _ *jail.Limits) (Workspace, error) {
 		if size == 1 {
 			return nil, &jail.InvalidError{Field: "workspace size", Reason: "too small"}
 		}
@@ -89,10 +89,10 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 		p := pairWith(t, fake{}, ws)
 		c := &Client{cur: p}
 		ctx := context.Background()
-		if _, err := c.NewWorkspace(ctx, 1, false); !jail.IsInvalid(err) {
+		if _, err := c.NewWorkspace(ctx, 1, false, nil); !jail.IsInvalid(err) {
 			t.Errorf("NewWorkspace(1) = %v, want the worker's invalid error", err)
 		}
-		w, err := c.NewWorkspace(ctx, 0, false)
+		w, err := c.NewWorkspace(ctx, 0, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +125,7 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 		if _, err := w.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"true"}}}); !errors.Is(err, ErrNoWorkspace) {
 			t.Errorf("run on a closed workspace: %v, want ErrNoWorkspace", err)
 		}
-		if _, err := c.NewWorkspace(ctx, 0, false); err != nil {
+		if _, err := c.NewWorkspace(ctx, 0, false, nil); err != nil {
 			t.Fatal(err)
 		}
 		leftOpen = made[1]
@@ -133,7 +133,7 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 	t.Run("proxy", func(t *testing.T) {
 		p := pairWith(t, fake{}, ws)
 		c := &Client{cur: p}
-		w, err := c.NewWorkspace(context.Background(), 0, true)
+		w, err := c.NewWorkspace(context.Background(), 0, true, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
