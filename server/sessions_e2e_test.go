@@ -507,8 +507,9 @@ func workerOf(t *testing.T, in *e2eInstall, d *daemon) int {
 }
 
 // testSessionsSigkill: a daemon killed outright with its worker and the
-// worker's watchdog, while a session runs a job, leaves its workspace
-// behind; the next daemon sweeps it (tmpfs, network namespace, sandbox).
+// worker's watchdog, while a session runs a job and keeps a sandbox
+// prestarted for its next call, leaves its workspace behind; the next
+// daemon sweeps it (tmpfs, network namespace, both sandboxes).
 func testSessionsSigkill(t *testing.T, bin string) {
 	in := newE2EInstall(t, bin)
 	tokens, ta, _ := twoCallers(t)
@@ -521,6 +522,8 @@ func testSessionsSigkill(t *testing.T, bin string) {
 		t.Fatalf("job: %d %s", code, data)
 	}
 	eventually(t, "the job to run", func() bool { return len(pidsWith(in.marker)) == 1 })
+	// --pool 0: the only waiting init is the session's.
+	eventually(t, "a sandbox prestarted for the next call", func() bool { return len(prestartedIn(in)) == 1 })
 	dogs := testenv.Watchdogs(in.StateDir)
 	w := workerOf(t, in, d)
 	for _, pid := range append([]int{w}, dogs...) {
@@ -543,10 +546,22 @@ func testSessionsSigkill(t *testing.T, bin string) {
 		t.Errorf("network namespaces %v survived the restart", names)
 	}
 	eventually(t, "the job's processes to go", func() bool { return len(pidsWith(in.marker)) == 0 })
+	eventually(t, "the prestarted sandbox to go", func() bool { return len(prestartedIn(in)) == 0 })
 	if err := d2.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("jaild serve exit: %v", err)
 	}
+}
 
+// prestartedIn lists the processes of in's sandboxes that wait for a
+// command (pool-wait).
+func prestartedIn(in *e2eInstall) []string {
+	var out []string
+	for _, p := range testenv.ProcsInCgroup(filepath.Base(in.Parent)) {
+		if strings.Contains(p, "pool-wait") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // testSessionsMCP: over Streamable HTTP against the real daemon, an MCP
