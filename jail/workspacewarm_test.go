@@ -229,3 +229,42 @@ func TestWorkspacePrestartClose(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkspacePrestartProxy: the prestarted sandbox of a workspace made
+// WithProxy gets the proxy variables and reaches the listener in the
+// workspace's namespace, as a fresh one does.
+func TestWorkspacePrestartProxy(t *testing.T) {
+	m := newManager(t)
+	ws, err := m.NewWorkspace(0, jail.WithProxy(), jail.WithPrestart(jail.Limits{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ws.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	ln := ws.TakeProxyListener()
+	if ln == nil {
+		t.Fatal("no proxy listener")
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("proxy\n"))
+			c.Close()
+		}
+	}()
+	script := `env | grep -i _proxy= | sort; exec 3<>/dev/tcp/127.0.0.1/3128; cat <&3`
+	fresh := run(t, m, inWS(ws, "bash -c '"+script+"'"))
+	waitPrestarted(t, ws)
+	res := wsRun(t, ws, &jail.Spec{Command: jail.Command{Args: []string{"bash", "-c", script}}})
+	if !res.Prestarted || res.Stdout != fresh.Stdout || !strings.Contains(res.Stdout, "HTTPS_PROXY=http://127.0.0.1:3128\n") ||
+		!strings.HasSuffix(res.Stdout, "proxy\n") {
+		t.Errorf("prestarted %v: %q (stderr %q); a fresh sandbox: %q", res.Prestarted, res.Stdout, res.Stderr, fresh.Stdout)
+	}
+}
