@@ -220,8 +220,8 @@ func TestJobs(t *testing.T) {
 	}
 }
 
-// TestDeleteWithRunningJob: Delete kills what runs and leaves nothing
-// mounted.
+// TestDeleteWithRunningJob: Delete kills what runs, and the sandbox
+// prestarted for the next call, and leaves nothing mounted.
 func TestDeleteWithRunningJob(t *testing.T) {
 	m, env := newManager(t, session.Config{})
 	s := create(t, m, session.Options{Owner: "a"})
@@ -234,6 +234,7 @@ func TestDeleteWithRunningJob(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
+	waitPrestarted(t, s)
 	if n := len(testenv.MountsUnder(env.StateDir)); n != 2 {
 		t.Fatalf("want the workspace and netns mounted, got %v", testenv.MountsUnder(env.StateDir))
 	}
@@ -254,8 +255,9 @@ func TestDeleteWithRunningJob(t *testing.T) {
 	}
 }
 
-// TestExpiry: an idle session expires after its TTL, a running job keeps it
-// alive, and the maximum lifetime ends it whatever runs.
+// TestExpiry: an idle session expires after its TTL (with the sandbox
+// prestarted for its next call), a running job keeps it alive, and the
+// maximum lifetime ends it whatever runs.
 func TestExpiry(t *testing.T) {
 	// The TTL leaves room for a slow machine (a cgroup v2 VM under TCG)
 	// to start the busy session's job before the session could expire.
@@ -266,6 +268,7 @@ func TestExpiry(t *testing.T) {
 	}
 	idle := create(t, m, session.Options{Owner: "a"})
 	shell(t, idle, "echo x > /work/x")
+	waitPrestarted(t, idle)
 	select {
 	case <-idle.Done():
 	case <-time.After(30 * time.Second):
