@@ -388,10 +388,18 @@ func testSessionsHTTP(t *testing.T, bin string) {
 			}
 		}
 		_, metrics := alice.do("GET", "/metrics", "", nil)
-		for _, want := range []string{"\njaild_sessions 3\n", "\njaild_jobs_running 3\n", `jaild_runs_total{verdict="started"}`} {
+		for _, want := range []string{"\njaild_sessions 3\n", "\njaild_jobs_running 3\n", `jaild_runs_total{verdict="started"}`,
+			// --pool 0: no one-shot run was prestarted; the session
+			// calls so far were (their sessions keep one sandbox
+			// started for the next call).
+			"\n" + `jaild_runs_prestarted_total{from="pool"} 0` + "\n"} {
 			if !bytes.Contains(metrics, []byte(want)) {
 				t.Errorf("metrics lack %q", want)
 			}
+		}
+		if bytes.Contains(metrics, []byte(`jaild_runs_prestarted_total{from="session"} 0`+"\n")) ||
+			!bytes.Contains(metrics, []byte(`jaild_runs_prestarted_total{from="session"} `)) {
+			t.Errorf("no session call was served by a prestarted sandbox:\n%s", metrics)
 		}
 		body := fmt.Sprintf(`{"command":"true","session_id":%q,"run_in_background":true}`, id2)
 		if code, data := alice.do("POST", "/run", body, nil); code != 409 || !bytes.Contains(data, []byte("jobs per session")) {
