@@ -102,6 +102,11 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	if size < minWorkspaceSize {
 		return nil, invalid("workspace size", "%d bytes: must be at least %d", size, minWorkspaceSize)
 	}
+	if o.prestart != nil {
+		if err := o.prestart.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

@@ -205,6 +205,15 @@ func TestWorkspacePrestartIsolation(t *testing.T) {
 	}
 }
 
+// TestWorkspacePrestartInvalid: limits a sandbox cannot have are refused
+// before anything is made.
+func TestWorkspacePrestartInvalid(t *testing.T) {
+	m := newManager(t)
+	if _, err := m.NewWorkspace(0, jail.WithPrestart(jail.Limits{Pids: -1})); !jail.IsInvalid(err) {
+		t.Errorf("NewWorkspace with invalid prestart limits = %v, want invalid", err)
+	}
+}
+
 // TestWorkspacePrestartClose: closing a workspace whose sandbox waits, or
 // is being built right after a run took the last one, leaves nothing
 // (newManager's testenv checks the host).
