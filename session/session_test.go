@@ -320,8 +320,15 @@ func TestRemovedOnRestart(t *testing.T) {
 	requireHost(t)
 	env := testenv.New(t, "jaild-stest")
 	cmd := testenv.StartHelper(t, env, "helper-session")
-	if procs := testenv.ProcsInCgroup(filepath.Base(env.Parent)); !slices.ContainsFunc(procs, func(p string) bool { return strings.Contains(p, "pool-wait") }) {
-		t.Fatalf("no prestarted sandbox waits; the test would prove less: %v", procs)
+	// Its init execs pool-wait just after the helper saw it started.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		procs := testenv.ProcsInCgroup(filepath.Base(env.Parent))
+		if slices.ContainsFunc(procs, func(p string) bool { return strings.Contains(p, "pool-wait") }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no prestarted sandbox waits; the test would prove less: %v", procs)
+		}
 	}
 	// The jaild and its watchdog die together: the next start sweeps.
 	// (The waiting init exits by itself once its command pipe's writer,
