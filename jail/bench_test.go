@@ -200,3 +200,53 @@ func BenchmarkOtherLimits(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkWorkspaceRunTrue compares runs on a workspace: in a fresh
+// sandbox (Manager.Run), in the sandbox it keeps prestarted once it is
+// ready (the latency an agent that thinks between calls sees; the wait for
+// the next one is not timed), and back to back (a run may wait for the
+// next sandbox's build).
+func BenchmarkWorkspaceRunTrue(b *testing.B) {
+	m := newManager(b)
+	spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	b.Run("fresh", func(b *testing.B) {
+		ws, err := m.NewWorkspace(0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { ws.Close() })
+		s := *spec
+		s.Workspace = ws
+		for b.Loop() {
+			if _, err := m.Run(context.Background(), &s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, wait := range []bool{true, false} {
+		name := "prestarted-ready"
+		if !wait {
+			name = "prestarted-back-to-back"
+		}
+		b.Run(name, func(b *testing.B) {
+			ws, err := m.NewWorkspace(0, jail.WithPrestart(jail.Limits{}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { ws.Close() })
+			for b.Loop() {
+				if wait {
+					b.StopTimer()
+					for !ws.Prestarted() {
+						time.Sleep(time.Millisecond)
+					}
+					b.StartTimer()
+				}
+				res, err := ws.Run(context.Background(), spec)
+				if err != nil || !res.Prestarted {
+					b.Fatalf("%v %+v", err, res)
+				}
+			}
+		})
+	}
+}

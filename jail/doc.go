@@ -57,7 +57,9 @@
 // and the uid range they all map, so that files one writes are the next
 // one's. Every other namespace, limit and filter stays each sandbox's own.
 // The workspace's slot record lists its live sandboxes, so a sweep after a
-// crash removes them, the tmpfs and the network namespace. Package session
+// crash removes them, the tmpfs and the network namespace. A workspace made
+// [WithPrestart] keeps one sandbox started for its next run, waiting in the
+// pool's init (see workspacewarm.go). Package session
 // builds sessions on it; docs/sessions.md explains the choices.
 //
 // # Egress

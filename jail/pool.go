@@ -57,6 +57,7 @@ type warm struct {
 	r      *running
 	cmd    *os.File // write end of the init's fd 3
 	status *os.File // read end of the init's fd 4
+	extra  *os.File // read end of the init's fd 5; nil if it has none
 }
 
 // poolInit is the pooled sandbox's init: the binary libcontainer started as
@@ -123,8 +124,17 @@ func (p *Pool) refill() {
 }
 
 // prestart builds a sandbox and starts its waiting init.
-func (p *Pool) prestart() (_ *warm, retErr error) {
-	sb, err := p.m.create(context.Background(), p.limits, nil, false)
+func (p *Pool) prestart() (*warm, error) {
+	return p.m.startWaiting(p.limits, nil, false)
+}
+
+// startWaiting builds a sandbox with limits l (on ws if not nil) and starts
+// its waiting init. With extra, the init also holds the write end of a pipe
+// at fd 5, whose read end is the warm's extra: the init makes it the
+// command's fd 3 if the message asks for it (see poolMessage), else closes
+// it.
+func (m *Manager) startWaiting(l Limits, ws *Workspace, extra bool) (_ *warm, retErr error) {
+	sb, err := m.create(context.Background(), l, ws, false)
 	if err != nil {
 		return nil, err
 	}
@@ -133,15 +143,33 @@ func (p *Pool) prestart() (_ *warm, retErr error) {
 			_ = sb.Destroy()
 		}
 	}()
+	var closers []io.Closer
+	defer func() {
+		if retErr != nil {
+			for _, c := range closers {
+				c.Close()
+			}
+		}
+	}()
 	cmdR, cmdW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("create command pipe: %w", err)
 	}
+	closers = append(closers, cmdR, cmdW)
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		cmdR.Close()
-		cmdW.Close()
 		return nil, fmt.Errorf("create status pipe: %w", err)
+	}
+	closers = append(closers, statusR, statusW)
+	files := []*os.File{cmdR, statusW}
+	var extraR *os.File
+	if extra {
+		var extraW *os.File
+		if extraR, extraW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("create extra pipe: %w", err)
+		}
+		closers = append(closers, extraR, extraW)
+		files = append(files, extraW)
 	}
 	proc := &libcontainer.Process{
 		Args:       poolInit,
@@ -149,7 +177,7 @@ func (p *Pool) prestart() (_ *warm, retErr error) {
 		Cwd:        DefaultDir,
 		UID:        SandboxUID,
 		GID:        SandboxGID,
-		ExtraFiles: []*os.File{cmdR, statusW},
+		ExtraFiles: files,
 		Init:       true,
 	}
 	sb.used = true
@@ -157,13 +185,10 @@ func (p *Pool) prestart() (_ *warm, retErr error) {
 	// closed at request time.
 	r, err := sb.startProcess(proc, pipeStdin{})
 	if err != nil {
-		cmdR.Close()
-		cmdW.Close()
-		statusR.Close()
-		statusW.Close()
 		return nil, fmt.Errorf("start pooled sandbox: %w", err)
 	}
-	return &warm{sb: sb, r: r, cmd: cmdW, status: statusR}, nil
+	// startProcess closed the files the sandbox holds.
+	return &warm{sb: sb, r: r, cmd: cmdW, status: statusR, extra: extraR}, nil
 }
 
 // pipeStdin makes startProcess give the process a stdin pipe; collect
@@ -186,6 +211,9 @@ func (w *warm) closePipes() {
 	w.r.outR.Close()
 	w.r.errR.Close()
 	w.r.stdinW.Close()
+	if w.extra != nil {
+		w.extra.Close()
+	}
 }
 
 // Run implements the same contract as [Manager.Run], on a pooled sandbox
@@ -216,6 +244,9 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	}
 	p.hits.Add(1)
 	res, err := p.handover(ctx, w, &spec.Command)
+	if res != nil {
+		res.Prestarted = true
+	}
 	// The caller has its answer; the teardown need not delay it (see
 	// teardown.go).
 	if derr := p.m.release(w.sb); err == nil {
@@ -251,7 +282,7 @@ func pooledDir(dir string) bool {
 func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, error) {
 	defer w.status.Close()
 	w.r.started = time.Now() // the init execs the command as it arrives
-	_, err := w.cmd.Write(poolMessage(cmd))
+	_, err := w.cmd.Write(poolMessage(cmd, 0))
 	w.cmd.Close()
 	if err != nil {
 		w.r.stdinW.Close()
@@ -276,10 +307,11 @@ func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, er
 
 // poolMessage is the command as the waiting init reads it (see
 // internal/inithook/poolwait.c): NUL-terminated strings, the PATH to look
-// the command up in, the working directory, the number of arguments, the
-// arguments, then the environment. Validate has refused NUL bytes in all
-// of them.
-func poolMessage(cmd *Command) []byte {
+// the command up in, the working directory, how many extra files the
+// command gets (0, or 1: the init's fd 5 becomes its fd 3), the number of
+// arguments, the arguments, then the environment. Validate has refused NUL
+// bytes in all of them.
+func poolMessage(cmd *Command, files int) []byte {
 	env := environ(cmd.Env)
 	path := Path
 	for _, kv := range env {
@@ -295,6 +327,7 @@ func poolMessage(cmd *Command) []byte {
 	add := func(s string) { b = append(append(b, s...), 0) }
 	add(path)
 	add(dir)
+	add(strconv.Itoa(files))
 	add(strconv.Itoa(len(cmd.Args)))
 	for _, a := range cmd.Args {
 		add(a)

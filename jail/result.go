@@ -42,6 +42,10 @@ type Result struct {
 	MemoryPeak int64
 	Limits     Limits
 
+	// Prestarted: the command ran in a sandbox started ahead of time (a
+	// [Pool]'s, or a workspace's made [WithPrestart]).
+	Prestarted bool `json:",omitempty"`
+
 	// Egress is what the sandbox's proxy counted, for a run given egress
 	// (see [Egress]); nil otherwise.
 	Egress *EgressUsage `json:",omitempty"`

@@ -58,6 +58,7 @@ type Workspace struct {
 	slot  *slot
 	// proxied: made WithProxy, its sandboxes get the proxy variables.
 	proxied bool
+	pre     *prestarted // made WithPrestart; nil otherwise
 
 	mu     sync.Mutex
 	rec    record
@@ -78,7 +79,10 @@ func workspacePaths(stateRoot, id string) (dir, netns string) {
 // WorkspaceOption changes how NewWorkspace makes a workspace.
 type WorkspaceOption func(*workspaceOptions)
 
-type workspaceOptions struct{ proxy bool }
+type workspaceOptions struct {
+	proxy    bool
+	prestart *Limits // WithPrestart (workspacewarm.go)
+}
 
 // WithProxy makes the workspace's network namespace with a proxy listener
 // on 127.0.0.1:[ProxyPort], as a sandbox given [Egress] has: every sandbox
@@ -101,6 +105,11 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	}
 	if size < minWorkspaceSize {
 		return nil, invalid("workspace size", "%d bytes: must be at least %d", size, minWorkspaceSize)
+	}
+	if o.prestart != nil {
+		if err := o.prestart.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	m.mu.Lock()
 	if m.closed {
@@ -158,13 +167,16 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 		if err := newNetNS(w.netns); err != nil {
 			return nil, err
 		}
-		return w, nil
+	} else {
+		ln, err := newProxyNetNS(w.netns)
+		if err != nil {
+			return nil, err
+		}
+		w.proxy, w.proxied = ln, true
 	}
-	ln, err := newProxyNetNS(w.netns)
-	if err != nil {
-		return nil, err
+	if o.prestart != nil {
+		w.pre = newPrestarted(w, *o.prestart)
 	}
-	w.proxy, w.proxied = ln, true
 	return w, nil
 }
 
@@ -206,10 +218,15 @@ func (w *Workspace) HostIDs() (uid, gid int) {
 }
 
 // Run runs spec in a fresh sandbox on the workspace, as [Manager.Run] does
-// with spec.Workspace set to w (spec itself is left alone).
+// with spec.Workspace set to w (spec itself is left alone): the one started
+// for it ahead of time if the workspace was made [WithPrestart] and that
+// sandbox can serve spec.
 func (w *Workspace) Run(ctx context.Context, spec *Spec) (*Result, error) {
 	s := *spec
 	s.Workspace = w
+	if res, err, ok := w.runPrestarted(ctx, &s); ok {
+		return res, err
+	}
 	return w.m.Run(ctx, &s)
 }
 
@@ -258,6 +275,10 @@ func (w *Workspace) remove(id string) {
 // its network namespace, and frees its uid range. It is safe to call more
 // than once. If a step fails, the record is kept for the next sweep.
 func (w *Workspace) Close() error {
+	if w.pre != nil {
+		// Its sandboxes leave the record before it is swept.
+		w.pre.close()
+	}
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()

@@ -47,6 +47,9 @@ type Metrics struct {
 	rejects  *prometheus.CounterVec
 	gaveUp   prometheus.Counter
 	conns    *prometheus.CounterVec
+	// prestarted counts runs a sandbox started ahead served (see
+	// prestart_metrics.go).
+	prestarted *prometheus.CounterVec
 
 	policyOnce sync.Once
 	policy     *policyMetrics // see PolicyObserver
@@ -110,6 +113,7 @@ func NewMetrics() *Metrics {
 		m.rejects.WithLabelValues(r)
 	}
 	m.egress = newEgressMetrics(m.reg)
+	m.prestarted = newPrestartedMetric(m.reg)
 	m.conns.WithLabelValues(ConnReclaimed)
 	m.conns.WithLabelValues(ConnPeerLimit)
 	return m
@@ -208,6 +212,7 @@ func (i *instrumented) Run(ctx context.Context, req *Request) (*jail.Result, err
 		i.m.duration.Observe(res.Duration.Seconds())
 		i.m.cpu.Observe(res.CPUTime.Seconds())
 		i.m.egress.observe(res.Egress)
+		i.m.observePrestarted(req, res)
 	}
 	return res, err
 }

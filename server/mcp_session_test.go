@@ -32,7 +32,7 @@ type fakeJail struct {
 	lost   chan struct{} // every workspace's Lost
 }
 
-func (j *fakeJail) NewWorkspace(_ context.Context, size int64, proxy bool) (session.Workspace, error) {
+func (j *fakeJail) NewWorkspace(_ context.Context, size int64, proxy bool, _ *jail.Limits) (session.Workspace, error) {
 	if proxy {
 		return nil, errors.New("fakeJail: no proxy listeners")
 	}

@@ -398,10 +398,18 @@ func testSessionsHTTP(t *testing.T, bin string) {
 			}
 		}
 		_, metrics := alice.do("GET", "/metrics", "", nil)
-		for _, want := range []string{"\njaild_sessions 3\n", "\njaild_jobs_running 3\n", `jaild_runs_total{verdict="started"}`} {
+		for _, want := range []string{"\njaild_sessions 3\n", "\njaild_jobs_running 3\n", `jaild_runs_total{verdict="started"}`,
+			// --pool 0: no one-shot run was prestarted; the session
+			// calls so far were (their sessions keep one sandbox
+			// started for the next call).
+			"\n" + `jaild_runs_prestarted_total{from="pool"} 0` + "\n"} {
 			if !bytes.Contains(metrics, []byte(want)) {
 				t.Errorf("metrics lack %q", want)
 			}
+		}
+		if bytes.Contains(metrics, []byte(`jaild_runs_prestarted_total{from="session"} 0`+"\n")) ||
+			!bytes.Contains(metrics, []byte(`jaild_runs_prestarted_total{from="session"} `)) {
+			t.Errorf("no session call was served by a prestarted sandbox:\n%s", metrics)
 		}
 		body := fmt.Sprintf(`{"command":"true","session_id":%q,"run_in_background":true}`, id2)
 		if code, data := alice.do("POST", "/run", body, nil); code != 409 || !bytes.Contains(data, []byte("jobs per session")) {
@@ -517,8 +525,9 @@ func workerOf(t *testing.T, in *e2eInstall, d *daemon) int {
 }
 
 // testSessionsSigkill: a daemon killed outright with its worker and the
-// worker's watchdog, while a session runs a job, leaves its workspace
-// behind; the next daemon sweeps it (tmpfs, network namespace, sandbox).
+// worker's watchdog, while a session runs a job and keeps a sandbox
+// prestarted for its next call, leaves its workspace behind; the next
+// daemon sweeps it (tmpfs, network namespace, both sandboxes).
 func testSessionsSigkill(t *testing.T, bin string) {
 	in := newE2EInstall(t, bin)
 	tokens, ta, _ := twoCallers(t)
@@ -531,6 +540,8 @@ func testSessionsSigkill(t *testing.T, bin string) {
 		t.Fatalf("job: %d %s", code, data)
 	}
 	eventually(t, "the job to run", func() bool { return len(pidsWith(in.marker)) == 1 })
+	// --pool 0: the only waiting init is the session's.
+	eventually(t, "a sandbox prestarted for the next call", func() bool { return len(prestartedIn(in)) == 1 })
 	dogs := testenv.Watchdogs(in.StateDir)
 	w := workerOf(t, in, d)
 	for _, pid := range append([]int{w}, dogs...) {
@@ -553,10 +564,22 @@ func testSessionsSigkill(t *testing.T, bin string) {
 		t.Errorf("network namespaces %v survived the restart", names)
 	}
 	eventually(t, "the job's processes to go", func() bool { return len(pidsWith(in.marker)) == 0 })
+	eventually(t, "the prestarted sandbox to go", func() bool { return len(prestartedIn(in)) == 0 })
 	if err := d2.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("jaild serve exit: %v", err)
 	}
+}
 
+// prestartedIn lists the processes of in's sandboxes that wait for a
+// command (pool-wait).
+func prestartedIn(in *e2eInstall) []string {
+	var out []string
+	for _, p := range testenv.ProcsInCgroup(filepath.Base(in.Parent)) {
+		if strings.Contains(p, "pool-wait") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // testSessionsMCP: over Streamable HTTP against the real daemon, an MCP

@@ -74,6 +74,13 @@
 // died: [Workspace.Lost]) takes the session with it: the next Get says it
 // was lost, and the expiry goroutine removes the rest.
 //
+// Unless [Config.NoPrestart] is set, a session's workspace keeps one
+// sandbox started for its next call or job, with the session's limits,
+// waiting in the pool's init ([jail.WithPrestart]). A call takes it if it
+// can serve the call (the same tmpfs size; other memory, pids and CPU
+// limits are set on it) and otherwise builds its own; either way a sandbox
+// runs one call and is destroyed, and the next one is started at once.
+//
 // Work done on a session's files outside its sandboxes (the files API)
 // holds the session with [Session.Use] and works below [Session.Dir],
 // writing as [Session.HostIDs]; a front end hands the session to such a

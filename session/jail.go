@@ -13,8 +13,10 @@ import (
 type Jail interface {
 	// NewWorkspace makes a workspace of size bytes, with a proxy
 	// listener in its network namespace if proxy is set
-	// (jail.WithProxy).
-	NewWorkspace(ctx context.Context, size int64, proxy bool) (Workspace, error)
+	// (jail.WithProxy), which keeps a sandbox with limits prestart
+	// started for its next run if prestart is not nil
+	// (jail.WithPrestart).
+	NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *jail.Limits) (Workspace, error)
 }
 
 // Workspace is what a session needs of its workspace: a *jail.Workspace
@@ -46,10 +48,13 @@ func Local(m *jail.Manager) Jail { return localJail{m} }
 
 type localJail struct{ m *jail.Manager }
 
-func (l localJail) NewWorkspace(_ context.Context, size int64, proxy bool) (Workspace, error) {
+func (l localJail) NewWorkspace(_ context.Context, size int64, proxy bool, prestart *jail.Limits) (Workspace, error) {
 	var opts []jail.WorkspaceOption
 	if proxy {
 		opts = append(opts, jail.WithProxy())
+	}
+	if prestart != nil {
+		opts = append(opts, jail.WithPrestart(*prestart))
 	}
 	ws, err := l.m.NewWorkspace(size, opts...)
 	if err != nil {

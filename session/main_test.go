@@ -76,8 +76,9 @@ func setup(t testing.TB, cfg session.Config) (*session.Manager, *jail.Manager, *
 	return m, jm, env
 }
 
-// helperSession is a jaild with a session, a file in its workspace and a
-// background job, to be SIGKILLed.
+// helperSession is a jaild with a session, a file in its workspace, a
+// background job and a sandbox prestarted for the next call, to be
+// SIGKILLed. It says "started" once the job runs and the sandbox waits.
 func helperSession() {
 	jm, err := jail.New(jail.Config{StateDir: os.Getenv("JAILD_TEST_STATE"), CgroupParent: os.Getenv("JAILD_TEST_PARENT")})
 	if err != nil {
@@ -100,11 +101,22 @@ func helperSession() {
 		os.Exit(1)
 	}
 	w := bufio.NewWriter(os.Stdout)
-	_, err = s.Start(ctx, &session.Call{Shell: "echo started; exec sleep 1000", Command: jail.Command{Stdout: flushWriter{w}}})
+	job, err := s.Start(ctx, &session.Call{Shell: "echo job; exec sleep 1000"})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		st, err := s.Job(job, session.Offsets{})
+		if err == nil && st.Stdout == "job\n" && session.Prestarted(s) {
+			break
+		}
+		if err != nil || !st.Running || time.Now().After(deadline) {
+			fmt.Println("ERR", err, st)
+			os.Exit(1)
+		}
+	}
+	_, _ = flushWriter{w}.Write([]byte("started\n"))
 	time.Sleep(time.Hour)
 	os.Exit(1)
 }

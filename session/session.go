@@ -51,6 +51,11 @@ type Config struct {
 	MaxJobTimeout time.Duration
 	// ReapInterval is how often expiry is checked.
 	ReapInterval time.Duration
+	// NoPrestart: every call and job of a session builds its sandbox.
+	// False (the default): each session keeps one sandbox started on its
+	// workspace, with the session's limits, for its next call or job
+	// (jail.WithPrestart; see the package doc).
+	NoPrestart bool
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
 }
@@ -237,7 +242,11 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 	if err := m.reserve(opts.Owner); err != nil {
 		return nil, err
 	}
-	ws, err := m.jail.NewWorkspace(ctx, opts.WorkspaceBytes, opts.Egress != nil)
+	var prestart *jail.Limits
+	if !m.cfg.NoPrestart {
+		prestart = &opts.Limits
+	}
+	ws, err := m.jail.NewWorkspace(ctx, opts.WorkspaceBytes, opts.Egress != nil, prestart)
 	if err != nil {
 		m.unreserve(opts.Owner, nil)
 		return nil, fmt.Errorf("create session: %w", err)

@@ -246,8 +246,8 @@ func TestJobs(t *testing.T) {
 		if err := s.Wait(ctx, j); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := s.Job(j, session.Offsets{}); st.Running || !st.Result.Canceled {
-			t.Errorf("killed job: %+v", st.Result)
+		if st, _ := s.Job(j, session.Offsets{}); st.Running || st.Result == nil || !st.Result.Canceled {
+			t.Errorf("killed job: %+v %+v", st.Result, st)
 		}
 	}
 	if _, err := s.Start(bg, &session.Call{Shell: "true", Command: jail.Command{Timeout: 2 * time.Hour}}); !jail.IsInvalid(err) {
@@ -255,8 +255,8 @@ func TestJobs(t *testing.T) {
 	}
 }
 
-// TestDeleteWithRunningJob: Delete kills what runs and leaves nothing
-// mounted.
+// TestDeleteWithRunningJob: Delete kills what runs, and the sandbox
+// prestarted for the next call, and leaves nothing mounted.
 func TestDeleteWithRunningJob(t *testing.T) {
 	m, env := newManager(t, session.Config{})
 	s := create(t, m, session.Options{Owner: "a"})
@@ -269,6 +269,7 @@ func TestDeleteWithRunningJob(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
+	waitPrestarted(t, s)
 	if n := len(testenv.MountsUnder(env.StateDir)); n != 2 {
 		t.Fatalf("want the workspace and netns mounted, got %v", testenv.MountsUnder(env.StateDir))
 	}
@@ -289,8 +290,9 @@ func TestDeleteWithRunningJob(t *testing.T) {
 	}
 }
 
-// TestExpiry: an idle session expires after its TTL, a running job keeps it
-// alive, and the maximum lifetime ends it whatever runs.
+// TestExpiry: an idle session expires after its TTL (with the sandbox
+// prestarted for its next call), a running job keeps it alive, and the
+// maximum lifetime ends it whatever runs.
 func TestExpiry(t *testing.T) {
 	// The TTL leaves room for a slow machine (a cgroup v2 VM under TCG)
 	// to start the busy session's job before the session could expire.
@@ -301,6 +303,7 @@ func TestExpiry(t *testing.T) {
 	}
 	idle := create(t, m, session.Options{Owner: "a"})
 	shell(t, idle, "echo x > /work/x")
+	waitPrestarted(t, idle)
 	select {
 	case <-idle.Done():
 	case <-time.After(30 * time.Second):
@@ -345,13 +348,26 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-// TestRemovedOnRestart: a jaild SIGKILLed with a session and a running job
-// leaves nothing once the next jaild starts.
+// TestRemovedOnRestart: a jaild SIGKILLed with a session, a running job
+// and a sandbox prestarted for the next call leaves nothing once the next
+// jaild starts.
 func TestRemovedOnRestart(t *testing.T) {
 	requireHost(t)
 	env := testenv.New(t, "jaild-stest")
 	cmd := testenv.StartHelper(t, env, "helper-session")
+	// Its init execs pool-wait just after the helper saw it started.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		procs := testenv.ProcsInCgroup(filepath.Base(env.Parent))
+		if slices.ContainsFunc(procs, func(p string) bool { return strings.Contains(p, "pool-wait") }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no prestarted sandbox waits; the test would prove less: %v", procs)
+		}
+	}
 	// The jaild and its watchdog die together: the next start sweeps.
+	// (The waiting init exits by itself once its command pipe's writer,
+	// the dead jaild, is gone; its cgroup, state and record stay.)
 	testenv.KillWithWatchdog(t, env, cmd)
 	if len(testenv.MountsUnder(env.StateDir)) != 2 || len(testenv.ProcsInCgroup(filepath.Base(env.Parent))) == 0 {
 		t.Fatal("the dead jaild's session is already gone; the test would prove nothing")

@@ -25,6 +25,7 @@ var sessionFlags = []cli.Flag{
 	&cli.StringFlag{Name: "workspace-size", Value: "1G", EnvVars: []string{"JAILD_WORKSPACE_SIZE"}, Usage: "size of a session's /work (a tmpfs counted as memory), the default and the most a session may ask for"},
 	&cli.IntFlag{Name: "max-jobs", Value: session.DefaultMaxJobs, EnvVars: []string{"JAILD_MAX_JOBS"}, Usage: "background jobs a session keeps, running or ended (the oldest ended one makes room); beyond it 409"},
 	&cli.DurationFlag{Name: "max-job-timeout", Value: session.DefaultMaxJobTimeout, EnvVars: []string{"JAILD_MAX_JOB_TIMEOUT"}, Usage: "longest a background job may run, and its timeout if it asks for none"},
+	&cli.BoolFlag{Name: "session-prestart", Value: true, EnvVars: []string{"JAILD_SESSION_PRESTART"}, Usage: "keep one sandbox started on each session's workspace for its next call or job (a process, a cgroup and a few pages per idle session); false: every session call builds its sandbox"},
 }
 
 // maxUploadFlag bounds the files API's uploads (serve only: jaild mcp has
@@ -56,6 +57,7 @@ func sessionConfig(c *cli.Context, log *slog.Logger) (session.Config, error) {
 		TTL:           c.Duration("session-ttl"),
 		MaxLifetime:   c.Duration("session-max-lifetime"),
 		MaxJobTimeout: c.Duration("max-job-timeout"),
+		NoPrestart:    !c.Bool("session-prestart"),
 		Logger:        log.With("front", "sessions"),
 	}
 	ws, err := command.SizeFlag(c, "workspace-size")
@@ -113,8 +115,8 @@ func newSessions(cfg session.Config, w *worker.Client) (*session.Manager, error)
 // workerJail makes the sessions' workspaces in the worker.
 type workerJail struct{ w *worker.Client }
 
-func (j workerJail) NewWorkspace(ctx context.Context, size int64, proxy bool) (session.Workspace, error) {
-	ws, err := j.w.NewWorkspace(ctx, size, proxy)
+func (j workerJail) NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *jail.Limits) (session.Workspace, error) {
+	ws, err := j.w.NewWorkspace(ctx, size, proxy, prestart)
 	if err != nil {
 		return nil, err
 	}

@@ -165,10 +165,13 @@ func workerAction(c *cli.Context) error {
 	}()
 
 	// Until the front end closes the connection or dies.
-	serr := worker.Serve(c.Context, ctl, base, func(size int64, proxy bool) (worker.Workspace, error) {
+	serr := worker.Serve(c.Context, ctl, base, func(size int64, proxy bool, prestart *jail.Limits) (worker.Workspace, error) {
 		var opts []jail.WorkspaceOption
 		if proxy {
 			opts = append(opts, jail.WithProxy())
+		}
+		if prestart != nil {
+			opts = append(opts, jail.WithPrestart(*prestart))
 		}
 		ws, err := m.NewWorkspace(size, opts...)
 		if err != nil {

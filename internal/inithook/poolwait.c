@@ -9,7 +9,13 @@
 // pooled sandbox's wait costs no more than a shell's (less: no parsing, no
 // second exec through env). The message is NUL-terminated strings:
 //
-//   PATH, DIR, ARGC (decimal), ARGV[0..ARGC-1], then the environment to its end
+//   PATH, DIR, FILES (0 or 1), ARGC (decimal), ARGV[0..ARGC-1], then the
+//   environment to its end
+//
+// FILES 1 makes the pipe the sandbox was started with at fd 5 (a
+// workspace's prestarted sandbox has one, see jail/workspacewarm.go) the
+// command's fd 3; with 0 it is closed, and the command gets no fd 3, as in a
+// fresh sandbox.
 //
 // PATH is where a command name without a slash is looked for, as a fresh
 // sandbox's init does (a regular, executable file). A command that cannot
@@ -34,6 +40,7 @@
 
 #define MSG_FD 3
 #define STATUS_FD 4
+#define EXTRA_FD 5
 #define MAX_MSG (64 << 20)
 
 static void report(const char *what, int code)
@@ -118,18 +125,25 @@ static void poolwait(void)
 		strs[k] = msg + i;
 		i += strlen(msg + i) + 1;
 	}
-	if (count < 4)
+	if (count < 5)
 		report_errno(EINVAL);
 	const char *path = strs[0], *dir = strs[1];
+	if (strcmp(strs[2], "0") != 0 && strcmp(strs[2], "1") != 0)
+		report_errno(EINVAL);
+	int files = strs[2][0] == '1';
 	char *end;
-	long argc = strtol(strs[2], &end, 10);
-	if (*end != '\0' || argc < 1 || (size_t)argc > count - 3)
+	long argc = strtol(strs[3], &end, 10);
+	if (*end != '\0' || argc < 1 || (size_t)argc > count - 4)
 		report_errno(EINVAL);
 	char **argv = calloc(argc + 1, sizeof(char *));
 	if (!argv)
 		report_errno(ENOMEM);
-	memcpy(argv, strs + 3, argc * sizeof(char *));
-	char **envp = strs + 3 + argc; // to the NULL calloc left at the end
+	memcpy(argv, strs + 4, argc * sizeof(char *));
+	char **envp = strs + 4 + argc; // to the NULL calloc left at the end
+	// dup2 leaves the copy without close-on-exec: the command keeps it.
+	if (files && dup2(EXTRA_FD, MSG_FD) < 0)
+		report_errno(errno);
+	close(EXTRA_FD); // EBADF in a sandbox started without one
 
 	if (chdir(dir) < 0)
 		report("nodir", 127);

@@ -68,10 +68,12 @@ type Workspace interface {
 	TakeProxyListener() net.Listener
 }
 
-// Workspaces makes workspaces, with a proxy listener if proxy is set: with
-// a *jail.Manager m, m.NewWorkspace (with jail.WithProxy), with the nil
-// check that converting a nil *jail.Workspace needs.
-type Workspaces func(size int64, proxy bool) (Workspace, error)
+// Workspaces makes workspaces, with a proxy listener if proxy is set and a
+// sandbox with limits prestart kept started for the next run if prestart is
+// not nil: with a *jail.Manager m, m.NewWorkspace (with jail.WithProxy and
+// jail.WithPrestart), with the nil check that converting a nil
+// *jail.Workspace needs.
+type Workspaces func(size int64, proxy bool, prestart *jail.Limits) (Workspace, error)
 
 // ErrNoWorkspace: a run or a close names a workspace the worker does not
 // hold (it was closed, or another worker made it), or the worker makes none.
@@ -196,7 +198,7 @@ func (w *served) serveWorkspace(fd int) error {
 	)
 	switch req.Op {
 	case "create":
-		ws, err := w.create(req.Size, req.Proxy)
+		ws, err := w.create(req.Size, req.Proxy, req.Prestart)
 		if err != nil {
 			a.Err = encodeError(err)
 			break
@@ -257,11 +259,11 @@ func passWorkspaceListener(conn *net.UnixConn, ln net.Listener) error {
 	return nil
 }
 
-func (w *served) create(size int64, proxy bool) (Workspace, error) {
+func (w *served) create(size int64, proxy bool, prestart *jail.Limits) (Workspace, error) {
 	if w.make == nil {
 		return nil, fmt.Errorf("%w: this worker makes no workspaces", ErrNoWorkspace)
 	}
-	ws, err := w.make(size, proxy)
+	ws, err := w.make(size, proxy, prestart)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,9 @@ type wsRequest struct {
 	// namespace (jail.WithProxy): after the answer, the worker sends
 	// egressMark carrying the listener, as on a run with egress.
 	Proxy bool `json:"proxy,omitempty"`
+	// Prestart, if set, makes the workspace keep a sandbox with these
+	// limits started for its next run (jail.WithPrestart).
+	Prestart *jail.Limits `json:"prestart,omitempty"`
 }
 
 // wsAnswer is the worker's answer to a wsRequest: the workspace made (its

@@ -34,11 +34,13 @@ type RemoteWorkspace struct {
 // NewWorkspace asks the worker for a workspace of size bytes (zero: the
 // jail's default), as jail.Manager.NewWorkspace makes one, with a proxy
 // listener in its network namespace if proxy is set (jail.WithProxy),
-// which the worker passes here: TakeProxyListener gives it. ctx is checked
+// which the worker passes here: TakeProxyListener gives it; and, if
+// prestart is not nil, a sandbox with those limits kept started for its
+// next run (jail.WithPrestart). ctx is checked
 // before asking; once asked, NewWorkspace waits for the answer (a mount and
 // a network namespace, milliseconds), so that no workspace is made for a
 // caller that left.
-func (c *Client) NewWorkspace(ctx context.Context, size int64, proxy bool) (*RemoteWorkspace, error) {
+func (c *Client) NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *jail.Limits) (*RemoteWorkspace, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -47,7 +49,7 @@ func (c *Client) NewWorkspace(ctx context.Context, size int64, proxy bool) (*Rem
 		return nil, err
 	}
 	var a wsAnswer
-	ln, err := p.workspaceOp(wsRequest{Op: "create", Size: size, Proxy: proxy}, &a)
+	ln, err := p.workspaceOp(wsRequest{Op: "create", Size: size, Proxy: proxy, Prestart: prestart}, &a)
 	if err != nil {
 		if a.ID != "" && a.Err == nil {
 			// Made, but its listener did not come: not left held.

@@ -21,6 +21,8 @@ type fakeWorkspace struct {
 	runs   []string
 	closed bool
 	proxy  net.Listener
+	// prestart is what the create asked for (jail.WithPrestart).
+	prestart *jail.Limits
 }
 
 func (w *fakeWorkspace) TakeProxyListener() net.Listener {
@@ -60,20 +62,21 @@ func (w *fakeWorkspace) isClosed() bool {
 	return w.closed
 }
 
-// TestWorkspacesCrossTheWire: a workspace is made, run on (with an extra
-// file passed by SCM_RIGHTS) and closed in the worker; an unknown one is
+// TestWorkspacesCrossTheWire: a workspace is made (with the limits of the
+// sandbox to prestart, if any), run on (with an extra file passed by
+// SCM_RIGHTS) and closed in the worker; an unknown one is
 // ErrNoWorkspace; what the front end did not close is closed when Serve
 // ends.
 func TestWorkspacesCrossTheWire(t *testing.T) {
 	var mu sync.Mutex
 	var made []*fakeWorkspace
-	ws := func(size int64, proxy bool) (Workspace, error) {
+	ws := func(size int64, proxy bool, prestart *jail.Limits) (Workspace, error) {
 		if size == 1 {
 			return nil, &jail.InvalidError{Field: "workspace size", Reason: "too small"}
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		w := &fakeWorkspace{id: "ws" + string(rune('a'+len(made)))}
+		w := &fakeWorkspace{id: "ws" + string(rune('a'+len(made))), prestart: prestart}
 		if proxy {
 			ln, err := net.Listen("tcp4", "127.0.0.1:0")
 			if err != nil {
@@ -89,10 +92,10 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 		p := pairWith(t, fake{}, ws)
 		c := &Client{cur: p}
 		ctx := context.Background()
-		if _, err := c.NewWorkspace(ctx, 1, false); !jail.IsInvalid(err) {
+		if _, err := c.NewWorkspace(ctx, 1, false, nil); !jail.IsInvalid(err) {
 			t.Errorf("NewWorkspace(1) = %v, want the worker's invalid error", err)
 		}
-		w, err := c.NewWorkspace(ctx, 0, false)
+		w, err := c.NewWorkspace(ctx, 0, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,15 +128,18 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 		if _, err := w.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"true"}}}); !errors.Is(err, ErrNoWorkspace) {
 			t.Errorf("run on a closed workspace: %v, want ErrNoWorkspace", err)
 		}
-		if _, err := c.NewWorkspace(ctx, 0, false); err != nil {
+		if _, err := c.NewWorkspace(ctx, 0, false, &jail.Limits{Memory: 64 << 20}); err != nil {
 			t.Fatal(err)
 		}
 		leftOpen = made[1]
+		if made[0].prestart != nil || leftOpen.prestart == nil || *leftOpen.prestart != (jail.Limits{Memory: 64 << 20}) {
+			t.Errorf("prestart limits crossed as %v and %v", made[0].prestart, leftOpen.prestart)
+		}
 	})
 	t.Run("proxy", func(t *testing.T) {
 		p := pairWith(t, fake{}, ws)
 		c := &Client{cur: p}
-		w, err := c.NewWorkspace(context.Background(), 0, true)
+		w, err := c.NewWorkspace(context.Background(), 0, true, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,10 @@
 //	 1. One client posts {"command":"true"} to /run N times one-shot and N times
 //	    with a session's session_id, interleaved (one-shot then session, then
 //	    session then one-shot, ...) so that both see the same load, and prints
-//	    their p50, p99 and mean and the p50 difference.
+//	    their p50, p99 and mean and the p50 difference. With -gap, it pauses
+//	    that long (untimed) before each call, as an agent thinks between its
+//	    calls: the daemon's pool and the session's prestarted sandbox are
+//	    then ready, rather than still being rebuilt for the previous call.
 //	 2. -sessions sessions are made, then each runs -calls calls one after the
 //	    other, all sessions at once; it prints the wall time of those calls and
 //	    their p50 and p99, and the p50 of making and deleting a session.
@@ -52,14 +55,17 @@ func main() {
 		sessions  = flag.Int("sessions", 20, "sessions at once in the concurrent part (1..64)")
 		calls     = flag.Int("calls", 5, "calls per session in the concurrent part (1..1000)")
 		warmup    = flag.Int("warmup", 5, "unmeasured calls of each kind first")
+		gapFlag   = flag.Duration("gap", 0, "untimed pause before each call of the interleaved comparison (0..10s)")
 		asJSON    = flag.Bool("json", false, "print one JSON object per row")
 		breakdown = flag.Bool("breakdown", false, "instead: where a shell call in a session spends its extra time (the session's sandbox, the state report)")
 	)
 	flag.Parse()
-	if *n < 1 || *n > 10000 || *sessions < 1 || *sessions > 64 || *calls < 1 || *calls > 1000 || *warmup < 0 || *warmup > 1000 {
-		fmt.Fprintln(os.Stderr, "sessionbench: -n 1..10000, -sessions 1..64, -calls 1..1000, -warmup 0..1000")
+	if *n < 1 || *n > 10000 || *sessions < 1 || *sessions > 64 || *calls < 1 || *calls > 1000 || *warmup < 0 || *warmup > 1000 ||
+		*gapFlag < 0 || *gapFlag > 10*time.Second {
+		fmt.Fprintln(os.Stderr, "sessionbench: -n 1..10000, -sessions 1..64, -calls 1..1000, -warmup 0..1000, -gap 0..10s")
 		os.Exit(2)
 	}
+	gap = *gapFlag
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	run := run
@@ -133,6 +139,10 @@ func runBreakdown(ctx context.Context, base, tokenFile string, n, warmup int) ([
 	for i := range warmup + n {
 		for k := range variants {
 			v := variants[(k+i)%len(variants)] // rotate the order
+			select {
+			case <-ctx.Done():
+			case <-time.After(gap):
+			}
 			d, err := call(ctx, c, v.req)
 			if err != nil {
 				return nil, err
@@ -252,12 +262,21 @@ func run(ctx context.Context, base, tokenFile string, n, nSessions, calls, warmu
 	return append(rows, conc, row("POST /sessions", creates), row("DELETE /sessions/{id}", deletes)), nil
 }
 
+// gap is -gap: the untimed pause before each call of compare.
+var gap time.Duration
+
 // compare times n requests mk("") (one-shot) and n requests mk(id) (in
 // session id), interleaved: one-shot then session, then session then
-// one-shot, and so on, so that both see the same load.
+// one-shot, and so on, so that both see the same load; each after gap.
 func compare(ctx context.Context, c *client.Client, id, label string, mk func(string) *api.Request, n, warmup int) ([]Row, error) {
-	oneShot := func() (time.Duration, error) { return call(ctx, c, mk("")) }
-	inSession := func() (time.Duration, error) { return call(ctx, c, mk(id)) }
+	pause := func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(gap):
+		}
+	}
+	oneShot := func() (time.Duration, error) { pause(); return call(ctx, c, mk("")) }
+	inSession := func() (time.Duration, error) { pause(); return call(ctx, c, mk(id)) }
 	for range warmup {
 		if _, err := oneShot(); err != nil {
 			return nil, err

@@ -1,0 +1,344 @@
+package jail
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// WithPrestart makes the workspace keep one sandbox with limits l started
+// on it for its next run, as a [Pool] keeps sandboxes for runs of their
+// own: made with the workspace, and again as soon as a run takes it. It
+// waits in the same "pool-wait" init, with the workspace's uid range,
+// network namespace, /work and proxy variables, so that a run on the
+// workspace ([Workspace.Run]) does not wait for a sandbox to be built.
+//
+// It is still one fresh sandbox per run: the waiting one is used by a
+// single run and destroyed after it, like any other, with the same
+// namespaces, seccomp filter, read-only root and limits. A run it cannot
+// serve goes to a fresh sandbox, as without the option: another tmpfs size
+// than l's, egress of its own, extra files other than the write end of one
+// pipe, or a working directory that the waiting init (already the sandbox
+// user) cannot enter. Other memory, pids and CPU limits are set on its
+// cgroup before the command is released. The waiting sandbox costs a
+// process (one of the budget's pids), a cgroup and a few pages of memory
+// while the workspace is idle; Close destroys it, and the workspace's slot
+// record lists it, so the sweep after a crash removes it too.
+func WithPrestart(l Limits) WorkspaceOption {
+	return func(o *workspaceOptions) { o.prestart = &l }
+}
+
+// prestarted keeps a workspace's next sandbox started.
+type prestarted struct {
+	w      *Workspace
+	limits Limits
+
+	mu       sync.Mutex
+	ready    *warm
+	building chan struct{} // closed when the build under way ends; nil if none
+	closed   bool
+	wg       sync.WaitGroup // builds and teardowns
+
+	hits, misses atomic.Int64
+}
+
+func newPrestarted(w *Workspace, l Limits) *prestarted {
+	p := &prestarted{w: w, limits: l.WithDefaults()}
+	p.mu.Lock()
+	p.startLocked()
+	p.mu.Unlock()
+	return p
+}
+
+// startLocked starts building the next sandbox, unless one is ready or
+// being built. p.mu is held.
+func (p *prestarted) startLocked() {
+	if p.closed || p.ready != nil || p.building != nil {
+		return
+	}
+	done := make(chan struct{})
+	p.building = done
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		w, err := p.w.m.startWaiting(p.limits, p.w, true)
+		p.mu.Lock()
+		p.building = nil
+		close(done)
+		switch {
+		case err != nil:
+			p.mu.Unlock()
+			// The next run starts another attempt: a broken host is
+			// not hammered, one build per run at most.
+			p.w.m.log.Warn("prestarting a workspace sandbox", "workspace", p.w.id, "err", err)
+			return
+		case p.closed:
+			p.mu.Unlock()
+			w.destroy()
+			return
+		}
+		p.ready = w
+		p.mu.Unlock()
+	}()
+}
+
+// take hands out the waiting sandbox and starts building the next. If none
+// is ready but one is being built, it waits for that one: never longer than
+// building a fresh one would take, and a run whose caller gives up
+// meanwhile still gets its sandbox, killed at once, and a Canceled result,
+// as a fresh one's would be. nil: none.
+func (p *prestarted) take() *warm {
+	p.mu.Lock()
+	if p.ready == nil && p.building != nil && !p.closed {
+		building := p.building
+		p.mu.Unlock()
+		<-building
+		p.mu.Lock()
+	}
+	defer p.mu.Unlock()
+	w := p.ready
+	p.ready = nil
+	p.startLocked()
+	return w
+}
+
+// close stops building, destroys the waiting sandbox and waits for builds
+// and teardowns under way.
+func (p *prestarted) close() {
+	p.mu.Lock()
+	p.closed = true
+	w := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+	if w != nil {
+		w.destroy()
+	}
+}
+
+// serves reports whether a waiting sandbox can run spec (on the workspace)
+// as a fresh one would, as far as is known before it is tried.
+func (p *prestarted) serves(spec *Spec) bool {
+	return spec.Limits.WithDefaults().TmpfsSize == p.limits.TmpfsSize &&
+		spec.Egress == nil && len(spec.ExtraFiles) <= 1
+}
+
+// relayTo opens, for the relay of a waiting sandbox's fd 3, the pipe whose
+// write end f is: the sandbox gets the write end of a pipe of its own as
+// its fd 3, and the run copies what comes out of it into f's pipe. The pipe
+// is opened anew (its /proc/self/fd link), non-blocking and so in Go's
+// poller, whatever f's mode: closing it stops a copy whose reader went away.
+// nil if f is not the write end of a pipe that has a reader: such a run
+// goes to a fresh sandbox.
+func relayTo(f *os.File) *os.File {
+	rc, err := f.SyscallConn() // not Fd, which makes f blocking
+	if err != nil {
+		return nil
+	}
+	var dst *os.File
+	cerr := rc.Control(func(fd uintptr) {
+		var st unix.Stat_t
+		if unix.Fstat(int(fd), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+			return
+		}
+		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		if err != nil || fl&unix.O_ACCMODE != unix.O_WRONLY {
+			return
+		}
+		// ENXIO if the pipe has no reader.
+		dst, err = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), os.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			dst = nil
+		}
+	})
+	if cerr != nil && dst != nil {
+		dst.Close()
+		dst = nil
+	}
+	return dst
+}
+
+// run runs spec (its Workspace is p.w) on the waiting sandbox w, or, if
+// the sandbox cannot take it after all, on a fresh one.
+func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.File) (*Result, error) {
+	m := p.w.m
+	if l := spec.Limits.WithDefaults(); l != w.sb.limits {
+		if err := w.sb.setLimits(l); err != nil {
+			m.log.Warn("a prestarted sandbox could not take a run's limits; running it cold", "err", err)
+			if relay != nil {
+				relay.Close()
+			}
+			w.destroy()
+			p.misses.Add(1)
+			return m.Run(ctx, spec)
+		}
+	}
+	cmd := spec.Command
+	if p.w.proxied {
+		// As Manager.Run gives a run on a proxied workspace.
+		cmd.Env = append(proxyEnv(), cmd.Env...)
+	}
+	res, err := w.runCommand(ctx, &cmd, relay)
+	if err == errNoDir {
+		// The command never ran; a fresh sandbox's init creates a
+		// missing directory, or enters one as its root.
+		w.destroy()
+		p.misses.Add(1)
+		return m.Run(ctx, spec)
+	}
+	p.hits.Add(1)
+	if res != nil {
+		res.Prestarted = true
+	}
+	if err != nil {
+		// Not known to be over: destroyed before the answer, as
+		// Manager.Run destroys a workspace's sandboxes.
+		_ = m.destroy(w.sb)
+		return res, err
+	}
+	// Every process of the sandbox is gone (its pid namespace's init
+	// was reaped, and the kernel reaps the rest first): its files are
+	// written and its sockets closed. Its container, cgroup and record
+	// go in the background, before the workspace closes.
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return res, m.destroy(w.sb)
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		_ = m.destroy(w.sb)
+	}()
+	return res, nil
+}
+
+// errNoDir: the waiting init could not enter the command's directory; the
+// command never ran.
+var errNoDir = fmt.Errorf("pooled init: no such directory")
+
+// runCommand gives a waiting sandbox cmd and collects the result. If relay
+// is not nil (cmd has one extra file), what the command writes to its fd 3
+// is copied into relay, which runCommand closes. Unlike
+// Pool.handover, it waits for the command's exec (the end of the status
+// pipe) before it feeds stdin, so that a command that did not start
+// consumed nothing and can run elsewhere (errNoDir).
+func (w *warm) runCommand(ctx context.Context, cmd *Command, relay *os.File) (*Result, error) {
+	defer w.status.Close()
+	files := 0
+	if relay != nil {
+		defer relay.Close()
+		files = 1
+	}
+	w.r.started = time.Now()
+	_, err := w.cmd.Write(poolMessage(cmd, files))
+	w.cmd.Close()
+	if err != nil {
+		w.closePipes()
+		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)
+	}
+	// The status pipe ends at the exec, or with a report: the command
+	// could not start. The command has not run before it ends, so a
+	// caller that gives up kills only the init.
+	stop := context.AfterFunc(ctx, func() { _ = w.sb.c.Signal(unix.SIGKILL) })
+	status, _ := io.ReadAll(w.status)
+	stop()
+	switch s := strings.TrimSpace(string(status)); {
+	case s == "":
+	case s == "nodir":
+		w.closePipes()
+		return nil, errNoDir
+	case s == "notfound":
+		w.closePipes()
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, cmd.Args[0])
+	case s == "notexec":
+		w.closePipes()
+		return nil, fmt.Errorf("%w: %s", ErrNotExecutable, cmd.Args[0])
+	default:
+		w.closePipes()
+		return nil, fmt.Errorf("start sandbox: pooled init: %s", s)
+	}
+	var relayed chan struct{}
+	if relay != nil {
+		relayed = make(chan struct{})
+		go func() {
+			defer close(relayed)
+			_, _ = io.Copy(relay, w.extra)
+		}()
+	}
+	w.r.stdin = cmd.Stdin // nil: collect closes stdin at once
+	res, err := w.sb.collect(ctx, cmd, w.r)
+	if relayed != nil {
+		// Every writer is gone with the sandbox's processes: the copy
+		// ends at EOF, unless a process lingers in the kernel or the
+		// reader stopped reading.
+		select {
+		case <-relayed:
+		case <-time.After(waitDelay):
+			w.extra.Close()
+			relay.Close()
+			<-relayed
+		}
+	}
+	if w.extra != nil {
+		w.extra.Close()
+	}
+	return res, err
+}
+
+// runPrestarted runs spec (whose Workspace is w) on w's waiting sandbox if
+// it has one that can serve it; ok is false if spec is for a fresh one.
+func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *Result, _ error, ok bool) {
+	p := w.pre
+	if p == nil || !p.serves(spec) {
+		return nil, nil, false
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err, true
+	}
+	var relay *os.File
+	if len(spec.ExtraFiles) == 1 {
+		if relay = relayTo(spec.ExtraFiles[0]); relay == nil {
+			return nil, nil, false
+		}
+	}
+	sb := p.take()
+	if sb == nil {
+		if relay != nil {
+			relay.Close()
+		}
+		p.misses.Add(1)
+		return nil, nil, false
+	}
+	res, err := p.run(ctx, sb, spec, relay)
+	return res, err, true
+}
+
+// PrestartStats reports how many runs a prestarted sandbox served (hits)
+// and how many it could serve found none ready (misses); zero for a
+// workspace made without [WithPrestart].
+func (w *Workspace) PrestartStats() (hits, misses int64) {
+	if w.pre == nil {
+		return 0, 0
+	}
+	return w.pre.hits.Load(), w.pre.misses.Load()
+}
+
+// Prestarted reports whether a sandbox waits for the workspace's next run
+// now.
+func (w *Workspace) Prestarted() bool {
+	if w.pre == nil {
+		return false
+	}
+	w.pre.mu.Lock()
+	defer w.pre.mu.Unlock()
+	return w.pre.ready != nil
+}

@@ -1,0 +1,34 @@
+package run
+
+import (
+	"github.com/jaild/jaild/jail"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// newPrestartedMetric registers jaild_runs_prestarted_total: the runs that
+// a sandbox started ahead of time served (jail.Result.Prestarted), one-shot
+// ones from the daemon's pool (--pool) and calls in a session from the one
+// their session keeps (--session-prestart). Set against jaild_runs_total it
+// tells how often callers did not wait for a sandbox to be built.
+func newPrestartedMetric(reg *prometheus.Registry) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "jaild", Name: "runs_prestarted_total",
+		Help: `Runs served by a sandbox started ahead of time, by where it came from: "pool" (one-shot runs, --pool) or "session" (calls in a session, --session-prestart).`,
+	}, []string{"from"})
+	reg.MustRegister(c)
+	c.WithLabelValues("pool")
+	c.WithLabelValues("session")
+	return c
+}
+
+// observePrestarted counts res if a sandbox started ahead served it.
+func (m *Metrics) observePrestarted(req *Request, res *jail.Result) {
+	if !res.Prestarted {
+		return
+	}
+	from := "pool"
+	if req.SessionID != "" {
+		from = "session"
+	}
+	m.prestarted.WithLabelValues(from).Inc()
+}
