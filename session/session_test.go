@@ -83,8 +83,15 @@ func testCarryOver(t *testing.T, m *session.Manager, sh string) {
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		if res.Stdout != st.want {
-			t.Fatalf("%s: stdout %q, want %q (stderr %q, exit %d)", st.name, res.Stdout, st.want, res.Stderr, res.ExitCode)
+		want := st.want
+		if st.name == "hard values carried" && res.Prestarted {
+			// A prestarted sandbox gets its env from pool-wait's
+			// message, byte for byte; a fresh one from libcontainer's
+			// JSON config, which turns invalid UTF-8 into U+FFFD.
+			want = strings.Replace(want, "efbfbd01", "e901", 1)
+		}
+		if res.Stdout != want {
+			t.Fatalf("%s: stdout %q, want %q (stderr %q, exit %d, prestarted %v)", st.name, res.Stdout, want, res.Stderr, res.ExitCode, res.Prestarted)
 		}
 		switch st.name {
 		case "exit status kept and state carried":
