@@ -486,7 +486,7 @@ func testSessionsWorkerRestart(t *testing.T, bin string) {
 	d := in.serve(t, "--token-file", tokens, "--audit-log", "off", "--pool", "0")
 	alice := &caller{t, d.url, ta}
 	id := alice.create(`{}`)
-	body := fmt.Sprintf(`{"command":"sleep %s","session_id":%q,"run_in_background":true}`, in.marker, id)
+	body := fmt.Sprintf(`{"command":"exec sleep %s","session_id":%q,"run_in_background":true}`, in.marker, id)
 	if code, data := alice.do("POST", "/run", body, nil); code != 202 {
 		t.Fatalf("job: %d %s", code, data)
 	}
@@ -535,7 +535,7 @@ func testSessionsSigkill(t *testing.T, bin string) {
 	alice := &caller{t, d.url, ta}
 	id := alice.create(`{}`)
 	alice.run(id, "echo x > f")
-	body := fmt.Sprintf(`{"command":"sleep %s","session_id":%q,"run_in_background":true}`, in.marker, id)
+	body := fmt.Sprintf(`{"command":"exec sleep %s","session_id":%q,"run_in_background":true}`, in.marker, id)
 	if code, data := alice.do("POST", "/run", body, nil); code != 202 {
 		t.Fatalf("job: %d %s", code, data)
 	}
