@@ -117,10 +117,12 @@ func daemonEgressFlags(c *cli.Context, log *slog.Logger) (run.EgressOptions, egr
 		// No egress: requests asking for it are refused. Flags that
 		// would grant it are then a mistake, said at once rather than
 		// found in a sandbox that cannot reach anything.
-		for _, f := range []string{"mcp-egress", "egress-default"} {
-			if c.IsSet(f) && (f != "egress-default" || o.Default) {
-				return o, cfg, command.UsageError("--%s: no destination is allowed (--egress-allow, --egress-token-allow): it would give no network", f)
-			}
+		const none = "no destination is allowed (--egress-allow, --egress-token-allow): it would give no network"
+		if c.Bool("mcp-egress") {
+			return o, cfg, command.UsageError("--mcp-egress: %s", none)
+		}
+		if o.Default {
+			return o, cfg, command.UsageError("--egress-default on: %s", none)
 		}
 	}
 	return o, cfg, nil

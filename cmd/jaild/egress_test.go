@@ -146,7 +146,7 @@ func TestEgressFlagsChecked(t *testing.T) {
 		{[]string{"mcp", "--egress-default", "maybe", "--egress-allow", "a.test:443"}, "--egress-default"},
 		{[]string{"serve", "--egress-token-allow", "=a.test:443"}, "--egress-token-allow"},
 		{[]string{"mcp", "--mcp-egress"}, "--mcp-egress: no destination is allowed"},
-		{[]string{"serve", "--egress-default", "on"}, "--egress-default: no destination is allowed"},
+		{[]string{"serve", "--egress-default", "on"}, "--egress-default on: no destination is allowed"},
 	} {
 		state := t.TempDir()
 		cmd := exec.Command(jaildBin, append(tc.args, "--state-dir", state)...)
