@@ -293,17 +293,32 @@ func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, er
 	// Every writer of the status pipe is gone once the sandbox's init
 	// has exited, so this read cannot block.
 	status, _ := io.ReadAll(w.status)
-	switch s := strings.TrimSpace(string(status)); {
-	case s == "":
-	case s == "notfound":
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, cmd.Args[0])
-	case s == "notexec":
-		return nil, fmt.Errorf("%w: %s", ErrNotExecutable, cmd.Args[0])
-	default:
-		return nil, fmt.Errorf("start sandbox: pooled init: %s", s)
+	if serr := initStatus(status, cmd); serr != nil {
+		return nil, serr
 	}
 	return res, err
 }
+
+// initStatus is the error of a waiting init's report on its status pipe,
+// nil for none (the command was exec'ed).
+func initStatus(status []byte, cmd *Command) error {
+	switch s := strings.TrimSpace(string(status)); s {
+	case "":
+		return nil
+	case "nodir":
+		return errNoDir
+	case "notfound":
+		return fmt.Errorf("%w: %s", ErrNotFound, cmd.Args[0])
+	case "notexec":
+		return fmt.Errorf("%w: %s", ErrNotExecutable, cmd.Args[0])
+	default:
+		return fmt.Errorf("start sandbox: pooled init: %s", s)
+	}
+}
+
+// errNoDir: the waiting init could not enter the command's directory; the
+// command never ran.
+var errNoDir = errors.New("pooled init: no such directory")
 
 // poolMessage is the command as the waiting init reads it (see
 // internal/inithook/poolwait.c): NUL-terminated strings, the PATH to look

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,10 +220,6 @@ func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.Fil
 	return res, nil
 }
 
-// errNoDir: the waiting init could not enter the command's directory; the
-// command never ran.
-var errNoDir = fmt.Errorf("pooled init: no such directory")
-
 // runCommand gives a waiting sandbox cmd and collects the result. If relay
 // is not nil (cmd has one extra file), what the command writes to its fd 3
 // is copied into relay, which runCommand closes. Unlike
@@ -251,20 +246,9 @@ func (w *warm) runCommand(ctx context.Context, cmd *Command, relay *os.File) (*R
 	stop := context.AfterFunc(ctx, func() { _ = w.sb.c.Signal(unix.SIGKILL) })
 	status, _ := io.ReadAll(w.status)
 	stop()
-	switch s := strings.TrimSpace(string(status)); {
-	case s == "":
-	case s == "nodir":
+	if err := initStatus(status, cmd); err != nil {
 		w.closePipes()
-		return nil, errNoDir
-	case s == "notfound":
-		w.closePipes()
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, cmd.Args[0])
-	case s == "notexec":
-		w.closePipes()
-		return nil, fmt.Errorf("%w: %s", ErrNotExecutable, cmd.Args[0])
-	default:
-		w.closePipes()
-		return nil, fmt.Errorf("start sandbox: pooled init: %s", s)
+		return nil, err
 	}
 	var relayed chan struct{}
 	if relay != nil {
