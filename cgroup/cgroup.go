@@ -126,6 +126,9 @@ func isDir(d string) bool {
 
 // readKey returns the value of key in a flat "key value" cgroup file.
 func readKey(file, key string) (uint64, error) {
+	if file == "" {
+		return 0, os.ErrNotExist
+	}
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return 0, err
@@ -149,64 +152,74 @@ type Usage struct {
 	PidsMax    uint64        // forks refused by the pids limit
 }
 
-// Read returns the usage recorded in g.
+// Read returns the usage recorded in g. It reads the four files that hold
+// the four figures, no more: containerd's Stat reads every counter of each
+// controller (11 files on v1 for these three controllers, more on v2), and
+// this read sits between a command's exit and its caller's answer.
+// pids.events is optional (a hierarchy without the pids controller, an old
+// kernel); the others are not, except memory.peak, which v2 has since
+// Linux 5.19.
 func (g *Group) Read() (Usage, error) {
-	if g.Mode == V2 {
-		return g.readV2()
-	}
-	return g.readV1()
-}
-
-func (g *Group) readV2() (Usage, error) {
-	group := strings.TrimPrefix(g.Dirs[0], Root)
-	m, err := cgroup2.Load(group)
-	if err != nil {
-		return Usage{}, fmt.Errorf("load cgroup %s: %w", group, err)
-	}
-	st, err := m.Stat()
-	if err != nil {
-		return Usage{}, fmt.Errorf("read cgroup %s: %w", group, err)
-	}
 	var u Usage
-	if st.CPU != nil {
-		u.CPU = time.Duration(st.CPU.UsageUsec) * time.Microsecond
+	var cpu, peak, oom string
+	var pids string
+	if g.Mode == V2 {
+		d := g.Dirs[0]
+		cpu, peak, oom, pids = filepath.Join(d, "cpu.stat"), filepath.Join(d, "memory.peak"), filepath.Join(d, "memory.events"), filepath.Join(d, "pids.events")
+	} else {
+		cpu, peak = g.v1File("cpuacct", "cpuacct.usage"), g.v1File("memory", "memory.max_usage_in_bytes")
+		oom, pids = g.v1File("memory", "memory.oom_control"), g.v1File("pids", "pids.events")
 	}
-	if st.Memory != nil {
-		u.MemoryPeak = int64(st.Memory.MaxUsage) // memory.peak, Linux 5.19+
+	var err error
+	if g.Mode == V2 {
+		var usec uint64
+		usec, err = readKey(cpu, "usage_usec")
+		u.CPU = time.Duration(usec) * time.Microsecond
+	} else {
+		var ns uint64
+		ns, err = readUint(cpu)
+		u.CPU = time.Duration(ns)
 	}
-	if st.MemoryEvents != nil {
-		u.OOMKills = st.MemoryEvents.OomKill
-	}
-	u.PidsMax, _ = readKey(filepath.Join(g.Dirs[0], "pids.events"), "max")
-	return u, nil
-}
-
-func (g *Group) readV1() (Usage, error) {
-	// Only the three controllers that carry the verdict; a full Stat
-	// walks every hierarchy.
-	path, hier, rel := v1Controllers(g.Dirs, cgroup1.Memory, cgroup1.Cpuacct, cgroup1.Pids)
-	cg, err := cgroup1.Load(path, hier)
-	if err != nil {
-		return Usage{}, fmt.Errorf("load cgroup %s: %w", g.Path, err)
-	}
-	st, err := cg.Stat(cgroup1.IgnoreNotExist)
 	if err != nil {
 		return Usage{}, fmt.Errorf("read cgroup %s: %w", g.Path, err)
 	}
-	var u Usage
-	if st.CPU != nil && st.CPU.Usage != nil {
-		u.CPU = time.Duration(st.CPU.Usage.Total)
+	p, err := readUint(peak)
+	if err != nil && !(g.Mode == V2 && errors.Is(err, os.ErrNotExist)) {
+		return Usage{}, fmt.Errorf("read cgroup %s: %w", g.Path, err)
 	}
-	if st.Memory != nil && st.Memory.Usage != nil {
-		u.MemoryPeak = int64(st.Memory.Usage.Max)
+	u.MemoryPeak = int64(p)
+	if u.OOMKills, err = readKey(oom, "oom_kill"); err != nil {
+		return Usage{}, fmt.Errorf("read cgroup %s: %w", g.Path, err)
 	}
-	if st.MemoryOomControl != nil {
-		u.OOMKills = st.MemoryOomControl.OomKill
-	}
-	if p, ok := rel[cgroup1.Pids]; ok {
-		u.PidsMax, _ = readKey(filepath.Join(Root, "pids", p, "pids.events"), "max")
-	}
+	u.PidsMax, _ = readKey(pids, "max")
 	return u, nil
+}
+
+// v1File is the path of file in g's directory of the v1 hierarchy that
+// holds controller ctrl ("cpuacct" is in "cpu,cpuacct"), or "" if none
+// does, which reads as a missing file.
+func (g *Group) v1File(ctrl, file string) string {
+	for _, d := range g.Dirs {
+		ctrls, _, _ := strings.Cut(strings.TrimPrefix(d, Root+"/"), "/")
+		for _, c := range strings.Split(ctrls, ",") {
+			if c == ctrl {
+				return filepath.Join(d, file)
+			}
+		}
+	}
+	return ""
+}
+
+// readUint reads a cgroup file holding one unsigned number.
+func readUint(file string) (uint64, error) {
+	if file == "" {
+		return 0, os.ErrNotExist
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
 }
 
 // Remove kills every process left in g and removes its directories. It is
@@ -331,8 +344,6 @@ func v1Controllers(dirs []string, names ...cgroup1.Name) (path cgroup1.Path, hie
 			subs = append(subs, cgroup1.NewMemory(Root, cgroup1.IgnoreModules("memsw", "kmem", "kmem.tcp")))
 		case cgroup1.Cpu:
 			subs = append(subs, cgroup1.NewCpu(Root))
-		case cgroup1.Cpuacct:
-			subs = append(subs, cgroup1.NewCpuacct(Root))
 		case cgroup1.Pids:
 			subs = append(subs, cgroup1.NewPids(Root))
 		case cgroup1.Cpuset:

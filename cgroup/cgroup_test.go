@@ -125,6 +125,10 @@ func TestReadUsage(t *testing.T) {
 	if u.CPU <= 0 || u.MemoryPeak <= 0 || u.OOMKills != 0 || u.PidsMax != 0 {
 		t.Errorf("usage %+v: want CPU and memory used, no OOM kill, no refused fork", u)
 	}
+	// A cgroup that is not there is an error, not a zero usage.
+	if u, err := p.Child("absent").Read(); err == nil {
+		t.Errorf("Read of a missing cgroup: %+v, want an error", u)
+	}
 }
 
 // mkGroup creates the child cgroup name of p the way libcontainer would,

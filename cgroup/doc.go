@@ -1,6 +1,8 @@
-// Package cgroup owns jaild's cgroups through github.com/containerd/cgroups/v3:
-// the parent cgroup that holds every sandbox and carries the aggregate budget,
-// the usage readings taken from a sandbox's cgroup after its command ends, and
+// Package cgroup owns jaild's cgroups: the parent cgroup that holds every
+// sandbox and carries the aggregate budget (through
+// github.com/containerd/cgroups/v3), the usage readings taken from a
+// sandbox's cgroup after its command ends (the four files that hold them,
+// read directly: they sit between the command's exit and the answer), and
 // the removal of cgroups a crashed jaild left behind.
 //
 // libcontainer creates, limits and destroys each sandbox's own cgroup; this

@@ -242,6 +242,41 @@ func TestPoolSize(t *testing.T) {
 	}
 }
 
+// TestPoolReplacesDuringLongRun: a run that outlasts the replacement delay
+// gets its sandbox's replacement built while it runs, so that a long command
+// does not leave the pool short until it ends.
+func TestPoolReplacesDuringLongRun(t *testing.T) {
+	p := newPool(t, 1)
+	waitReady(t, p)
+	// The command blocks on its stdin until the test closes it.
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdinR.Close()
+	defer stdinW.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "read x"}, Stdin: stdinR, Timeout: time.Minute}})
+		done <- err
+	}()
+	waitFor(t, 20*time.Second, "the replacement to be ready while the command runs", func() bool {
+		if h, _ := p.Stats(); h == 0 {
+			return false // not handed over yet
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the command ended before the test released it: %v", err)
+		default:
+		}
+		return p.Ready() == 1
+	})
+	stdinW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPoolIsolation: a command handed to a pooled sandbox runs exactly as
 // locked down as in a fresh one: same user, no capabilities, no_new_privs,
 // the same seccomp filter, the same mounts, and it is pid 1 with nothing of

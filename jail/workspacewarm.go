@@ -88,11 +88,12 @@ func (p *prestarted) startLocked() {
 	}()
 }
 
-// take hands out the waiting sandbox and starts building the next. If none
-// is ready but one is being built, it waits for that one: never longer than
-// building a fresh one would take, and a run whose caller gives up
-// meanwhile still gets its sandbox, killed at once, and a Canceled result,
-// as a fresh one's would be. nil: none.
+// take hands out the waiting sandbox; the caller starts building the next
+// (replace) once its run ends, see replaceLater. If none is ready but one is
+// being built, it waits for that one: never longer than building a fresh
+// one would take, and a run whose caller gives up meanwhile still gets its
+// sandbox, killed at once, and a Canceled result, as a fresh one's would
+// be. nil: none, and the next is being built.
 func (p *prestarted) take() *warm {
 	p.mu.Lock()
 	if p.ready == nil && p.building != nil && !p.closed {
@@ -104,8 +105,18 @@ func (p *prestarted) take() *warm {
 	defer p.mu.Unlock()
 	w := p.ready
 	p.ready = nil
-	p.startLocked()
+	if w == nil {
+		p.startLocked()
+	}
 	return w
+}
+
+// replace starts building the next sandbox, unless one is ready or being
+// built.
+func (p *prestarted) replace() {
+	p.mu.Lock()
+	p.startLocked()
+	p.mu.Unlock()
 }
 
 // close stops building, destroys the waiting sandbox and waits for builds
@@ -302,6 +313,7 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *Result, _
 		p.misses.Add(1)
 		return nil, nil, false
 	}
+	defer replaceLater(p.replace)()
 	res, err := p.run(ctx, sb, spec, relay)
 	return res, err, true
 }
