@@ -350,3 +350,63 @@ func TestPoolLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestNamespacePins: a started sandbox's namespaces are held open by jaild
+// until its teardown (so that their end is not on the answer's path), and
+// none is left open once the sandboxes are gone.
+func TestNamespacePins(t *testing.T) {
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	m, err := jail.New(config(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	p, err := m.NewPool(1, jail.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	waitReady(t, p)
+	kinds := nsFDs(t)
+	for _, k := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s namespace pinned for the waiting sandbox (open: %v)", k, kinds)
+		}
+	}
+	if _, err := runPooled(t, p, sh("true")); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m.Run(context.Background(), sh("true")); err != nil || res.ExitCode != 0 {
+		t.Fatalf("cold run: %v %+v", err, res)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := nsFDs(t); len(left) != 0 {
+		t.Errorf("namespaces still open after Close: %v", left)
+	}
+}
+
+// nsFDs counts this process's open namespace descriptors by kind.
+func nsFDs(t *testing.T) map[string]int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, e := range ents {
+		l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil {
+			continue
+		}
+		if k, _, ok := strings.Cut(l, ":["); ok && !strings.Contains(k, "/") && k != "pipe" && k != "socket" && k != "anon_inode" {
+			kinds[k]++
+		}
+	}
+	return kinds
+}

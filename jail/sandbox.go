@@ -40,6 +40,9 @@ type sandbox struct {
 	// pin and the proxy listener in it; empty and nil otherwise.
 	netns string
 	proxy *net.TCPListener
+	// pins hold the namespaces of the sandbox's init open until Destroy
+	// (see pinNamespaces).
+	pins []*os.File
 }
 
 // ID is the sandbox's id, also its container and cgroup name.
@@ -157,6 +160,9 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 	if err := s.c.Start(p); err != nil {
 		return nil, err
 	}
+	if pid, err := p.Pid(); err == nil {
+		s.pinNamespaces(pid)
+	}
 	r.started = time.Now()
 	if err := s.c.Exec(); err != nil {
 		return nil, err
@@ -172,6 +178,33 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 		f.Close()
 	}
 	return r, nil
+}
+
+// pinNamespaces opens the namespaces of the sandbox's init, pid, and keeps
+// them until Destroy. The kernel tears a namespace down when its last
+// reference goes: unpinned, that is when the command exits, and the exit of
+// the container's pid 1 (unmounting the sandbox's mount tree, ...) delays
+// its parent's wait, so the answer, by about 0.45 ms of the 1 ms from a
+// pooled command's exit to its SIGCHLD on this project's 2-core VM. Pinned,
+// the work moves to Destroy, after the answer (see teardown.go). Best
+// effort: a namespace not pinned ends at exit as it would have.
+func (s *sandbox) pinNamespaces(pid int) {
+	for _, ns := range s.c.Config().Namespaces {
+		if ns.Path != "" {
+			continue // joined, not the sandbox's own
+		}
+		if f, err := os.Open(ns.GetPath(pid)); err == nil {
+			s.pins = append(s.pins, f)
+		}
+	}
+}
+
+// unpin closes the namespace pins.
+func (s *sandbox) unpin() {
+	for _, f := range s.pins {
+		f.Close()
+	}
+	s.pins = nil
 }
 
 // collect waits for a started command under cmd's timeout, drains its
@@ -358,6 +391,9 @@ func (s *sandbox) Destroy() error {
 		// by the kernel.
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The init is gone (or will never be waited for): its namespaces
+	// end now, before the slot's uid range can go to another sandbox.
+	s.unpin()
 	if err != nil {
 		// Keep the slot record (a workspace's keeps listing the
 		// sandbox): the next sweep or the workspace's Close finishes
