@@ -33,7 +33,10 @@ import (
 // The watchdog then sweeps the owner's orphaned slots, as Manager.Sweep
 // does, releases the parent cgroup if no other jaild holds it, and exits.
 // Other processes' orphans it leaves to their own watchdogs or to the sweep
-// at the next start: it does its owner's work, no more.
+// at the next start: it does its owner's work, no more. In a binary that
+// links internal/inithook, the wait begins in a C constructor, before the Go
+// runtime starts (internal/inithook/watchdog.c): a watchdog costs a Go
+// program's start only once it has work to do.
 //
 // A Manager that closes has destroyed its sandboxes and has nothing left for
 // the watchdog to do: it SIGKILLs and reaps it. A polite request would make

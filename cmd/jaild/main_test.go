@@ -202,6 +202,15 @@ func TestKilledRun(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// Until then its watchdog waits in internal/inithook's C constructor:
+	// one thread, no Go runtime started (which would add its own).
+	dogs := testenv.WatchdogsOf(in.StateDir, victim.Process.Pid)
+	if len(dogs) != 1 {
+		t.Fatalf("watchdogs %v, want jaild's one", dogs)
+	}
+	if th := threads(t, dogs[0]); th != 1 {
+		t.Errorf("the dormant watchdog has %d threads, want 1 (it has started Go)", th)
+	}
 	_ = victim.Process.Signal(syscall.SIGKILL)
 	_ = victim.Wait()
 	killed := time.Now()
@@ -219,6 +228,23 @@ func TestKilledRun(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// testenv's check at cleanup: no cgroup, state, slot or watchdog left.
+}
+
+// threads is the number of threads of process pid.
+func threads(t *testing.T, pid int) int {
+	t.Helper()
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatalf("no Threads line in /proc/%d/status", pid)
+	return 0
 }
 
 // running reports whether pid is a process that has not exited.

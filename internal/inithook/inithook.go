@@ -1,8 +1,10 @@
 // Package inithook is the libcontainer init hook of jaild's binaries: both
 // import it for its init function, which turns the process into a
 // container's init when the binary was re-executed as one, and pins main to
-// the main thread otherwise. Its C constructor (poolwait.c) is the init of
-// a pooled sandbox, "<binary> pool-wait", before the Go runtime starts.
+// the main thread otherwise. Its C constructors run before the Go runtime
+// starts: poolwait.c is the init of a pooled sandbox, "<binary> pool-wait";
+// watchdog.c keeps a Manager's watchdog, "<binary> watchdog", dormant until
+// its owner dies.
 package inithook
 
 import (
