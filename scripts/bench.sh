@@ -327,9 +327,13 @@ daemon() {
   wait "$LOADGEN_PID" || true
   LOADGEN_PID=
   sleep 1 # the pool refills
-  rss=0
-  for p in $pids; do rss=$((rss + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status"))); done
+  rss=0 anon=0
+  for p in $pids; do
+    rss=$((rss + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status")))
+    anon=$((anon + $(awk '/^RssAnon/ {print $2}' "/proc/$p/status")))
+  done
   echo "$rss" >> "$T/res.rss_idle"
+  echo "$anon" >> "$T/res.rss_anon"
   measure serve.paced "$cgd" -url "http://$addr/run" -c 1 -n "$PACED_N" -pause 100ms -body '{"command":"true"}'
   for c in 1 4 16; do
     measure "serve.$c" "$cgd" -url "http://$addr/run" -c "$c" -n 100000 -body '{"command":"true"}'
@@ -380,7 +384,11 @@ for t in "${TOOLS[@]}"; do
   row "$t, 2 workers" "$t.2"
 done
 echo "(host CPU: /proc/stat busy time over the level per sandbox, the whole machine's; cg CPU: the tool's own cgroup's)"
-[ ! -s "$T/res.rss_peak" ] || echo "daemon RSS (front end + worker): idle $(($(num rss_idle) / 1024)) MiB, peak $(($(num rss_peak) / 1024)) MiB"
+# Most of the idle RSS is the two binaries' mapped file pages, whose count
+# depends on how the page cache holds them (the same binary mapped 22 MiB
+# copied with cp, 32 MiB as go build wrote it): the anonymous part is the
+# daemons' own memory.
+[ ! -s "$T/res.rss_peak" ] || echo "daemon RSS (front end + worker): idle $(($(num rss_idle) / 1024)) MiB (anonymous $(($(num rss_anon) / 1024)) MiB), peak $(($(num rss_peak) / 1024)) MiB"
 
 echo
 echo "== issue 11 targets"
