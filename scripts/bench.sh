@@ -63,8 +63,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ ! -x "$JAILD" ] || [ ! -x "$(dirname "$JAILD")/jaild-server" ]; then
   [ "$JAILD" = "$REPO/bin/jaild" ] || die "no jaild at $JAILD, or no jaild-server next to it"
-  echo "bench: building bin/jaild and bin/jaild-server" >&2
-  go build -tags seccomp,urfave_cli_no_docs -o bin/ ./cmd/jaild ./cmd/jaild-server
+  echo "bench: building bin/jaild and bin/jaild-server as scripts/setup.sh does (static)" >&2
+  for b in jaild jaild-server; do
+    CGO_ENABLED=1 go build -tags seccomp,urfave_cli_no_docs,netgo,osusergo -trimpath -ldflags '-extldflags=-static' -o "bin/$b" "./cmd/$b"
+  done
 fi
 JAILD=$(realpath "$JAILD")
 
