@@ -23,8 +23,8 @@
 # Env: BENCH_N (decisions per benchmark, default 5000), BENCH_ROUNDS (daemon
 # rounds of each kind, default 3), BENCH_REQS (requests per round, default
 # 100), JAILD (default bin/jaild).
-# scripts/bench.sh (measuring the daemon as a whole) is another change's; this
-# script is the policy's own.
+# scripts/bench.sh runs this with --daemon after its own table (BENCH_TOOLS
+# "policy"), so that one run prints both issues' figures.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -11,6 +11,9 @@
 #                    mounts, limits and seccomp allowlist (made here)
 #   bwrap            `bwrap --unshare-all` (no cgroups, no seccomp)
 #   unshare          `unshare -Urpfm --mount-proc true`
+#   policy           issue 10's: scripts/bench-policy.sh --daemon, after the
+#                    table (the router example's decisions, and POST /run
+#                    with and without it, paced, in alternating rounds)
 #
 # Each one-shot tool is measured twice: one worker (latency p50/p99) and two
 # workers (sandboxes/s). Every level is a scripts/loadgen run (HTTP, or -exec
@@ -23,14 +26,14 @@
 # the table: compare ratios within one run, not absolute figures across runs.
 #
 #   sudo scripts/bench.sh                  # 20 s per level
-#   sudo BENCH_QUICK=1 scripts/bench.sh    # about 90 s in all
+#   sudo BENCH_QUICK=1 scripts/bench.sh    # about 2 min in all
 #
 # Env: JAILD (default bin/jaild; bin/jaild-server must sit next to it; both
 # built with go build when missing), BENCH_SECS (seconds per level, default
 # 20, quick 4), BENCH_PACED_N (paced requests, default 200, quick 40),
 # BENCH_ROUNDS (rounds of every measurement, interleaved; medians printed;
 # default 1), BENCH_SERVE_ARGS (more flags for jaild serve), BENCH_TOOLS
-# (which to run, default "serve jaild runc bwrap unshare"), BENCH_GO=1 (also
+# (which to run, default "serve jaild runc bwrap unshare policy"), BENCH_GO=1 (also
 # the Go benchmarks of ./jail).
 # Needs root. Installs what is missing with apt: runc bubblewrap
 # busybox-static jq (wrk is not needed: scripts/loadgen drives the daemon).
@@ -48,7 +51,7 @@ else
   SECS=${BENCH_SECS:-20} PACED_N=${BENCH_PACED_N:-200}
 fi
 ROUNDS=${BENCH_ROUNDS:-1}
-WANT=" ${BENCH_TOOLS:-serve jaild runc bwrap unshare} "
+WANT=" ${BENCH_TOOLS:-serve jaild runc bwrap unshare policy} "
 
 die() { echo "bench: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (jaild and runc build namespaces and cgroups)"
@@ -409,6 +412,17 @@ j=$(get jaild.1 p50_ms) rr=$(get runc.1 p50_ms)
 echo "one-shot jaild run / runc run p50: $(ratio "$j" "$rr") (<= 0.8x: $(meets "$(awk -v a="$j" -v b="$rr" 'BEGIN {if (a != "" && b > 0) print a / b}')" '<=' 0.8))"
 if [ -s "$T/res.rss_peak" ]; then
   echo "daemon RSS: idle $(($(num rss_idle) / 1024)) MiB (< 40: $(meets "$(($(num rss_idle) / 1024))" '<' 40)), peak $(($(num rss_peak) / 1024)) MiB (< 100: $(meets "$(($(num rss_peak) / 1024))" '<' 100))"
+fi
+
+if [[ $WANT == *" policy "* ]]; then
+  echo
+  echo "== issue 10: what the policy adds (scripts/bench-policy.sh --daemon)"
+  if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    pol=(BENCH_N=1000 BENCH_ROUNDS=1 BENCH_REQS=40)
+  else
+    pol=(BENCH_N=5000 BENCH_ROUNDS=3 BENCH_REQS=100)
+  fi
+  env "${pol[@]}" JAILD="$JAILD" "$REPO/scripts/bench-policy.sh" --daemon || echo "bench: the policy benchmark failed" >&2
 fi
 
 if [ "${BENCH_GO:-0}" = 1 ]; then
