@@ -33,7 +33,10 @@
 // (killing the pid namespace's init kills the rest), jaild waits a bounded
 // time, reads the counters and destroys the container, its cgroup and
 // state: after the run has returned, in the background, for up to
-// Config.TeardownBacklog sandboxes at once (see teardown.go). A sandbox outlives a jaild that is SIGKILLed, so each one records
+// Config.TeardownBacklog sandboxes at once (see teardown.go). jaild holds
+// the sandbox's namespaces open until then, so that the kernel ends them
+// then too, not between the command's exit and the answer. A sandbox
+// outlives a jaild that is SIGKILLed, so each one records
 // itself in a slot file under [SlotDir] and holds an flock on it while its
 // owner lives. Each Manager's watchdog process (see watchdog.go) destroys
 // the owner's sandboxes as soon as the owner dies; [New] and
@@ -50,7 +53,8 @@
 // it keeps sandboxes started (their init jaild's minimal "pool-wait",
 // blocked reading its command from a pipe, which it then execs), so that a
 // run does not wait for a sandbox to be built; see its doc for what it can
-// and cannot serve.
+// and cannot serve. The replacement of a sandbox a run took is built once
+// that run ends (or 50 ms into it), not beside the command it replaces.
 //
 // # Workspaces
 //
