@@ -40,11 +40,11 @@
 // itself in a slot file under [SlotDir] and holds an flock on it while its
 // owner lives. Each Manager's watchdog process (see watchdog.go) destroys
 // the owner's sandboxes as soon as the owner dies; [New] and
-// [Manager.Sweep] destroy the sandboxes of this installation (state dir)
-// whose slot lock is free, and only those, so a sweep never touches a
-// sandbox of a jaild that is still running. Another installation's orphan
-// is destroyed by a new sandbox only when it needs that slot, no clean one
-// being left.
+// [Manager.Sweep] destroy the sandboxes whose slot lock is free of this
+// installation (state dir), or of one that is gone (its state dir removed),
+// and only those, so a sweep never touches a sandbox of a jaild that is
+// still running. Another live installation's orphan is destroyed by a new
+// sandbox only when it needs that slot, no clean one being left.
 //
 // # Pools
 //

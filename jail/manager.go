@@ -444,11 +444,25 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace
 // (this state dir) left when they died, and reports how many it found.
 // Sandboxes of live jaild processes are never touched; another
 // installation's orphans are left to its own sweeps, or to the slot
-// allocation that needs their uid range (see acquireSlot).
+// allocation that needs their uid range (see acquireSlot), unless that
+// installation is gone (see abandoned).
 func (m *Manager) Sweep() (int, error) {
-	n, err := sweepSlots(m.slotDir, func(r *record) bool { return r.StateRoot == m.containers }, m.sweepRecord)
+	n, err := sweepSlots(m.slotDir, func(r *record) bool { return r.StateRoot == m.containers || abandoned(r) }, m.sweepRecord)
 	pins, perr := m.sweepPins()
 	return n + pins, errors.Join(err, perr)
+}
+
+// abandoned reports whether rec's installation is gone: its state root no
+// longer exists, so no sweep of its own will come for the orphan (a test's
+// installation removed after its jaild was killed, a state dir deleted by
+// hand). Left alone, its record would hold the slot, and whatever of the
+// sandbox is left (cgroups, a workspace's tmpfs), until slots ran out.
+func abandoned(rec *record) bool {
+	if rec.StateRoot == "" {
+		return false
+	}
+	_, err := os.Stat(rec.StateRoot)
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // sweepRecord destroys the orphaned sandbox rec describes: libcontainer

@@ -55,3 +55,21 @@ func TestSweepSlotsScope(t *testing.T) {
 		t.Errorf("their slot's record: %v, want it kept", err)
 	}
 }
+
+// TestAbandoned: an orphan whose installation's state root is gone is
+// every sweep's to take; one whose installation exists is not.
+func TestAbandoned(t *testing.T) {
+	root := t.TempDir()
+	for _, c := range []struct {
+		rec  record
+		want bool
+	}{
+		{record{ID: "live install", StateRoot: root}, false},
+		{record{ID: "gone install", StateRoot: filepath.Join(root, "removed", "containers")}, true},
+		{record{ID: "no state root"}, false},
+	} {
+		if got := abandoned(&c.rec); got != c.want {
+			t.Errorf("abandoned(%s) = %v, want %v", c.rec.ID, got, c.want)
+		}
+	}
+}
