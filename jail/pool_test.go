@@ -351,9 +351,10 @@ func TestPoolLimits(t *testing.T) {
 	}
 }
 
-// TestNamespacePins: a started sandbox's namespaces are held open by jaild
-// until its teardown (so that their end is not on the answer's path), and
-// none is left open once the sandboxes are gone.
+// TestNamespacePins: a started sandbox's namespaces and its init's sealed
+// executable are held open by jaild until its teardown (so that their end is
+// not on the answer's path), and none is left open once the sandboxes are
+// gone.
 func TestNamespacePins(t *testing.T) {
 	requireHost(t)
 	env := testenv.New(t, "jaild-test")
@@ -368,10 +369,10 @@ func TestNamespacePins(t *testing.T) {
 	}
 	defer p.Close()
 	waitReady(t, p)
-	kinds := nsFDs(t)
-	for _, k := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup"} {
+	kinds := pinFDs(t)
+	for _, k := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup", "exe"} {
 		if kinds[k] == 0 {
-			t.Errorf("no %s namespace pinned for the waiting sandbox (open: %v)", k, kinds)
+			t.Errorf("no %s pinned for the waiting sandbox (open: %v)", k, kinds)
 		}
 	}
 	if _, err := runPooled(t, p, sh("true")); err != nil {
@@ -386,14 +387,24 @@ func TestNamespacePins(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if left := nsFDs(t); len(left) != 0 {
-		t.Errorf("namespaces still open after Close: %v", left)
+	if left := pinFDs(t); len(left) != 0 {
+		t.Errorf("pins still open after Close: %v", left)
 	}
 }
 
-// nsFDs counts this process's open namespace descriptors by kind.
-func nsFDs(t *testing.T) map[string]int {
+// pinFDs counts this process's open namespace descriptors by kind, and
+// under "exe" its descriptors of a sealed copy of its own binary (which
+// libcontainer mounts alone at the root of an overlayfs: "/<name>").
+func pinFDs(t *testing.T) map[string]int {
 	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := "/" + filepath.Base(exe)
+	if exe == sealed {
+		t.Fatalf("the test binary is %s itself: a sealed copy would look the same", exe)
+	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
@@ -404,7 +415,9 @@ func nsFDs(t *testing.T) map[string]int {
 		if err != nil {
 			continue
 		}
-		if k, _, ok := strings.Cut(l, ":["); ok && !strings.Contains(k, "/") && k != "pipe" && k != "socket" && k != "anon_inode" {
+		if l == sealed {
+			kinds["exe"]++
+		} else if k, _, ok := strings.Cut(l, ":["); ok && !strings.Contains(k, "/") && k != "pipe" && k != "socket" && k != "anon_inode" {
 			kinds[k]++
 		}
 	}
