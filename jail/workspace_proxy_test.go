@@ -14,15 +14,7 @@ import (
 // workspace has neither.
 func TestWorkspaceProxy(t *testing.T) {
 	m := newManager(t)
-	ws, err := m.NewWorkspace(0, jail.WithProxy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ws.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	ws := newWorkspace(t, m, 0, jail.WithProxy())
 	ln := ws.TakeProxyListener()
 	if ln == nil || ln.Addr().String() != "127.0.0.1:3128" {
 		t.Fatalf("proxy listener %v", ln)

@@ -19,9 +19,11 @@ import (
 	"github.com/jaild/jaild/jail"
 )
 
-func newWorkspace(t *testing.T, m *jail.Manager, size int64) *jail.Workspace {
+// newWorkspace makes a workspace of size bytes with opts, closed (and the
+// Close checked) at cleanup.
+func newWorkspace(t *testing.T, m *jail.Manager, size int64, opts ...jail.WorkspaceOption) *jail.Workspace {
 	t.Helper()
-	ws, err := m.NewWorkspace(size)
+	ws, err := m.NewWorkspace(size, opts...)
 	if err != nil {
 		t.Fatalf("NewWorkspace: %v", err)
 	}

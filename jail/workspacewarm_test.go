@@ -16,15 +16,7 @@ import (
 // its next run, and waits until one is.
 func newPrestartWorkspace(t *testing.T, m *jail.Manager, l jail.Limits) *jail.Workspace {
 	t.Helper()
-	ws, err := m.NewWorkspace(0, jail.WithPrestart(l))
-	if err != nil {
-		t.Fatalf("NewWorkspace: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := ws.Close(); err != nil {
-			t.Errorf("Workspace.Close: %v", err)
-		}
-	})
+	ws := newWorkspace(t, m, 0, jail.WithPrestart(l))
 	waitPrestarted(t, ws)
 	return ws
 }
@@ -244,15 +236,7 @@ func TestWorkspacePrestartClose(t *testing.T) {
 // workspace's namespace, as a fresh one does.
 func TestWorkspacePrestartProxy(t *testing.T) {
 	m := newManager(t)
-	ws, err := m.NewWorkspace(0, jail.WithProxy(), jail.WithPrestart(jail.Limits{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ws.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	ws := newWorkspace(t, m, 0, jail.WithProxy(), jail.WithPrestart(jail.Limits{}))
 	ln := ws.TakeProxyListener()
 	if ln == nil {
 		t.Fatal("no proxy listener")
