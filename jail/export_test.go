@@ -47,7 +47,7 @@ func Prestart(m *Manager) (*Warm, error) {
 
 // Handover hands cmd to the waiting sandbox and collects the result.
 func (w *Warm) Handover(cmd *Command) (*Result, error) {
-	return w.p.handover(context.Background(), w.w, cmd)
+	return w.w.runCommand(context.Background(), cmd, nil)
 }
 
 // Destroy destroys the sandbox.

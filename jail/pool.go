@@ -243,7 +243,7 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		}
 	}
 	p.hits.Add(1)
-	res, err := p.handover(ctx, w, &spec.Command)
+	res, err := w.runCommand(ctx, &spec.Command, nil)
 	if res != nil {
 		res.Prestarted = true
 	}
@@ -299,27 +299,6 @@ func pooledDir(dir string) bool {
 		return true
 	}
 	return false
-}
-
-// handover gives a waiting sandbox its command and collects the result.
-func (p *Pool) handover(ctx context.Context, w *warm, cmd *Command) (*Result, error) {
-	defer w.status.Close()
-	w.r.started = time.Now() // the init execs the command as it arrives
-	_, err := w.cmd.Write(poolMessage(cmd, 0))
-	w.cmd.Close()
-	if err != nil {
-		w.r.stdinW.Close()
-		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)
-	}
-	w.r.stdin = cmd.Stdin // nil: collect closes stdin at once
-	res, err := w.sb.collect(ctx, cmd, w.r)
-	// Every writer of the status pipe is gone once the sandbox's init
-	// has exited, so this read cannot block.
-	status, _ := io.ReadAll(w.status)
-	if serr := initStatus(status, cmd); serr != nil {
-		return nil, serr
-	}
-	return res, err
 }
 
 // initStatus is the error of a waiting init's report on its status pipe,

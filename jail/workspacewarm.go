@@ -231,12 +231,12 @@ func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.Fil
 	return res, nil
 }
 
-// runCommand gives a waiting sandbox cmd and collects the result. If relay
-// is not nil (cmd has one extra file), what the command writes to its fd 3
-// is copied into relay, which runCommand closes. Unlike
-// Pool.handover, it waits for the command's exec (the end of the status
-// pipe) before it feeds stdin, so that a command that did not start
-// consumed nothing and can run elsewhere (errNoDir).
+// runCommand gives a waiting sandbox (the pool's or a workspace's) cmd and
+// collects the result. If relay is not nil (cmd has one extra file), what
+// the command writes to its fd 3 is copied into relay, which runCommand
+// closes. It waits for the command's exec (the end of the status pipe)
+// before it feeds stdin, so that a command that did not start consumed
+// nothing and can run elsewhere (errNoDir).
 func (w *warm) runCommand(ctx context.Context, cmd *Command, relay *os.File) (*Result, error) {
 	defer w.status.Close()
 	files := 0
