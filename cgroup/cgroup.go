@@ -161,24 +161,19 @@ type Usage struct {
 // Linux 5.19.
 func (g *Group) Read() (Usage, error) {
 	var u Usage
-	var cpu, peak, oom string
-	var pids string
+	var err error
+	var peak, oom, pids string
 	if g.Mode == V2 {
 		d := g.Dirs[0]
-		cpu, peak, oom, pids = filepath.Join(d, "cpu.stat"), filepath.Join(d, "memory.peak"), filepath.Join(d, "memory.events"), filepath.Join(d, "pids.events")
-	} else {
-		cpu, peak = g.v1File("cpuacct", "cpuacct.usage"), g.v1File("memory", "memory.max_usage_in_bytes")
-		oom, pids = g.v1File("memory", "memory.oom_control"), g.v1File("pids", "pids.events")
-	}
-	var err error
-	if g.Mode == V2 {
 		var usec uint64
-		usec, err = readKey(cpu, "usage_usec")
+		usec, err = readKey(filepath.Join(d, "cpu.stat"), "usage_usec")
 		u.CPU = time.Duration(usec) * time.Microsecond
+		peak, oom, pids = filepath.Join(d, "memory.peak"), filepath.Join(d, "memory.events"), filepath.Join(d, "pids.events")
 	} else {
 		var ns uint64
-		ns, err = readUint(cpu)
+		ns, err = readUint(g.v1File("cpuacct", "cpuacct.usage"))
 		u.CPU = time.Duration(ns)
+		peak, oom, pids = g.v1File("memory", "memory.max_usage_in_bytes"), g.v1File("memory", "memory.oom_control"), g.v1File("pids", "pids.events")
 	}
 	if err != nil {
 		return Usage{}, fmt.Errorf("read cgroup %s: %w", g.Path, err)
