@@ -202,6 +202,7 @@ const (
 	CodeNotExecutable    = "not_executable"         // 422: command not executable
 	CodeBusy             = "busy"                   // 429: admission queue full or wait expired
 	CodeShuttingDown     = "shutting_down"          // 503: the daemon is stopping
+	CodeDraining         = "draining"               // 503: the daemon takes no new sessions or one-shot runs; retry elsewhere
 	CodeUnavailable      = "unavailable"            // 503: the daemon's worker is restarting; see Retry-After
 	CodeCanceled         = "canceled"               // 503: the run was cancelled
 	CodeNotRoot          = "not_root"               // 500: the daemon cannot build sandboxes

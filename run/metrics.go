@@ -24,6 +24,7 @@ const (
 	RejectBodyTimeout  = "body_timeout"
 	RejectUnauthorized = "unauthorized"
 	RejectShutdown     = "shutting_down"
+	RejectDraining     = "draining"
 	RejectForbidden    = "forbidden"
 )
 
@@ -109,7 +110,7 @@ func NewMetrics() *Metrics {
 		m.runs.WithLabelValues(v)
 	}
 	for _, r := range []string{RejectBusy, RejectInvalid, RejectBadJSON, RejectTooLarge, RejectMedia,
-		RejectBodyTimeout, RejectUnauthorized, RejectShutdown, RejectForbidden} {
+		RejectBodyTimeout, RejectUnauthorized, RejectShutdown, RejectDraining, RejectForbidden} {
 		m.rejects.WithLabelValues(r)
 	}
 	m.egress = newEgressMetrics(m.reg)

@@ -100,6 +100,8 @@ func SessionError(err error) error {
 		return api.Mark(err, api.ErrNoSession)
 	case errors.Is(err, session.ErrLimit):
 		return api.Mark(err, api.ErrLimit)
+	case errors.Is(err, session.ErrDraining):
+		return api.Mark(err, api.ErrUnavailable)
 	case errors.Is(err, session.ErrClosed):
 		return api.Mark(fmt.Errorf("%w (the session is gone)", err), api.ErrNoSession)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/run"
@@ -28,6 +29,23 @@ type Config struct {
 	// Server configures the HTTP server; Run sets its Runner, Metrics,
 	// Audit and MCP from the fields above.
 	Server Options
+	// Drain configures the drain that precedes a shutdown.
+	Drain DrainOptions
+}
+
+// DrainOptions configure how a daemon drains (Server.Drain) before it
+// shuts down: it refuses new work, serves its sessions until each is idle
+// or deleted, and then shuts down as on a stop without drain.
+type DrainOptions struct {
+	// Timeout bounds the drain; sessions still open then are removed by
+	// the shutdown. Zero means no drain: a stop shuts down at once.
+	Timeout time.Duration
+	// Idle is how long a session may run nothing, while draining, before
+	// it is removed. Zero removes idle sessions at once.
+	Idle time.Duration
+	// Start, if not nil, starts a drain without a stop signal (jaild
+	// drain); the daemon still exits once it is drained.
+	Start <-chan struct{}
 }
 
 // Run builds the chain and the server and serves on ln until ctx is done,
@@ -74,7 +92,53 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 		case <-done:
 		}
 	}()
-	return srv.Serve(ctx, ln)
+	stopping, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-c.Drain.Start:
+		case <-done:
+			return
+		}
+		c.drain(srv, kill, done)
+		stop()
+	}()
+	return srv.Serve(stopping, ln)
+}
+
+// drain drains srv and its sessions until none is left, the drain's
+// timeout, a kill or done.
+func (c Config) drain(srv *Server, kill context.Context, done <-chan struct{}) {
+	if c.Drain.Timeout <= 0 || !srv.Drain() {
+		return
+	}
+	if c.Sessions == nil {
+		return
+	}
+	c.Sessions.Drain(c.Drain.Idle)
+	log := srv.log
+	timeout := time.NewTimer(c.Drain.Timeout)
+	defer timeout.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := c.Sessions.Len()
+		if n == 0 {
+			log.Info("drained: no session left")
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-timeout.C:
+			log.Warn("drain timeout: removing the sessions left", "sessions", n, "timeout", c.Drain.Timeout)
+			return
+		case <-kill.Done():
+			return
+		case <-done:
+			return
+		}
+	}
 }
 
 // MCPSessionEgress is MCPOptions.SessionEgress over the daemon's egress

@@ -282,6 +282,9 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 		s.writeRunError(w, r, err, true)
 		return nil, false
 	}
+	if req.SessionID == "" && s.refuseNew(w, r) {
+		return nil, false
+	}
 	ctx := r.Context()
 	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx),
 		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,

@@ -200,8 +200,9 @@ type Server struct {
 	baseCtx    context.Context
 	cancelRuns context.CancelFunc
 
-	draining atomic.Bool
-	served   atomic.Bool
+	draining    atomic.Bool // shutting down: every request is refused
+	refusingNew atomic.Bool // draining: new work is refused (see Drain)
+	served      atomic.Bool
 
 	// In-flight handlers, so that shutdown can wait for killed runs to be
 	// cleaned up. A WaitGroup will not do: requests on kept-alive
@@ -233,11 +234,14 @@ func New(opts Options) (*Server, error) {
 		s.mountSessions(mux)
 	}
 	if opts.MCP != nil {
-		mux.Handle("/mcp", opts.MCP)
-		mux.Handle("/mcp/", opts.MCP)
+		mcp := s.refuseNewMCP(opts.MCP)
+		mux.Handle("/mcp", mcp)
+		mux.Handle("/mcp/", mcp)
 	}
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", s.handleHealth)
+	root.HandleFunc("GET /livez", s.handleLive)
+	root.HandleFunc("GET /readyz", s.handleReady)
 	root.HandleFunc("GET /openapi.yaml", handleOpenAPI)
 	root.Handle("/", s.authenticate(mux))
 	s.handler = s.track(s.withRequestID(s.checkOrigin(root)))
@@ -278,7 +282,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var serveErr error
 	select {
 	case err := <-errc:
-		serveErr = fmt.Errorf("serve %s: %w", ln.Addr(), err)
+		// ErrServerClosed: Shutdown was called directly (a kill while
+		// draining), not through ctx.
+		if !errors.Is(err, http.ErrServerClosed) {
+			serveErr = fmt.Errorf("serve %s: %w", ln.Addr(), err)
+		}
 		errc = nil
 	case <-ctx.Done():
 	}

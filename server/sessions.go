@@ -123,6 +123,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, run.RejectShutdown, http.StatusServiceUnavailable, &api.ErrorResponse{Error: "the server is shutting down", Code: api.CodeShuttingDown})
 		return
 	}
+	if s.refuseNew(w, r) {
+		return
+	}
 	var req api.SessionRequest
 	if !s.decodeBody(w, r, &req) {
 		return

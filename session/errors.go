@@ -15,6 +15,9 @@ var (
 	ErrLimit = errors.New("session: limit reached")
 	// ErrClosed: the Manager is closed, or the session is being removed.
 	ErrClosed = errors.New("session: closed")
+	// ErrDraining: the Manager is draining (Manager.Drain) and makes no
+	// new session; another daemon should.
+	ErrDraining = errors.New("session: draining, no new sessions")
 )
 
 // LimitError says which maximum a Create or Start hit.

@@ -122,6 +122,9 @@ type Manager struct {
 	sessions map[string]*Session
 	pending  map[string]int // places reserved by Creates under way, per owner
 	closed   bool
+	// drainIdle, once Drain set it, is how long a session may sit idle
+	// before it is removed; Create refuses new sessions meanwhile.
+	drainIdle time.Duration
 
 	stop   chan struct{}
 	reaper sync.WaitGroup
@@ -306,6 +309,9 @@ func (m *Manager) reserve(owner string) error {
 	if m.closed {
 		return ErrClosed
 	}
+	if m.drainIdle > 0 {
+		return ErrDraining
+	}
 	total, mine := len(m.sessions), m.pending[owner]
 	for _, n := range m.pending {
 		total += n
@@ -473,16 +479,40 @@ func (m *Manager) reap() {
 	}
 }
 
-// expire removes the sessions that are expired at now.
+// Drain makes the Manager refuse new sessions (ErrDraining) and remove
+// every session that has run nothing for idle (no call, no running job),
+// so that a daemon that is going away keeps serving the sessions in use
+// and lets the others go. Len tells when none is left. Calling it again
+// changes idle.
+func (m *Manager) Drain(idle time.Duration) {
+	if idle <= 0 {
+		idle = time.Nanosecond
+	}
+	m.mu.Lock()
+	m.drainIdle = idle
+	m.mu.Unlock()
+	m.expire(time.Now())
+}
+
+// Len is the number of live sessions.
+func (m *Manager) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions)
+}
+
+// expire removes the sessions that are expired at now, and while
+// draining, the ones idle for the drain's idle time.
 func (m *Manager) expire(now time.Time) {
 	m.mu.Lock()
 	var dead, lost []*Session
+	drainIdle := m.drainIdle
 	for id, s := range m.sessions {
 		switch {
 		case s.lost():
 			lost = append(lost, s)
 			delete(m.sessions, id)
-		case s.expired(now):
+		case s.expired(now), drainIdle > 0 && s.idleFor(now, drainIdle):
 			dead = append(dead, s)
 			delete(m.sessions, id)
 		}
@@ -503,6 +533,22 @@ func (s *Session) expired(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return !now.Before(s.deadline) || (s.active == 0 && !now.Before(s.lastUsed.Add(s.ttl)))
+}
+
+// idleFor reports whether nothing has run in s for d: no call in
+// progress, no running job, and the last call ended d ago.
+func (s *Session) idleFor(now time.Time, d time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active > 0 || now.Before(s.lastUsed.Add(d)) {
+		return false
+	}
+	for _, j := range s.jobs {
+		if !j.isEnded() {
+			return false
+		}
+	}
+	return true
 }
 
 // Stats counts the sessions and their running jobs, for metrics.

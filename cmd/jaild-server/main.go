@@ -23,6 +23,7 @@ func main() {
 		sessionCommand,
 		jobsCommand,
 		cpCommand,
+		command.Drain,
 	)
 }
 

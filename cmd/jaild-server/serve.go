@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/command"
+	"github.com/jaild/jaild/internal/pidfile"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
@@ -86,7 +88,9 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.IntFlag{Name: "max-conns-per-peer", Value: server.DefaultMaxConnsPerPeer, EnvVars: []string{"JAILD_MAX_CONNS_PER_PEER"}, Usage: "open connections of one remote IP or unix-socket uid at most; beyond it the peer's longest-idle one is closed, or the new one if none is idle (0: no cap)"},
 		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per run to; "-" is stderr, "off" none`},
 		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each run's command in the audit log, not only its SHA-256"},
-		&cli.DurationFlag{Name: "grace", Value: server.DefaultShutdownGrace, EnvVars: []string{"JAILD_GRACE"}, Usage: "on SIGTERM, how long running commands may finish before they are killed"},
+		&cli.DurationFlag{Name: "grace", Value: server.DefaultShutdownGrace, EnvVars: []string{"JAILD_GRACE"}, Usage: "on SIGTERM, once drained, how long running commands may finish before they are killed"},
+		&cli.DurationFlag{Name: "drain-timeout", Value: defaultDrainTimeout, EnvVars: []string{"JAILD_DRAIN_TIMEOUT"}, Usage: "on SIGTERM or jaild drain, how long sessions in use are served (new sessions and one-shot runs get 503) before the shutdown; 0: no drain"},
+		&cli.DurationFlag{Name: "drain-idle", Value: defaultDrainIdle, EnvVars: []string{"JAILD_DRAIN_IDLE"}, Usage: "while draining, a session that runs nothing for this long is removed"},
 		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"JAILD_LOG_FORMAT"}, Usage: `format of the daemon's log on stderr: "text" or "json"`},
 		&cli.BoolFlag{Name: "mcp", Value: true, EnvVars: []string{"JAILD_MCP"}, Usage: "serve MCP (Streamable HTTP) at /mcp; --mcp=false turns it off"},
 		&cli.StringFlag{Name: "shell-path", Value: "/bin/bash", EnvVars: []string{"JAILD_SHELL_PATH"}, Usage: "shell inside the sandbox that runs the MCP bash tool's command lines"},
@@ -149,6 +153,9 @@ func serveAction(c *cli.Context) error {
 	if c.Duration("grace") <= 0 || c.Int("max-conns") <= 0 {
 		return command.UsageError("--max-conns and --grace must be positive")
 	}
+	if c.Duration("drain-timeout") < 0 || c.Duration("drain-idle") < 0 {
+		return command.UsageError("--drain-timeout and --drain-idle must not be negative")
+	}
 	perPeer := c.Int("max-conns-per-peer")
 	switch {
 	case perPeer < 0:
@@ -195,6 +202,13 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer w.Close()
+	// jaild drain finds the daemon of a state dir through its pid file.
+	pf, err := pidfile.Create(filepath.Join(c.String("state-dir"), command.DaemonPidFile))
+	if err != nil {
+		log.Warn("no pid file: jaild drain cannot reach this daemon (send it SIGUSR1)", "err", err)
+	} else {
+		defer pf.Close()
+	}
 
 	// The metrics exist before the policy engine, whose first load they
 	// record.
@@ -241,8 +255,9 @@ func serveAction(c *cli.Context) error {
 		mcpOpts.Egress = c.Bool("mcp-egress")
 		cfg.MCP = mcpOpts
 	}
-	ctx, kill, stop := signalContexts(log, c.Duration("grace"))
+	ctx, kill, drain, stop := signalContexts(log, c.Duration("grace"))
 	defer stop()
+	cfg.Drain = server.DrainOptions{Timeout: c.Duration("drain-timeout"), Idle: c.Duration("drain-idle"), Start: drain}
 	if err := cfg.Run(ctx, kill, ln); err != nil {
 		return cli.Exit(fmt.Sprintf("serve: %v", err), api.ExitInternal)
 	}
@@ -256,36 +271,56 @@ func serveAction(c *cli.Context) error {
 	return nil
 }
 
-// signalContexts are the daemon's stop signals: ctx ends at the first
-// SIGTERM, SIGINT or SIGHUP (a graceful shutdown), kill at the second (the
-// grace period cut short). stop releases the signals.
-func signalContexts(log *slog.Logger, grace time.Duration) (ctx, kill context.Context, stop func()) {
+// The drain's defaults: a Kubernetes pod's default grace period is 30 s,
+// which the drain and --grace share unless the pod asks for more.
+const (
+	defaultDrainTimeout = 15 * time.Second
+	defaultDrainIdle    = 5 * time.Second
+)
+
+// signalContexts are the daemon's signals: ctx ends at the first SIGTERM,
+// SIGINT or SIGHUP (drain, then a graceful shutdown), kill at the second
+// (the grace period cut short). drain is closed at SIGUSR1 (jaild drain):
+// a drain, then the same shutdown. stop releases the signals.
+func signalContexts(log *slog.Logger, grace time.Duration) (ctx, kill context.Context, drain <-chan struct{}, stop func()) {
 	sigc := make(chan os.Signal, 2)
 	signal.Notify(sigc, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, unix.SIGUSR1)
 	ctx, cancel := context.WithCancel(context.Background())
 	kill, killNow := context.WithCancel(context.Background())
+	drainc := make(chan struct{})
 	done := make(chan struct{})
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
-		select {
-		case sig := <-sigc:
-			log.Info("signal received, shutting down", "signal", sig.String(), "grace", grace)
-			cancel()
-		case <-done:
-			return
-		}
-		select {
-		case sig := <-sigc:
-			log.Warn("second signal, killing running commands", "signal", sig.String())
-			killNow()
-		case <-done:
+		for stopped, drained := false, false; ; {
+			select {
+			case <-usr1:
+				if !drained {
+					log.Info("SIGUSR1: draining, then shutting down")
+					close(drainc)
+					drained = true
+				}
+			case sig := <-sigc:
+				if stopped {
+					log.Warn("second signal, killing running commands", "signal", sig.String())
+					killNow()
+					return
+				}
+				log.Info("signal received, draining, then shutting down", "signal", sig.String(), "grace", grace)
+				cancel()
+				stopped = true
+			case <-done:
+				return
+			}
 		}
 	}()
-	return ctx, kill, func() {
+	return ctx, kill, drainc, func() {
 		close(done)
 		<-exited
 		signal.Stop(sigc)
+		signal.Stop(usr1)
 		cancel()
 		killNow()
 	}

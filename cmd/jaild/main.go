@@ -31,6 +31,7 @@ func main() {
 		sessionCommand,
 		jobsCommand,
 		cpCommand,
+		command.Drain,
 		command.Worker,
 	)
 }
