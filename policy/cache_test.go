@@ -45,8 +45,9 @@ func testResolveCache(t *testing.T, batched bool) {
 			return r.Resolve(name, "", "")
 		}
 		b := r.batch()
-		b.Resolve("cat", "", "")
-		return b.Resolve(name, "", "")
+		b.ResolveIn("", "cat", "", "")
+		res, err := b.ResolveIn("", name, "", "")
+		return res.Path, res.Hash, err
 	}
 	settle()
 	for _, name := range []string{"date", "sh", "echo", "id", "nosuch"} {

@@ -80,6 +80,10 @@ func (e *Engine) decide(ctx context.Context, st *state, in *Input) (Result, stri
 	if st.err != nil {
 		return DenyAll, "Policy deny-all is active: " + st.err.Error(), false
 	}
+	if in.Action != "" && in.Action != ActionRun {
+		r, msg := decideAction(ctx, st.set, in)
+		return r, msg, false
+	}
 	if err := Complete(in, e.opts.Resolver); err != nil {
 		var pe *ParseError
 		if errors.As(err, &pe) {
@@ -110,6 +114,37 @@ func (e *Engine) decide(ctx context.Context, st *state, in *Input) (Result, stri
 		cache.put(v, h, r, msg)
 	}
 	return r, msg, false
+}
+
+// ActionQuery decides the requests that are not runs (Input.Action):
+// making a session, changing its environment, the files API. A set that
+// leaves it undefined allows them, as before sets could decide them: a set
+// written for runs only keeps working. Once defined, only a single true
+// allows; deny-all and evaluation errors deny.
+const ActionQuery = "data.sandbox.main.allow_action"
+
+// decideAction evaluates ActionQuery on in.
+func decideAction(ctx context.Context, s *set, in *Input) (Result, string) {
+	if in.Args == nil {
+		in.Args = []string{}
+	}
+	if in.Env == nil {
+		in.Env = map[string]string{}
+	}
+	what := in.Action
+	if in.File != "" {
+		what += " " + in.File
+	}
+	rs, err := s.action.Eval(ctx, rego.EvalParsedInput(in.value()))
+	switch {
+	case err != nil:
+		return EvalError, fmt.Sprintf("Policy evaluation failed for '%s': %s", what, unrewrite(err.Error()))
+	case len(rs) == 0: // undefined: the set does not decide actions
+		return Allowed, ""
+	case !rs.Allowed():
+		return Denied, "Not allowed by policy: " + what
+	}
+	return Allowed, ""
 }
 
 // decisionLog writes one JSON line per decision. Lines are written whole

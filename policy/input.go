@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"path"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -9,21 +11,36 @@ import (
 // Input is the document a policy decides on, input in Rego. The front end
 // fills what the request says (Command, Args, Env, Cwd, Caller, FrontEnd,
 // SessionID, Limits, Background, and Shell.Source in shell mode); Complete
-// adds what jaild finds out (Path, Hash, Shell.Commands, Shell.Dynamic).
+// adds what jaild finds out (Path, Hash, Writable, Shell.Commands,
+// Shell.Dynamic). A request that is not a run (Action) says what it is
+// about in the fields that fit it (Caller, FrontEnd, SessionID, Env, Cwd,
+// File) and is decided by ActionQuery.
 type Input struct {
+	// Action is what is asked: ActionRun (a run: empty means one too, and
+	// the input then always holds "run") or another Action*.
+	Action string `json:"action,omitempty"`
 	// Command is the executable as requested: a name looked up in PATH,
 	// or a path. In shell mode it is the shell that runs Shell.Source.
 	Command string `json:"command"`
 	// Path is where Command resolves in the sandbox's root, with every
 	// symlink and .. resolved, so it names the file that would run.
 	Path string `json:"path"`
-	// Hash is the SHA-256 of that file, lowercase hex.
-	Hash string   `json:"hash"`
-	Args []string `json:"args"`
-	// Env is the environment the caller forwards: jaild's defaults are
-	// not in it.
+	// Hash is the SHA-256 of that file, lowercase hex; empty when the
+	// file is in a place the sandbox writes (Writable).
+	Hash string `json:"hash"`
+	// Writable is true when the sandbox can change what Command runs
+	// between this decision and the exec: the file is in, or was found
+	// through, one of ViewMounts (/work, /tmp...). A policy that trusts a
+	// name or a hash must deny it.
+	Writable bool     `json:"writable"`
+	Args     []string `json:"args"`
+	// Env is the environment the command gets, jaild's fixed defaults
+	// (PATH, HOME, USER, LANG, unless set) left out: the caller's, and in
+	// a session the session's merged under it.
 	Env map[string]string `json:"env"`
-	Cwd string            `json:"cwd,omitempty"`
+	// Cwd is where the command starts (in a session, the session's
+	// directory unless the request names one).
+	Cwd string `json:"cwd,omitempty"`
 	// Caller is the token's name or the socket peer; FrontEnd is run,
 	// raw, mcp:bash, mcp:execute...
 	Caller    string `json:"caller,omitempty"`
@@ -35,7 +52,31 @@ type Input struct {
 	Background bool           `json:"background"`
 	// Shell is set in shell mode only.
 	Shell *Shell `json:"shell,omitempty"`
+	// File is the path in the sandbox (/work/...) a files action is about.
+	File string `json:"file,omitempty"`
+	// Unset lists the variables a session.env action removes.
+	Unset []string `json:"unset,omitempty"`
+
+	// Workspace is the host directory the sandbox sees as /work (a
+	// session's workspace); empty means a fresh, empty /work. Not part of
+	// the document: it says where to resolve.
+	Workspace string `json:"-"`
 }
+
+// Actions: what an Input asks.
+const (
+	ActionRun = "run"
+	// ActionSessionCreate: a session is made with Env and Cwd.
+	ActionSessionCreate = "session.create"
+	// ActionSessionEnv: a session's environment gets Env and loses Unset.
+	ActionSessionEnv = "session.env"
+	// ActionFilesRead, ActionFilesWrite, ActionFilesDelete: the files
+	// API reads, writes (a file or a tar unpacked below File), or
+	// removes File in a session's workspace.
+	ActionFilesRead   = "files.read"
+	ActionFilesWrite  = "files.write"
+	ActionFilesDelete = "files.delete"
+)
 
 // Shell is the parse of a shell-mode command string.
 type Shell struct {
@@ -67,11 +108,13 @@ type Command struct {
 	// Command is the name as written, unquoted, after the wrappers in
 	// Via; for a name that is not a literal, its source text.
 	Command string `json:"command"`
-	// Path and Hash are as for Input; both are empty for a name that does
-	// not resolve, such as a shell builtin or function.
-	Path string   `json:"path"`
-	Hash string   `json:"hash"`
-	Args []string `json:"args"`
+	// Path, Hash and Writable are as for Input; Path and Hash are empty
+	// for a name that does not resolve, such as a shell builtin or
+	// function, and Writable true if the sandbox could put one there.
+	Path     string   `json:"path"`
+	Hash     string   `json:"hash"`
+	Writable bool     `json:"writable"`
+	Args     []string `json:"args"`
 	// Via lists the wrappers the command was found behind, outermost
 	// first: env, exec, command, nohup, timeout, nice, stdbuf, setsid,
 	// time, busybox, sh -c.
@@ -95,9 +138,7 @@ func Complete(in *Input, r Resolver) error {
 	if in.Env == nil {
 		in.Env = map[string]string{}
 	}
-	if b, ok := r.(batcher); ok {
-		r = b.batch()
-	}
+	vr := viewOf(r)
 	pathEnv := in.Env["PATH"]
 	if in.Shell != nil {
 		if in.Command == "" {
@@ -112,18 +153,73 @@ func Complete(in *Input, r Resolver) error {
 			if c.exe == "" {
 				continue // not a literal
 			}
-			if p, h, err := r.Resolve(c.exe, pathEnv, in.Cwd); err == nil {
-				c.Path, c.Hash = p, h
+			res, err := vr.ResolveIn(in.Workspace, c.exe, pathEnv, in.Cwd)
+			if err == nil {
+				c.Path, c.Hash = res.Path, res.Hash
 			}
+			c.Writable = res.Writable
 		}
 		in.Shell = sh
 	}
-	p, h, err := r.Resolve(in.Command, pathEnv, in.Cwd)
+	res, err := vr.ResolveIn(in.Workspace, in.Command, pathEnv, in.Cwd)
+	in.Writable = res.Writable
 	if err != nil {
 		return &ResolveError{Command: in.Command, Err: err}
 	}
-	in.Path, in.Hash = p, h
+	in.Path, in.Hash = res.Path, res.Hash
 	return nil
+}
+
+// viewOf returns r as a ViewResolver: Root's batch for one decision, r
+// itself if it is one, or r with Writable guessed from the paths.
+func viewOf(r Resolver) ViewResolver {
+	switch v := r.(type) {
+	case batcher:
+		return v.batch()
+	case ViewResolver:
+		return v
+	}
+	return plainView{r}
+}
+
+// plainView is a Resolver that knows no view (a test's, a custom one): an
+// answer is Writable if the path, the name or any PATH entry it could
+// have been looked up in is in a ViewMount.
+type plainView struct{ r Resolver }
+
+func (p plainView) ResolveIn(_, name, pathEnv, cwd string) (Resolution, error) {
+	pa, h, err := p.r.Resolve(name, pathEnv, cwd)
+	res := Resolution{Path: pa, Hash: h, Writable: inView(pa)}
+	if cwd == "" {
+		cwd = DefaultCwd
+	}
+	if strings.Contains(name, "/") {
+		res.Writable = res.Writable || inView(path.Join(cwd, name))
+	} else {
+		if pathEnv == "" {
+			pathEnv = DefaultPath
+		}
+		for _, dir := range strings.Split(pathEnv, ":") {
+			res.Writable = res.Writable || inView(path.Join(cwd, dir))
+		}
+	}
+	if res.Writable {
+		res.Hash = ""
+	}
+	return res, err
+}
+
+// inView reports whether the sandbox path p is below a ViewMount.
+func inView(p string) bool {
+	if !path.IsAbs(p) {
+		return false
+	}
+	for _, m := range ViewMounts {
+		if p == m || strings.HasPrefix(p, m+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // ResolveError is a command that does not resolve to an executable file.
@@ -141,10 +237,16 @@ func (e *ResolveError) Unwrap() error { return e.Err }
 // value converts in to OPA's value directly: going through JSON, as
 // rego.EvalInput does, costs more than the evaluation.
 func (in *Input) value() ast.Value {
+	action := in.Action
+	if action == "" {
+		action = ActionRun
+	}
 	obj := ast.NewObject(
+		item("action", ast.String(action)),
 		item("command", ast.String(in.Command)),
 		item("path", ast.String(in.Path)),
 		item("hash", ast.String(in.Hash)),
+		item("writable", ast.Boolean(in.Writable)),
 		item("args", strArray(in.Args)),
 		item("env", stringMap(in.Env)),
 		item("cwd", ast.String(in.Cwd)),
@@ -154,6 +256,12 @@ func (in *Input) value() ast.Value {
 	)
 	if in.SessionID != "" {
 		obj.Insert(ast.StringTerm("session_id"), ast.StringTerm(in.SessionID))
+	}
+	if in.File != "" {
+		obj.Insert(ast.StringTerm("file"), ast.StringTerm(in.File))
+	}
+	if in.Unset != nil {
+		obj.Insert(ast.StringTerm("unset"), ast.NewTerm(strArray(in.Unset)))
 	}
 	if in.Limits != nil {
 		if v, err := ast.InterfaceToValue(in.Limits); err == nil {
@@ -167,6 +275,7 @@ func (in *Input) value() ast.Value {
 				item("command", ast.String(c.Command)),
 				item("path", ast.String(c.Path)),
 				item("hash", ast.String(c.Hash)),
+				item("writable", ast.Boolean(c.Writable)),
 				item("args", strArray(c.Args)),
 				item("via", strArray(c.Via)),
 				item("dynamic", ast.Boolean(c.Dynamic)),

@@ -39,6 +39,7 @@ type set struct {
 	files    []string
 	query    rego.PreparedEvalQuery
 	network  rego.PreparedEvalQuery // NetworkQuery
+	action   rego.PreparedEvalQuery // ActionQuery
 	modules  map[string]*ast.Module // rewritten, for the tester
 }
 
@@ -92,6 +93,10 @@ func loadDir(ctx context.Context, dir string) (*set, error) {
 	}
 	if s.network, err = prepareNetwork(ctx, c); err != nil {
 		return nil, err
+	}
+	s.action, err = rego.New(rego.Query(ActionQuery), rego.Compiler(c)).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: %s", ActionQuery, unrewrite(err.Error()))
 	}
 	return s, nil
 }

@@ -42,6 +42,35 @@ func (f ResolverFunc) Resolve(name, pathEnv, cwd string) (string, string, error)
 // ErrNotFound: no executable file of that name in PATH.
 var ErrNotFound = errors.New("executable file not found in PATH")
 
+// Resolution is what a name resolves to in one request's view of the
+// sandbox.
+type Resolution struct {
+	Path, Hash string
+	// Writable is true when the answer depends on a place whose contents
+	// the sandbox makes rather than the read-only root (see ViewMounts):
+	// the file is there, or the lookup went through there (a PATH entry
+	// searched before the file, a symlink followed), so what the name
+	// runs can change between the decision and the exec. Hash is empty
+	// for a file in such a place: it would prove nothing.
+	Writable bool
+}
+
+// A ViewResolver resolves in the view of one request, whose /work is the
+// host directory workspace (a session's), or a fresh empty tmpfs when
+// workspace is empty. Root is one. The error comes with the Resolution
+// so far: a name not found in a writable place is Writable too, since
+// the sandbox may put it there.
+type ViewResolver interface {
+	ResolveIn(workspace, name, pathEnv, cwd string) (Resolution, error)
+}
+
+// ViewMounts are the places of every sandbox that are not its read-only
+// root: /work (a session's workspace, else a fresh tmpfs) and /tmp are
+// tmpfs the sandbox writes, /dev and /proc its own. Nothing below them is
+// looked up on the host except a session's workspace; the rest is empty
+// at decision time, and a lookup through any of them is Writable.
+var ViewMounts = []string{"/work", "/tmp", "/dev", "/proc"}
+
 // Root resolves in a sandbox root laid out as jaild lays it: the directory
 // Dir as "/", with host paths Binds (such as /usr) bound read-only at the
 // same place. Symlinks are followed as the sandbox would follow them, in
@@ -73,33 +102,42 @@ func NewRoot(dir string, binds ...string) *Root {
 	return &Root{dir: dir, binds: bs, hashes: make(map[fileKey]string), racy: racyWindow}
 }
 
-// Resolve implements Resolver. Answers are cached for as long as nothing
-// they depend on changes (see resolvecache.go).
+// Resolve implements Resolver, in the view of a sandbox without a
+// session: its /work and /tmp are fresh and empty.
 func (r *Root) Resolve(name, pathEnv, cwd string) (string, string, error) {
-	return r.resolveCached(name, pathEnv, cwd, nil)
+	res, err := r.ResolveIn("", name, pathEnv, cwd)
+	return res.Path, res.Hash, err
 }
 
-// resolveCached is Resolve with the identities seen so far by the batch
-// it is part of (nil: none, see batch).
-func (r *Root) resolveCached(name, pathEnv, cwd string, seen map[string]statID) (string, string, error) {
+// ResolveIn implements ViewResolver. Answers are cached for as long as
+// nothing they depend on changes (see resolvecache.go); one that depends
+// on a ViewMount is never cached.
+func (r *Root) ResolveIn(workspace, name, pathEnv, cwd string) (Resolution, error) {
+	return r.resolveCached(workspace, name, pathEnv, cwd, nil)
+}
+
+// resolveCached is ResolveIn with the identities seen so far by the batch
+// it is part of (nil: none, see batch). The workspace is not part of the
+// key: an answer that looked at it is not cached.
+func (r *Root) resolveCached(workspace, name, pathEnv, cwd string, seen map[string]statID) (Resolution, error) {
 	k := resolveKey{name: name, pathEnv: pathEnv, cwd: cwd}
 	if res := r.cache.get(k); res != nil {
 		if res.valid(seen) {
-			return res.path, res.hash, res.err
+			return Resolution{Path: res.path, Hash: res.hash}, res.err
 		}
 		r.cache.drop(k)
 	}
 	rec := newRecorder()
-	p, h, err := r.resolve(name, pathEnv, cwd, rec)
+	p, h, err := r.resolve(workspace, name, pathEnv, cwd, rec)
 	if rec.cacheable(time.Now(), r.racy) {
 		r.cache.put(k, &resolution{path: p, hash: h, err: err, deps: rec.deps})
 	}
-	return p, h, err
+	return Resolution{Path: p, Hash: h, Writable: rec.writable}, err
 }
 
-// resolve is Resolve without the cache; rec records what the answer
+// resolve is ResolveIn without the cache; rec records what the answer
 // depends on.
-func (r *Root) resolve(name, pathEnv, cwd string, rec *recorder) (string, string, error) {
+func (r *Root) resolve(workspace, name, pathEnv, cwd string, rec *recorder) (string, string, error) {
 	if name == "" {
 		return "", "", errors.New("empty command")
 	}
@@ -110,7 +148,7 @@ func (r *Root) resolve(name, pathEnv, cwd string, rec *recorder) (string, string
 		if !path.IsAbs(name) {
 			name = path.Join(cwd, name)
 		}
-		return r.resolveFile(name, rec)
+		return r.resolveFile(workspace, name, rec)
 	}
 	if pathEnv == "" {
 		pathEnv = DefaultPath
@@ -121,7 +159,7 @@ func (r *Root) resolve(name, pathEnv, cwd string, rec *recorder) (string, string
 		} else if !path.IsAbs(dir) {
 			dir = path.Join(cwd, dir)
 		}
-		p, h, err := r.resolveFile(path.Join(dir, name), rec)
+		p, h, err := r.resolveFile(workspace, path.Join(dir, name), rec)
 		if err == nil {
 			return p, h, nil
 		}
@@ -130,14 +168,17 @@ func (r *Root) resolve(name, pathEnv, cwd string, rec *recorder) (string, string
 }
 
 // resolveFile resolves the absolute sandbox path p to an executable
-// regular file and hashes it.
-func (r *Root) resolveFile(p string, rec *recorder) (string, string, error) {
-	real, err := r.realpath(p, rec)
+// regular file and hashes it (unless it is in a ViewMount).
+func (r *Root) resolveFile(workspace, p string, rec *recorder) (string, string, error) {
+	real, err := r.realpath(workspace, p, rec)
 	if err != nil {
 		return "", "", err
 	}
-	base, rel := r.host(real)
-	f, err := openBeneath(base, rel)
+	base, rel, view := r.host(workspace, real)
+	if view {
+		rec.view()
+	}
+	f, err := openBeneath(base, rel, view)
 	if err != nil {
 		rec.fail()
 		return "", "", fmt.Errorf("open %s: %w", real, err)
@@ -155,6 +196,9 @@ func (r *Root) resolveFile(p string, rec *recorder) (string, string, error) {
 	if st.Mode&0o111 == 0 {
 		return "", "", fmt.Errorf("%s is not executable", real)
 	}
+	if view {
+		return real, "", nil
+	}
 	h, err := r.hash(f, &st)
 	if err != nil {
 		rec.fail()
@@ -165,8 +209,10 @@ func (r *Root) resolveFile(p string, rec *recorder) (string, string, error) {
 
 // realpath resolves every symlink and .. of the absolute sandbox path p in
 // the sandbox's namespace: an absolute link target starts again at the
-// sandbox's "/", and .. stops there.
-func (r *Root) realpath(p string, rec *recorder) (string, error) {
+// sandbox's "/", and .. stops there. Below a ViewMount nothing is looked
+// up on the host but the workspace, and there only beneath it, without
+// following any symlink on the host's side (the sandbox wrote them).
+func (r *Root) realpath(workspace, p string, rec *recorder) (string, error) {
 	todo := strings.Split(p, "/")
 	cur := "/"
 	links := 0
@@ -181,10 +227,14 @@ func (r *Root) realpath(p string, rec *recorder) (string, error) {
 			continue
 		}
 		next := path.Join(cur, c)
-		rec.dir(r.hostPath(cur))
-		base, rel := r.host(next)
+		base, rel, view := r.host(workspace, next)
+		if view {
+			rec.view()
+		} else {
+			rec.dir(r.hostPath(cur))
+		}
 		var st unix.Stat_t
-		if err := unix.Lstat(path.Join(base, rel), &st); err != nil {
+		if err := lstat(base, rel, view, &st); err != nil {
 			if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
 				rec.fail()
 			}
@@ -200,7 +250,7 @@ func (r *Root) realpath(p string, rec *recorder) (string, error) {
 		if links++; links > 40 {
 			return "", fmt.Errorf("%s: %w", p, unix.ELOOP)
 		}
-		target, err := os.Readlink(path.Join(base, rel))
+		target, err := readlink(base, rel, view)
 		if err != nil {
 			rec.fail()
 			return "", err
@@ -214,30 +264,118 @@ func (r *Root) realpath(p string, rec *recorder) (string, error) {
 }
 
 // host maps a resolved sandbox path to the host: the directory it is
-// mounted from, and its path below that.
-func (r *Root) host(p string) (base, rel string) {
-	for _, b := range r.binds {
-		if p == b || strings.HasPrefix(p, b+"/") {
-			return b, strings.TrimPrefix(strings.TrimPrefix(p, b), "/")
+// mounted from, and its path below that. view is true below a ViewMount,
+// whose base is the workspace for /work and empty (nothing there) for the
+// others and for /work without a workspace.
+func (r *Root) host(workspace, p string) (base, rel string, view bool) {
+	for _, m := range ViewMounts {
+		if p == m || strings.HasPrefix(p, m+"/") {
+			if m == "/work" {
+				base = workspace
+			}
+			return base, strings.TrimPrefix(strings.TrimPrefix(p, m), "/"), true
 		}
 	}
-	return r.dir, strings.TrimPrefix(p, "/")
+	for _, b := range r.binds {
+		if p == b || strings.HasPrefix(p, b+"/") {
+			return b, strings.TrimPrefix(strings.TrimPrefix(p, b), "/"), false
+		}
+	}
+	return r.dir, strings.TrimPrefix(p, "/"), false
+}
+
+// viewResolve is how a lookup below a ViewMount is confined to it: no
+// symlink (realpath follows the sandbox's links itself), no magic link, no
+// other mount, nothing above it.
+const viewResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// lstat is lstat(2) of base/rel; below a ViewMount, confined to base by
+// openat2, and an empty mount (base "") holds nothing but itself.
+func lstat(base, rel string, view bool, st *unix.Stat_t) error {
+	if !view {
+		return unix.Lstat(path.Join(base, rel), st)
+	}
+	if base == "" {
+		if rel == "" {
+			*st = unix.Stat_t{Mode: unix.S_IFDIR | 0o755}
+			return nil
+		}
+		return unix.ENOENT
+	}
+	dfd, name, err := openParent(base, rel)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if name == "" {
+		return unix.Fstat(dfd, st)
+	}
+	return unix.Fstatat(dfd, name, st, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// readlink is readlink(2) of base/rel, confined as lstat's.
+func readlink(base, rel string, view bool) (string, error) {
+	if !view {
+		return os.Readlink(path.Join(base, rel))
+	}
+	if base == "" {
+		return "", unix.ENOENT
+	}
+	dfd, name, err := openParent(base, rel)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(dfd)
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(dfd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// openParent opens the directory of base/rel beneath base (O_PATH) and
+// returns it with the last name; "" names the directory itself.
+func openParent(base, rel string) (int, string, error) {
+	root, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", err
+	}
+	dir, name := path.Split(rel)
+	if dir == "" {
+		return root, name, nil
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, dir, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: viewResolve})
+	if err != nil {
+		return -1, "", err
+	}
+	return fd, name, nil
 }
 
 // openBeneath opens base/rel for reading, refusing any symlink or ..
 // below base: rel has just been resolved, so either means it changed.
-func openBeneath(base, rel string) (*os.File, error) {
+// Below a ViewMount (view) it refuses other mounts too, and an empty
+// mount holds nothing.
+func openBeneath(base, rel string, view bool) (*os.File, error) {
 	if rel == "" {
 		rel = "."
+	}
+	if view && base == "" {
+		return nil, unix.ENOENT
 	}
 	dfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(dfd)
+	resolve := uint64(unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS)
+	if view {
+		resolve = viewResolve
+	}
 	fd, err := unix.Openat2(dfd, rel, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: resolve,
 	})
 	if err != nil {
 		return nil, err

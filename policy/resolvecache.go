@@ -65,6 +65,7 @@ type recorder struct {
 	deps     []dep
 	seen     map[string]bool
 	uncached bool // an outcome the deps do not determine (EACCES, EIO...)
+	writable bool // a lookup below a ViewMount
 }
 
 func newRecorder() *recorder { return &recorder{seen: map[string]bool{}} }
@@ -90,6 +91,14 @@ func (rec *recorder) file(host string, st *unix.Stat_t) {
 	}
 	rec.seen[host] = true
 	rec.deps = append(rec.deps, dep{host: host, id: idOf(st)})
+}
+
+// view records a lookup below a ViewMount: the answer is Writable and
+// depends on what the sandbox wrote, so it is not cached.
+func (rec *recorder) view() {
+	if rec != nil {
+		rec.uncached, rec.writable = true, true
+	}
 }
 
 func (rec *recorder) fail() {
@@ -144,16 +153,22 @@ func (res *resolution) valid(seen map[string]statID) bool {
 // that each path a cached answer depends on is read once for them all.
 // The decision sees the tree as it was at one moment either way; it is
 // not to be kept for later decisions.
-func (r *Root) batch() Resolver {
-	seen := make(map[string]statID, 16)
-	return ResolverFunc(func(name, pathEnv, cwd string) (string, string, error) {
-		return r.resolveCached(name, pathEnv, cwd, seen)
-	})
+func (r *Root) batch() ViewResolver {
+	return &rootBatch{r: r, seen: make(map[string]statID, 16)}
+}
+
+type rootBatch struct {
+	r    *Root
+	seen map[string]statID
+}
+
+func (b *rootBatch) ResolveIn(workspace, name, pathEnv, cwd string) (Resolution, error) {
+	return b.r.resolveCached(workspace, name, pathEnv, cwd, b.seen)
 }
 
 // batcher is a Resolver that can resolve the commands of one decision
 // together (Root).
-type batcher interface{ batch() Resolver }
+type batcher interface{ batch() ViewResolver }
 
 // resolveCache maps (name, PATH, cwd) to a resolution of one Root.
 type resolveCache struct {
@@ -182,8 +197,9 @@ func (c *resolveCache) drop(k resolveKey) {
 	delete(c.m, k)
 }
 
-// hostPath is where the resolved sandbox path p is on the host.
+// hostPath is where the resolved sandbox path p, not below a ViewMount,
+// is on the host.
 func (r *Root) hostPath(p string) string {
-	base, rel := r.host(p)
+	base, rel, _ := r.host("", p)
 	return path.Join(base, rel)
 }

@@ -13,15 +13,18 @@ import (
 // Enforce comes first so that invalid requests are refused before they wait
 // for a slot and audit records and the policy see effective limits; Audit
 // sees refused and denied runs too; the policy decides before a run takes a
-// place in the queue; Instrument sits inside admission to count only what
-// reached the jail. Audit, Policy and Metrics may be nil (none).
+// place in the queue, except a run in a session, which it decides at the
+// end, on the call the session builds (its environment, directory and
+// workspace are only known there: see Decide); Instrument sits inside
+// admission to count only what reached the jail. Audit, Policy and Metrics
+// may be nil (none).
 func Chain(base Base, c ChainOptions) (Runner, error) {
 	if err := c.Max.Validate(); err != nil {
 		return nil, err
 	}
 	c.Admission.Metrics = c.Metrics
 	c.Metrics.observeSessions(c.Sessions)
-	adm, err := Admit(Instrument(baseRunner{base: base, sessions: c.Sessions}, c.Metrics), c.Admission)
+	adm, err := Admit(Instrument(baseRunner{base: base, sessions: c.Sessions, policy: c.Policy}, c.Metrics), c.Admission)
 	if err != nil {
 		return nil, err
 	}

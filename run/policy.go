@@ -13,6 +13,11 @@ import (
 // request before passing it on, and refuses what it denies with an
 // *api.DeniedError: nothing is built for a denied request. In shadow mode
 // the engine allows and only logs what it would deny.
+//
+// A request in a session is passed on undecided: what it runs depends on
+// the session's environment, directory and workspace, which only the
+// session knows when it builds the call, so the chain's end decides it
+// there (sessionCheck), on the spec that runs.
 func Decide(r Runner, e *policy.Engine) Runner {
 	return &decider{next: r, engine: e}
 }
@@ -23,19 +28,42 @@ type decider struct {
 }
 
 func (d *decider) Run(ctx context.Context, req *Request) (*jail.Result, error) {
-	dec := d.engine.Decide(ctx, req.RequestID, policyInput(req))
+	if req.SessionID != "" || req.Background {
+		return d.next.Run(ctx, req)
+	}
+	dec := d.engine.Decide(ctx, req.RequestID, policyInput(req, req.Spec, ""))
 	if !dec.Allow {
 		return nil, &api.DeniedError{Message: dec.Message}
 	}
 	return d.next.Run(ctx, req)
 }
 
-// policyInput is what the policy sees of req: the command as requested and
-// jaild's own facts about the request. The engine resolves and hashes the
-// executable and parses a shell command line.
-func policyInput(req *Request) policy.Input {
-	s := req.Spec
+// sessionCheck is a session call's session.Call.Check: the policy's
+// decision on req as the session will run it (spec: the session's
+// environment and directory merged in; workspace: its /work), or nil
+// without a policy.
+func sessionCheck(e *policy.Engine, req *Request) func(context.Context, *jail.Spec, string) error {
+	if e == nil {
+		return nil
+	}
+	return func(ctx context.Context, spec *jail.Spec, workspace string) error {
+		dec := e.Decide(ctx, req.RequestID, policyInput(req, spec, workspace))
+		if !dec.Allow {
+			return &api.DeniedError{Message: dec.Message}
+		}
+		return nil
+	}
+}
+
+// policyInput is what the policy sees of req run as s (req.Spec, or a
+// session's spec of it) on the workspace (empty: a fresh /work): the
+// command, environment and directory that run and jaild's own facts about
+// the request. The engine resolves and hashes the executable in that view
+// and parses a shell command line.
+func policyInput(req *Request, s *jail.Spec, workspace string) policy.Input {
 	in := policy.Input{
+		Action:     policy.ActionRun,
+		Workspace:  workspace,
 		Env:        map[string]string{},
 		Cwd:        s.Dir,
 		Caller:     req.Caller,

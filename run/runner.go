@@ -7,6 +7,7 @@ import (
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/session"
 )
 
@@ -120,15 +121,17 @@ func (r *Request) ReleaseOutput() {
 func Direct(base Base) Runner { return baseRunner{base: base} }
 
 // baseRunner runs requests on the base, or in their session: the end of
-// the chain.
+// the chain. policy, if not nil, decides the requests in a session (see
+// Decide).
 type baseRunner struct {
 	base     Base
 	sessions *session.Manager
+	policy   *policy.Engine
 }
 
 func (b baseRunner) Run(ctx context.Context, req *Request) (*jail.Result, error) {
 	if req.SessionID != "" || req.Background {
-		return runInSession(ctx, b.sessions, req)
+		return runInSession(ctx, b.sessions, b.policy, req)
 	}
 	return b.base.Run(ctx, req.Spec)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/session"
 )
 
@@ -54,7 +55,8 @@ func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) er
 
 // runInSession runs req in its session: a call, or the start of a
 // background job (whose id goes to req.JobID; the result is then nil).
-func runInSession(ctx context.Context, m *session.Manager, req *Request) (*jail.Result, error) {
+// With a policy, the session asks it about the call as it will run it.
+func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, req *Request) (*jail.Result, error) {
 	if m == nil || req.SessionID == "" {
 		return nil, &jail.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
 	}
@@ -63,7 +65,7 @@ func runInSession(ctx context.Context, m *session.Manager, req *Request) (*jail.
 		return nil, SessionError(err)
 	}
 	spec := req.Spec
-	call := &session.Call{Command: spec.Command, Limits: spec.Limits}
+	call := &session.Call{Command: spec.Command, Limits: spec.Limits, Check: sessionCheck(pol, req)}
 	if req.Shell != "" {
 		call.Shell, call.ShellPath, call.Args = req.Shell, shellOf(spec.Args, req.Shell), nil
 	}

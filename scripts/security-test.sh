@@ -644,6 +644,89 @@ else
   skip rebinding "curl is not installed"
 fi
 
+# --- trust: policy input --------------------------------------------------------
+# A policy allowing only ls, echo and cat (each as the file of its name the
+# sandbox cannot change) and every request but a files-API write below
+# /work/ro. The policy must decide on what really runs in a session: an
+# uploaded /work/bin/ls first in the session's PATH is /work/bin/ls, and
+# writable; a state report forged on fd 3 carries no loader variable; the
+# files API is the policy's to deny.
+if command -v curl > /dev/null; then
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p "$T/policy"
+  cat > "$T/policy/main.rego" <<'REGO'
+package sandbox.main
+
+allowed := {"ls", "echo", "cat"}
+
+ok(c) if {
+	allowed[c.command]
+	not c.writable
+	endswith(c.path, concat("", ["/", c.command]))
+}
+
+allow if {
+	not input.shell
+	ok(input)
+}
+
+allow if {
+	input.shell
+	not input.shell.dynamic
+	every c in input.shell.commands {
+		ok(c)
+	}
+}
+
+default allow_action := true
+
+allow_action := false if {
+	input.action == "files.write"
+	startswith(input.file, "/work/ro/")
+}
+REGO
+  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 0 --audit-log off \
+    --policy-dir "$T/policy" --decision-log "$T/decisions.log" > "$T/serve-policy.log" 2>&1 &
+  SERVE_PID=$!
+  BG_PIDS+=("$SERVE_PID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  api() { # METHOD PATH [curl args...]: the body to $T/api.out, the status on stdout
+    local m=$1 p=$2; shift 2
+    curl -s -o "$T/api.out" -w '%{http_code}' -X "$m" "http://127.0.0.1:$PORT$p" "$@" 2> /dev/null || true
+  }
+  json() { api "$1" "$2" -H 'Content-Type: application/json' -d "$3"; }
+  json POST /sessions '{}' > /dev/null
+  sid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("id",""))' "$T/api.out" 2> /dev/null || true)
+  if [ -n "$sid" ]; then
+    api PUT "/sessions/$sid/files/bin/ls?mode=0755" --data-binary @/usr/bin/id > /dev/null
+    json PATCH "/sessions/$sid" '{"env":{"PATH":"/work/bin:/usr/bin:/bin"}}' > /dev/null
+    denied() { [ "$code" = 403 ] && grep -q policy_denied "$T/api.out" && ! grep -q 'uid=' "$T/api.out"; }
+    code=$(json POST /run "{\"executable\":\"ls\",\"session_id\":\"$sid\"}")
+    hcheck policy_uploaded_ls_denied_argv "status $code: $(one < "$T/api.out")" denied
+    code=$(json POST /run "{\"command\":\"ls\",\"session_id\":\"$sid\"}")
+    hcheck policy_uploaded_ls_denied_shell "status $code: $(one < "$T/api.out")" denied
+    hcheck policy_decision_log_real_path "$(tail -1 "$T/decisions.log" | cut -c1-300)" \
+      grep -q '"path":"/work/bin/ls".*"writable":true' "$T/decisions.log"
+    json PATCH "/sessions/$sid" '{"env":{"PATH":null}}' > /dev/null
+    forged='echo \"jaild-state-v2\\0000/work\\0000export LD_PRELOAD=/work/evil.so\\0000\\c\" >&3; exec ls'
+    json POST /run "{\"command\":\"$forged\",\"session_id\":\"$sid\"}" > /dev/null
+    forged='echo \"jaild-state-v3\\0000'$(printf '0%.0s' $(seq 32))'\\0000/work\\0000export LD_PRELOAD=/work/evil.so\\0000\\c\" >&3; exec ls'
+    json POST /run "{\"command\":\"$forged\",\"session_id\":\"$sid\"}" > /dev/null
+    api GET "/sessions/$sid" > /dev/null
+    carried() { grep -q LD_PRELOAD "$T/api.out"; }
+    hcheck policy_forged_report_carries_nothing "$(one < "$T/api.out")" eval '! carried' 
+    code=$(api PUT "/sessions/$sid/files/ro/x" --data-binary x)
+    hcheck policy_files_write_denied "status $code: $(one < "$T/api.out")" [ "$code" = 403 ]
+    api DELETE "/sessions/$sid" > /dev/null
+  else
+    fail policy_session_create "$(one < "$T/api.out") $(one < "$T/serve-policy.log")"
+  fi
+  kill -TERM "$SERVE_PID" 2> /dev/null || true
+  wait "$SERVE_PID" 2> /dev/null || true
+else
+  skip policy_input "curl is not installed"
+fi
+
 # --- nothing left behind -----------------------------------------------------
 # Processes of this binary that were not there at the start.
 sleep 0.2

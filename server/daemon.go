@@ -66,6 +66,7 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	opts.Runner, opts.Metrics, opts.Audit = runner, c.Chain.Metrics, c.Chain.Audit
 	opts.Sessions, opts.SessionMaxLimits = c.Sessions, c.Chain.Max.Limits
 	opts.SessionEgress = c.Chain.Egress
+	opts.PolicyEngine = c.Chain.Policy
 	if c.MCP != nil {
 		mo := *c.MCP
 		if mo.SessionEgress == nil {

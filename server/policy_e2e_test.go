@@ -71,6 +71,7 @@ func TestPolicyE2E(t *testing.T) {
 	t.Run("session call and job", func(t *testing.T) {
 		c := &caller{t, d.url, ""}
 		id := c.create(`{}`)
+		decided++ // session.create is decided too (allow_action)
 		defer c.do("DELETE", "/sessions/"+id, "", nil)
 		if res := c.run(id, "echo in-session"); res.Stdout != "in-session\n" {
 			t.Errorf("allowed session call: %+v", res)

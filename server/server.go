@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
@@ -60,6 +61,11 @@ type Options struct {
 	// its state ("ok rev ..." or "deny-all: ...") and whether runs can
 	// be allowed at all (false in deny-all, which makes /healthz 503).
 	Policy func() (state string, ok bool)
+	// PolicyEngine, if non-nil, decides the session requests that are
+	// not runs (policy.ActionQuery): POST /sessions, PATCH
+	// /sessions/{id}, and the files API; a denial is 403 policy_denied.
+	// Pass the chain's (run.ChainOptions.Policy), which decides runs.
+	PolicyEngine *policy.Engine
 
 	// Sessions, if non-nil, serves the session endpoints (/sessions...,
 	// see sessions.go) and runs with session_id; pass the same Manager

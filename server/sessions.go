@@ -7,12 +7,14 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"path"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
@@ -37,10 +39,45 @@ func (s *Server) mountSessions(mux *http.ServeMux) {
 	// The files API: another package's handler (Options.Files), behind
 	// the same authentication, given the caller's session.
 	if s.opts.Files != nil {
-		files := s.withSession(s.opts.Files)
+		files := s.withSession(s.decideFiles(s.opts.Files))
 		mux.Handle("/sessions/{id}/files", files) // /work itself: path ""
 		mux.Handle("/sessions/{id}/files/{path...}", files)
 	}
+}
+
+// allowed asks the policy (Options.PolicyEngine) about a session request
+// that is not a run, and answers 403 policy_denied if it denies. Without
+// a policy everything is allowed.
+func (s *Server) allowed(w http.ResponseWriter, r *http.Request, in policy.Input) bool {
+	if s.opts.PolicyEngine == nil {
+		return true
+	}
+	in.Caller, in.FrontEnd = CallerFromContext(r.Context()), "http"
+	d := s.opts.PolicyEngine.Decide(r.Context(), requestIDFromContext(r.Context()), in)
+	if d.Allow {
+		return true
+	}
+	s.writeRunError(w, r, &api.DeniedError{Message: d.Message}, false)
+	return false
+}
+
+// decideFiles asks the policy about each files API request before next
+// serves it: a read (GET, HEAD), a write (PUT, POST: a file, or a tar
+// unpacked below the path) or a removal (DELETE) of the path in /work.
+func (s *Server) decideFiles(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		action := policy.ActionFilesWrite
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			action = policy.ActionFilesRead
+		case http.MethodDelete:
+			action = policy.ActionFilesDelete
+		}
+		in := policy.Input{Action: action, SessionID: r.PathValue("id"), File: path.Join("/work", r.PathValue("path"))}
+		if s.allowed(w, r, in) {
+			next.ServeHTTP(w, r)
+		}
+	})
 }
 
 // owner is whose sessions the request may use (see ownerOf).
@@ -132,6 +169,13 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	opts, err := s.sessionOptions(r, &req)
 	if err == nil {
+		cwd := opts.Cwd
+		if cwd == "" {
+			cwd = "/work"
+		}
+		if !s.allowed(w, r, policy.Input{Action: policy.ActionSessionCreate, Env: req.Env, Cwd: cwd}) {
+			return
+		}
 		var sess *session.Session
 		if sess, err = s.opts.Sessions.Create(r.Context(), opts); err == nil {
 			w.Header().Set("Location", "/sessions/"+sess.ID())
@@ -250,6 +294,14 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request) {
 		} else {
 			set = append(set, k+"="+*v)
 		}
+	}
+	env := make(map[string]string, len(set))
+	for _, kv := range set {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if !s.allowed(w, r, policy.Input{Action: policy.ActionSessionEnv, SessionID: sess.ID(), Env: env, Unset: unset}) {
+		return
 	}
 	if err := sess.SetEnv(set, unset); err != nil {
 		s.writeSessionError(w, r, err)

@@ -41,15 +41,24 @@
 //     `unset X` both carry over, except the shell's own bookkeeping, which
 //     never does: PWD, OLDPWD, SHLVL, _, SHELLOPTS, BASHOPTS, BASH_ENV,
 //     ENV, BASH_*, exported functions (which `export -p` does not list)
-//     and exported arrays (which no shell passes on). A variable the
+//     and exported arrays (which no shell passes on), and neither do the
+//     dynamic loader's and the shells' hooks (LD_*, GCONV_PATH, PS4...). A variable the
 //     call's own Env set and the script left unchanged keeps its previous
 //     session value (or stays unset): a call's Env is for that call.
 //
-// The report comes from the same trust domain as everything else in the
-// session: the script can write to fd 3 or replace the trap, which gives it
-// nothing that `cd` and `export` do not. A shell that is killed (timeout,
-// OOM, cancellation) or that execs another program runs no trap, and the
-// session keeps its previous directory and environment. Argv calls
+// The report cannot be made unforgeable: it describes the script's own
+// shell, and the script runs in that shell, as the same user, before the
+// trap; whatever the trap could use to prove itself (a secret in its text,
+// an fd, the order of writes) the script can read or use first, and it can
+// exec so that the trap never runs. So the report starts with a per-call
+// nonce that only the trap's text holds, which stops a literal shell
+// string from forging one, and what any report carries is bounded on
+// jaild's side: the loader's and the shells' hooks (LD_*, GCONV_PATH, PS4,
+// ENV... see neverCarried) never carry over, and whatever does is in the
+// environment the policy sees at the next call (Call.Check). A shell that
+// is killed (timeout, OOM, cancellation) or that execs another program
+// runs no trap, and the session keeps its previous directory and
+// environment. Argv calls
 // (Call.Args) and background jobs never change them.
 //
 // # Background jobs

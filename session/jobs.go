@@ -83,11 +83,11 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	case call.Timeout < 0 || call.Timeout > max:
 		return "", invalid("timeout", "%v: a background job's must be between 0 and %v", call.Timeout, max)
 	}
-	spec, _ := s.spec(call, false)
-	if call.Shell != "" {
-		spec.Args = []string{call.shell(), "-c", call.Shell}
-	}
+	spec, _ := s.spec(call)
 	if err := spec.Validate(); err != nil {
+		return "", err
+	}
+	if err := s.check(ctx, call, spec); err != nil {
 		return "", err
 	}
 	maxOut := spec.MaxOutput

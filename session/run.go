@@ -29,6 +29,15 @@ type Call struct {
 	// Limits are this call's sandbox's resources; zero means the
 	// session's.
 	Limits jail.Limits
+	// Check, if not nil, is asked before anything is built, about the
+	// call as it will run: spec holds the session's environment and
+	// directory merged with the call's (Args are the call's: a shell
+	// call's are ShellPath -c Shell, without the session's EXIT trap),
+	// and workspace is the host directory the sandbox sees as /work. An
+	// error refuses the call and is returned as it is. The spec is the
+	// one that runs, so a decision on it is not raced by a concurrent
+	// call's report or a SetEnv.
+	Check func(ctx context.Context, spec *jail.Spec, workspace string) error
 }
 
 func (c *Call) validate() error {
@@ -65,9 +74,16 @@ func (s *Session) Run(ctx context.Context, call *Call) (*jail.Result, error) {
 		return nil, err
 	}
 	defer s.end()
-	spec, callEnv := s.spec(call, call.Shell != "")
+	spec, callEnv := s.spec(call)
 	if err := spec.Validate(); err != nil {
 		return nil, err
+	}
+	if err := s.check(ctx, call, spec); err != nil {
+		return nil, err
+	}
+	nonce := newNonce()
+	if call.Shell != "" {
+		spec.Args = []string{call.shell(), "-c", shellPrelude(call.shell(), nonce) + call.Shell}
 	}
 
 	var (
@@ -100,7 +116,7 @@ func (s *Session) Run(ctx context.Context, call *Call) (*jail.Result, error) {
 		stateW.Close()
 		data := <-report
 		if err == nil && res != nil && !res.TimedOut && !res.Canceled {
-			s.apply(data, callEnv)
+			s.apply(data, callEnv, nonce)
 		}
 	}
 	switch {
@@ -119,10 +135,19 @@ func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc
 	return ctx, func() { stop(); cancel() }
 }
 
+// check asks call.Check about spec, if there is one.
+func (s *Session) check(ctx context.Context, call *Call, spec *jail.Spec) error {
+	if call.Check == nil {
+		return nil
+	}
+	return call.Check(ctx, spec, s.ws.Dir())
+}
+
 // spec turns a call into a sandbox spec on the workspace, with the
-// session's directory and environment. It returns the call's own
-// environment, which a shell report must not make permanent.
-func (s *Session) spec(call *Call, shell bool) (*jail.Spec, map[string]string) {
+// session's directory and environment; a shell call's Args are its shell
+// -c its script. It returns the call's own environment, which a shell
+// report must not make permanent.
+func (s *Session) spec(call *Call) (*jail.Spec, map[string]string) {
 	s.mu.Lock()
 	env := make([]string, 0, len(s.env)+len(call.Env))
 	for _, kv := range envList(s.env) {
@@ -145,8 +170,8 @@ func (s *Session) spec(call *Call, shell bool) (*jail.Spec, map[string]string) {
 	if spec.Dir == "" {
 		spec.Dir = s.existingDir(cwd)
 	}
-	if shell {
-		spec.Args = []string{call.shell(), "-c", shellPrelude(call.shell()) + call.Shell}
+	if call.Shell != "" {
+		spec.Args = []string{call.shell(), "-c", call.Shell}
 	}
 	return spec, callEnv
 }
@@ -182,11 +207,11 @@ var fixedEnv = map[string]string{"PATH": jail.Path, "HOME": workDir, "USER": "sa
 
 // apply takes a shell call's report as the session's new directory and
 // environment; an invalid report changes nothing.
-func (s *Session) apply(data []byte, callEnv map[string]string) {
+func (s *Session) apply(data []byte, callEnv map[string]string, nonce string) {
 	if data == nil {
 		return
 	}
-	st, err := parseState(data)
+	st, err := parseState(data, nonce)
 	if err != nil {
 		s.m.log.Warn("session state report rejected", "id", s.id, "err", err)
 		return

@@ -12,9 +12,12 @@ import (
 	"github.com/jaild/jaild/jail"
 )
 
+// testNonce is the nonce of the reports report builds.
+const testNonce = "0123456789abcdef0123456789abcdef"
+
 // report builds a report around an `export -p` text.
 func report(cwd, exports string) []byte {
-	return []byte(stateMagic + "\x00" + cwd + "\x00" + exports + "\x00")
+	return []byte(stateMagic + "\x00" + testNonce + "\x00" + cwd + "\x00" + exports + "\x00")
 }
 
 func TestParseState(t *testing.T) {
@@ -39,8 +42,21 @@ func TestParseState(t *testing.T) {
 		{name: "non-UTF-8 and private runes", data: report("/work", "export X='\xff\xfe\U0010ff41 \xe9'\n"), cwd: "/work", env: map[string]string{"X": "\xff\xfe\U0010ff41 \xe9"}},
 		{name: "nothing exported", data: report("/", ""), cwd: "/", env: map[string]string{}},
 		{name: "empty", data: nil, wantErr: "no report"},
-		{name: "truncated", data: []byte(stateMagic + "\x00/work\x00export X='1'"), wantErr: "truncated"},
-		{name: "no directory", data: []byte(stateMagic + "\x00"), wantErr: "truncated"},
+		{name: "truncated", data: []byte(stateMagic + "\x00" + testNonce + "\x00/work\x00export X='1'"), wantErr: "truncated"},
+		{name: "no directory", data: []byte(stateMagic + "\x00" + testNonce + "\x00"), wantErr: "truncated"},
+		{name: "no nonce", data: []byte(stateMagic + "\x00/work\x00export X='1'\n\x00"), wantErr: "nonce"},
+		{name: "another nonce", data: []byte(stateMagic + "\x00fedcba9876543210fedcba9876543210\x00/work\x00export X='1'\n\x00"), wantErr: "nonce"},
+		{name: "v2 report", data: []byte("jaild-state-v2\x00/work\x00export X='1'\n\x00"), wantErr: "not a state report"},
+		// What a script's own report could carry that no policy sees:
+		// the loader's and the shells' hooks are dropped, the rest kept.
+		{name: "loader and shell hooks", data: report("/work", strings.Join([]string{
+			"export LD_PRELOAD='/work/evil.so'", "export LD_LIBRARY_PATH='/work'", "export LD_AUDIT='/work/a.so'",
+			"export GCONV_PATH='/work/gconv'", "export GLIBC_TUNABLES='x'", "export LOCPATH='/work'", "export NLSPATH='/work/%N'",
+			"export HOSTALIASES='/work/h'", "export RES_OPTIONS='debug'", "export TZDIR='/work'", "export MALLOC_TRACE='/work/m'",
+			"export PS4='$(id)'", "export PS1='x'", "export PROMPT_COMMAND='id'", "export ENV='/work/rc'", "export BASH_ENV='/work/rc'",
+			"export IFS='/'", "export CDPATH='/tmp'", "export GLOBIGNORE='*'", "export SHELLOPTS='xtrace'",
+			"export PATH='/work/bin:/usr/bin'", "export TMPDIR='/work/tmp'", "export PYTHONPATH='/work/py'", ""}, "\n")),
+			cwd: "/work", env: map[string]string{"PATH": "/work/bin:/usr/bin", "TMPDIR": "/work/tmp", "PYTHONPATH": "/work/py"}},
 		{name: "no magic", data: []byte("junk\x00/work\x00\x00"), wantErr: "not a state report"},
 		{name: "old magic", data: []byte("jaild-state-v1\x00/work\x00X=1\x00"), wantErr: "not a state report"},
 		{name: "junk before magic", data: append([]byte("junk"), report("/work", "")...), wantErr: "not a state report"},
@@ -72,7 +88,7 @@ func TestParseState(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := parseState(tt.data)
+			st, err := parseState(tt.data, testNonce)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -151,7 +167,7 @@ readonly RO=r; export RO
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { r.Close(); w.Close() })
-				cmd := exec.Command(sh.path, "-c", shellPrelude(sh.path)+common+sh.extra+sc.script)
+				cmd := exec.Command(sh.path, "-c", shellPrelude(sh.path, testNonce)+common+sh.extra+sc.script)
 				cmd.Env = []string{"PATH=/usr/bin:/bin", "GONE=g", "KEEP=k", "LANG=C.UTF-8"}
 				cmd.ExtraFiles = []*os.File{w}
 				out, err := cmd.CombinedOutput()
@@ -163,7 +179,7 @@ readonly RO=r; export RO
 				if err != nil {
 					t.Fatal(err)
 				}
-				st, err := parseState(data)
+				st, err := parseState(data, testNonce)
 				if err != nil {
 					t.Fatalf("%v in %q", err, data)
 				}
@@ -223,7 +239,7 @@ func BenchmarkParseState(b *testing.B) {
 		data := report("/work/src", sh.text)
 		b.Run(sh.name, func(b *testing.B) {
 			for range b.N {
-				if st, err := parseState(data); err != nil || len(st.env) != 30 {
+				if st, err := parseState(data, testNonce); err != nil || len(st.env) != 30 {
 					b.Fatal(err)
 				}
 			}

@@ -29,8 +29,12 @@ allow if {
 # The command's package decides, and the file that runs must bear the
 # command's name (input.path has every symlink resolved): a symlink named
 # date that leads to rm is not date. A package lists other names its file
-# may have in binaries (python3 is python3.11).
+# may have in binaries (python3 is python3.11). A command the sandbox can
+# change before it runs (input.writable: in /work or /tmp, or found
+# through them, as with PATH=/work/bin:...) is not the program its name
+# says, whatever it is called.
 command_allowed(c) if {
+	not c.writable
 	data.sandbox[c.command].allow with input as c
 	named_as_command(c)
 }

@@ -25,6 +25,14 @@ test_symlinked_name_denied if {
 	not data.sandbox.main.allow with input as argv("date", "/usr/bin/rm", [])
 }
 
+test_writable_path_denied if {
+	not data.sandbox.main.allow with input as object.union(argv("date", "/work/bin/date", []), {"writable": true})
+}
+
+test_shell_writable_command_denied if {
+	not data.sandbox.main.allow with input as shell("date", [object.union(cmd("date", "/usr/bin/date", []), {"writable": true})])
+}
+
 test_env_refused_unless_the_package_allows if {
 	not data.sandbox.main.allow with input as object.union(argv("date", "/usr/bin/date", []), {"env": {"A": "1"}})
 }
