@@ -14,6 +14,11 @@ func WorkspaceNetNS(w *Workspace) string { return w.netns }
 // id before they destroy it (nil: no hook). Set it before any run.
 func SetTeardownHook(m *Manager, f func(id string)) { m.teardowns.hook = f }
 
+// SetLimitsHook makes every setting of a started sandbox's limits on m
+// call f first and fail with its error (nil: no hook). Set it before any
+// run.
+func SetLimitsHook(m *Manager, f func() error) { m.limitsHook = f }
+
 // RunKept runs cmd in a fresh sandbox with default limits and returns the
 // sandbox's Destroy instead of calling it, for BenchmarkDestroy.
 func RunKept(m *Manager, cmd *Command) (destroy func() error, err error) {

@@ -86,6 +86,9 @@ type Manager struct {
 	dog        *watchdog
 	teardowns  *teardowns
 	log        *slog.Logger
+	// limitsHook, if set (by tests), runs before a started sandbox's
+	// limits are set; its error fails the setting.
+	limitsHook func() error
 
 	// workspaces is the workspace root (real path); defaultWorkspaces
 	// says it is <stateDir>/workspaces, which NewWorkspace makes.

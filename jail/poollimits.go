@@ -12,6 +12,11 @@ import (
 // option, cannot change. On failure the sandbox must not be used: its
 // limits may be half set.
 func (s *sandbox) setLimits(l Limits) error {
+	if h := s.m.limitsHook; h != nil {
+		if err := h(); err != nil {
+			return fmt.Errorf("set the limits of sandbox %s: %w", s.id, err)
+		}
+	}
 	cfg := s.c.Config()
 	cg := *cfg.Cgroups
 	res := *cg.Resources

@@ -43,6 +43,44 @@ type sandbox struct {
 	// pins hold the namespaces and the executable of the sandbox's init
 	// open until Destroy (see pin).
 	pins []*os.File
+	// init is the process started in the sandbox, nil until one is.
+	init *initProc
+}
+
+// initProc is the process started in a sandbox (its init, pid 1 of its pid
+// namespace) and the one waiter of it. Every end of a sandbox goes through
+// it: a run's collect waits for the command's exit, and Destroy, after its
+// SIGKILL, for an init that never got a command (a pooled or prestarted
+// sandbox discarded unused, or whose command could not start). An exited
+// child that is never waited for stays a zombie of this process until it
+// exits, and keeps its pid charged to the pids budget of the parent cgroup:
+// each would take a place of every later sandbox.
+type initProc struct {
+	p    *libcontainer.Process
+	once sync.Once
+	done chan struct{} // closed once the init was reaped; ps and err set
+	ps   *os.ProcessState
+	err  error
+}
+
+func newInitProc(p *libcontainer.Process) *initProc {
+	return &initProc{p: p, done: make(chan struct{})}
+}
+
+// exited returns a channel closed once the init has been reaped. The wait
+// starts at the first call, not at the start: a goroutine blocked in the
+// wait holds an OS thread, which a pooled sandbox waiting for its command
+// need not cost. The wait itself is never abandoned: a caller that stops
+// waiting (after waitDelay) leaves the waiter to reap the init whenever the
+// kernel lets it go.
+func (ip *initProc) exited() <-chan struct{} {
+	ip.once.Do(func() {
+		go func() {
+			ip.ps, ip.err = ip.p.Wait()
+			close(ip.done)
+		}()
+	})
+	return ip.done
 }
 
 // ID is the sandbox's id, also its container and cgroup name.
@@ -103,7 +141,6 @@ func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 // running is a process started in a sandbox, with the parent's ends of its
 // pipes.
 type running struct {
-	p *libcontainer.Process
 	// started is when the command was released to run: the timeout and
 	// Duration count from it.
 	started    time.Time
@@ -135,7 +172,7 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 	}
 	closers = append(closers, errR, errW)
 	p.Stdout, p.Stderr = outW, errW
-	r := &running{p: p, outR: outR, errR: errR, stdin: in}
+	r := &running{outR: outR, errR: errR, stdin: in}
 	var stdinR *os.File
 	switch f := in.(type) {
 	case nil:
@@ -158,8 +195,12 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 	// may be slow to report back, and a quick command ends before Run
 	// would return.
 	if err := s.c.Start(p); err != nil {
+		// libcontainer killed and reaped what it started.
 		return nil, err
 	}
+	// From here on the init is this sandbox's to reap, on every path:
+	// Destroy waits for it.
+	s.init = newInitProc(p)
 	if pid, err := p.Pid(); err == nil {
 		s.pin(pid)
 	}
@@ -254,20 +295,14 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 	go func() { defer readers.Done(); _, _ = io.Copy(stdout, r.outR) }()
 	go func() { defer readers.Done(); _, _ = io.Copy(stderr, r.errR) }()
 
-	type waitResult struct {
-		ps  *os.ProcessState
-		err error
-	}
-	waited := make(chan waitResult, 1)
-	go func() {
-		ps, err := r.p.Wait()
-		waited <- waitResult{ps, err}
-	}()
-
 	res := &Result{ID: s.id, Limits: s.limits}
-	var wr waitResult
+	var (
+		ps      *os.ProcessState
+		waitErr error
+	)
 	select {
-	case wr = <-waited:
+	case <-s.init.exited():
+		ps, waitErr = s.init.ps, s.init.err
 	case <-runCtx.Done():
 		if ctx.Err() != nil {
 			res.Canceled = true
@@ -280,9 +315,10 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 			s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
 		}
 		select {
-		case wr = <-waited:
+		case <-s.init.exited():
+			ps, waitErr = s.init.ps, s.init.err
 		case <-time.After(waitDelay):
-			wr.err = errors.New("sandbox init did not exit after SIGKILL")
+			waitErr = errors.New("sandbox init did not exit after SIGKILL")
 		}
 	}
 	res.Duration = time.Since(r.started)
@@ -301,8 +337,8 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 
 	res.Stdout, res.StdoutBytes, res.StdoutTruncated = stdout.String(), stdout.total, stdout.truncated()
 	res.Stderr, res.StderrBytes, res.StderrTruncated = stderr.String(), stderr.total, stderr.truncated()
-	if wr.ps != nil {
-		if ws, ok := wr.ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
+	if ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
 			switch {
 			case ws.Signaled():
 				res.ExitCode = -1
@@ -325,8 +361,8 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 	}
 
 	var exitErr *exec.ExitError
-	if wr.err != nil && wr.ps == nil && !errors.As(wr.err, &exitErr) {
-		return res, fmt.Errorf("wait for sandbox %s: %w", s.id, wr.err)
+	if waitErr != nil && ps == nil && !errors.As(waitErr, &exitErr) {
+		return res, fmt.Errorf("wait for sandbox %s: %w", s.id, waitErr)
 	}
 	if res.Canceled {
 		return res, ctx.Err()
@@ -393,16 +429,25 @@ func (s *sandbox) Destroy() error {
 	var err error
 	_ = s.c.Signal(unix.SIGKILL)
 	deadline := time.Now().Add(waitDelay)
+	if s.init != nil {
+		// Reaped here if no run did: killing an init does not reap it,
+		// and libcontainer counts a zombie init as stopped, so Destroy
+		// below would succeed and leave it.
+		select {
+		case <-s.init.exited():
+		case <-time.After(time.Until(deadline)):
+			s.m.log.Warn("sandbox init not reaped after SIGKILL; its waiter stays", "id", s.id)
+		}
+	}
 	for {
 		err = s.c.Destroy()
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
-		// "container still running": init was killed but not yet reaped
-		// by the kernel.
+		// "container still running": the init has not died yet.
 		time.Sleep(5 * time.Millisecond)
 	}
-	// The init is gone (or will never be waited for): its namespaces
+	// The init is gone (or stuck, its waiter left to reap it): its namespaces
 	// end now, before the slot's uid range can go to another sandbox.
 	s.unpin()
 	if err != nil {

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime/debug"
@@ -34,6 +35,14 @@ type AdmitOptions struct {
 	MaxOutputMemory int64
 	// Metrics, if non-nil, gets the queue depth and the refusals.
 	Metrics *Metrics
+	// BaseUp, if not nil, says when the jail below can take runs: it
+	// returns a channel closed while it can, and while it cannot (the
+	// daemon's worker being restarted) one closed when it can again. Its
+	// runs then fail with api.ErrUnavailable having run nothing: an
+	// admitted run waits for the jail instead, as it waits for a slot,
+	// until MaxWait after it arrived. Nil, or no queue (MaxQueue zero):
+	// such runs fail.
+	BaseUp func() <-chan struct{}
 }
 
 // Defaults for AdmitOptions.
@@ -56,6 +65,7 @@ type Admitter struct {
 	maxWait time.Duration
 	queued  atomic.Int64
 	metrics *Metrics
+	baseUp  func() <-chan struct{}
 	// avgRun is a moving average of the runs' time in the jail, in
 	// nanoseconds, for the Retry-After estimate.
 	avgRun atomic.Int64
@@ -82,6 +92,9 @@ func Admit(r Runner, o AdmitOptions) (*Admitter, error) {
 		maxQ:    int64(o.MaxQueue),
 		maxWait: o.MaxWait,
 		metrics: o.Metrics,
+	}
+	if o.MaxQueue > 0 {
+		a.baseUp = o.BaseUp
 	}
 	o.Metrics.observeAdmitter(a)
 	return a, nil
@@ -116,12 +129,63 @@ func (a *Admitter) Run(ctx context.Context, req *Request) (*jail.Result, error) 
 		defer a.output.release(mem)
 	}
 	defer func() { <-a.slots }()
+	deadline := t0.Add(a.maxWait)
+	if err := a.awaitBase(ctx, deadline, 0); err != nil {
+		return nil, err
+	}
 	a.metrics.waited(time.Since(t0))
 	req.admit()
-	t1 := time.Now()
-	res, err := a.next.Run(ctx, req)
-	a.observeRun(time.Since(t1))
-	return res, err
+	for {
+		t1 := time.Now()
+		res, err := a.next.Run(ctx, req)
+		if a.baseUp == nil || !errors.Is(err, api.ErrUnavailable) {
+			a.observeRun(time.Since(t1))
+			return res, err
+		}
+		// The jail went down between the check and the run (a worker
+		// that died): nothing ran, so the run may wait and go again.
+		// A run the worker held fails with worker.ErrLost instead,
+		// never retried: its command may have run.
+		if err := a.awaitBase(ctx, deadline, retryPause); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// retryPause is the least time between two tries of a run whose jail was
+// down: one that comes up and dies at once must not make the retry a busy
+// loop.
+const retryPause = 50 * time.Millisecond
+
+// awaitBase waits, after pause, until the jail below can take runs (see
+// AdmitOptions.BaseUp), or until deadline, when the run is refused as one
+// that found no slot in time is.
+func (a *Admitter) awaitBase(ctx context.Context, deadline time.Time, pause time.Duration) error {
+	if a.baseUp == nil {
+		return nil
+	}
+	if pause == 0 {
+		select {
+		case <-a.baseUp():
+			return nil
+		default:
+		}
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if pause > 0 {
+		select {
+		case <-time.After(pause):
+		case <-wctx.Done():
+			return a.waitFailed(ctx)
+		}
+	}
+	select {
+	case <-a.baseUp():
+		return nil
+	case <-wctx.Done():
+		return a.waitFailed(ctx)
+	}
 }
 
 // outputMemory is what spec's output may take: two streams of MaxOutput.

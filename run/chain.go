@@ -23,6 +23,10 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 		return nil, err
 	}
 	c.Admission.Metrics = c.Metrics
+	if u, ok := base.(interface{ Up() <-chan struct{} }); ok && c.Admission.BaseUp == nil {
+		// The daemon's worker: queued runs wait for it to restart.
+		c.Admission.BaseUp = u.Up
+	}
 	c.Metrics.observeSessions(c.Sessions)
 	adm, err := Admit(Instrument(baseRunner{base: base, sessions: c.Sessions, policy: c.Policy}, c.Metrics), c.Admission)
 	if err != nil {

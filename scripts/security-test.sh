@@ -727,6 +727,62 @@ else
   skip policy_input "curl is not installed"
 fi
 
+# --- trust: reaping ---------------------------------------------------------
+# Every sandbox the daemon starts is waited for, used or not: a session's
+# prestarted sandbox at DELETE, one that cannot enter a call's directory, a
+# pooled one whose executable is missing. An exited child never waited for
+# stays a zombie of the process that started it and keeps its pid charged to
+# the daemon's pids budget: with --total-pids 40, sixty sessions would leave
+# no pid for any run.
+if command -v curl > /dev/null; then
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 1 --total-pids 40 --audit-log off > "$T/reap.log" 2>&1 &
+  SERVE_PID=$!
+  BG_PIDS+=("$SERVE_PID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  api() { # METHOD PATH [BODY]: the status, the body in $T/reap.out
+    curl -s -o "$T/reap.out" -w '%{http_code}' -X "$1" "http://127.0.0.1:$PORT$2" \
+      -H 'Content-Type: application/json' ${3:+-d "$3"} 2> /dev/null || true
+  }
+  cycles_failed=
+  for i in $(seq 60); do
+    code=$(api POST /sessions '{}')
+    id=$(sed -n 's/.*"id":"\([^"]*\)".*/\1/p' "$T/reap.out")
+    if [ "$code" != 201 ] || [ -z "$id" ]; then cycles_failed="cycle $i: POST /sessions $code $(one < "$T/reap.out")"; break; fi
+    if [ $((i % 10)) = 0 ]; then
+      api POST /run "{\"session_id\":\"$id\",\"cwd\":\"/work/no/such\",\"command\":\"pwd\"}" > /dev/null
+      api POST /run '{"executable":"no-such-command"}' > /dev/null
+    fi
+    code=$(api DELETE "/sessions/$id")
+    case $code in 200 | 204) ;; *) cycles_failed="cycle $i: DELETE $code $(one < "$T/reap.out")"; break ;; esac
+  done
+  hcheck reaping_session_cycles "$cycles_failed" [ -z "$cycles_failed" ]
+  code=$(api POST /run '{"command":"echo reaped"}')
+  runs() { [ "$code" = 200 ] && grep -q '"stdout":"reaped\\n"' "$T/reap.out"; }
+  hcheck reaping_run_after_cycles "status $code: $(one < "$T/reap.out")" runs
+  # Zombies of the daemon and of its worker (its child), by /proc state Z.
+  parents=" $SERVE_PID "
+  for p in /proc/[0-9]*; do
+    read -r st pp _ < <(sed 's/.*) //' "$p/stat" 2> /dev/null) || continue
+    [ "$pp" = "$SERVE_PID" ] && parents+="${p#/proc/} "
+  done
+  zombies=
+  for _ in $(seq 50); do
+    zombies=
+    for p in /proc/[0-9]*; do
+      read -r st pp _ < <(sed 's/.*) //' "$p/stat" 2> /dev/null) || continue
+      [ "$st" = Z ] && [[ $parents == *" $pp "* ]] && zombies+="${p#/proc/}(ppid $pp) "
+    done
+    [ -z "$zombies" ] && break
+    sleep 0.1
+  done
+  hcheck reaping_no_zombies "zombie children of the daemon or its worker: $(one 200 <<< "$zombies")" [ -z "$zombies" ]
+  kill -TERM "$SERVE_PID" 2> /dev/null || true
+  wait "$SERVE_PID" 2> /dev/null || true
+else
+  skip reaping "curl is not installed"
+fi
+
 # --- nothing left behind -----------------------------------------------------
 # Processes of this binary that were not there at the start.
 sleep 0.2

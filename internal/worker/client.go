@@ -23,8 +23,9 @@ import (
 	"github.com/jaild/jaild/jail"
 )
 
-// ErrDown: no worker serves runs now (it died and is being restarted). It
-// matches api.ErrUnavailable, which front ends answer with "try again".
+// ErrDown: no worker serves runs now (it died and is being restarted), and
+// the run was not handed to one: no worker had all of it. It matches
+// api.ErrUnavailable, which front ends answer with "try again".
 var ErrDown error = downError{}
 
 type downError struct{}
@@ -70,6 +71,9 @@ type Client struct {
 	cur    *proc // nil while no worker runs
 	down   error // why cur is nil
 	closed bool
+	// up is closed while cur serves, and when the client closes; while
+	// no worker runs it is open, and is closed when the next one is up.
+	up chan struct{}
 }
 
 // proc is one worker process.
@@ -94,7 +98,8 @@ func Start(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), cur: p}
+	c := &Client{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), cur: p, up: make(chan struct{})}
+	close(c.up)
 	go c.supervise(p)
 	return c, nil
 }
@@ -208,6 +213,9 @@ func (c *Client) supervise(p *proc) {
 		started := time.Now()
 		c.mu.Lock()
 		c.cur, c.down = nil, fmt.Errorf("%w: it exited (%v) and is being restarted", ErrDown, p.err)
+		if !c.closed {
+			c.up = make(chan struct{})
+		}
 		c.mu.Unlock()
 		p.ctl.Close()
 		c.log.Error("jaild worker exited; restarting it", "pid", p.cmd.Process.Pid, "status", fmt.Sprint(p.err))
@@ -227,6 +235,7 @@ func (c *Client) supervise(p *proc) {
 					return
 				}
 				c.cur = np
+				close(c.up)
 				c.mu.Unlock()
 				c.log.Info("jaild worker restarted", "pid", np.cmd.Process.Pid)
 				p = np
@@ -255,6 +264,9 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	p := c.cur
+	if p == nil {
+		close(c.up) // no worker will come: a waiter finds out Run says so
+	}
 	c.mu.Unlock()
 	close(c.stop)
 	<-c.done
@@ -267,6 +279,17 @@ func (c *Client) Close() error {
 		return fmt.Errorf("jaild worker: %w", p.err)
 	}
 	return nil
+}
+
+// Up returns a channel that is closed once a worker serves runs: at once
+// while one does, else when the worker being restarted is (or when the
+// client closes). A run that failed with ErrDown was handed to no worker:
+// a caller may wait on Up and try it again, as the daemon's admission does
+// for runs it has queued.
+func (c *Client) Up() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.up
 }
 
 func (c *Client) current() (*proc, error) {
@@ -387,7 +410,7 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Res
 		}
 	}
 	if _, _, err := p.ctl.WriteMsgUnix(msg, unix.UnixRights(send...), nil); err != nil {
-		return nil, p.gone("send the run", err)
+		return nil, p.notSent("send the run", err)
 	}
 	for _, f := range sent {
 		f.Close()
@@ -401,7 +424,7 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Res
 		Timeout: spec.Timeout, MaxOutput: spec.MaxOutput, Workspace: wsID, Egress: spec.Egress != nil,
 	}
 	if err := writeFrame(conn, ws); err != nil {
-		return nil, p.gone("send the spec", err)
+		return nil, p.notSent("send the spec", err)
 	}
 	if stdinW != nil {
 		go func() {
@@ -460,6 +483,20 @@ func (p *proc) gone(what string, err error) error {
 	select {
 	case <-p.exited:
 		return fmt.Errorf("%w: it exited (%v) before it could %s", ErrLost, p.err, what)
+	case <-time.After(100 * time.Millisecond):
+		return fmt.Errorf("jaild worker: %s: %w", what, err)
+	}
+}
+
+// notSent is the error of a run that could not be handed to its worker
+// while doing what: the control message was refused (SOCK_SEQPACKET delivers
+// a message whole or not at all), or the spec frame was not all written, and
+// the worker starts a run only once it has read the whole frame. Nothing of
+// the run started; if the worker is dead, the run may go to the next one.
+func (p *proc) notSent(what string, err error) error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%w: it exited (%v) before it could %s", ErrDown, p.err, what)
 	case <-time.After(100 * time.Millisecond):
 		return fmt.Errorf("jaild worker: %s: %w", what, err)
 	}

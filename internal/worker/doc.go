@@ -48,6 +48,9 @@
 // connection reaches EOF (the front end closed it, or died, even by
 // SIGKILL), the worker cancels every run, closes its pool and Manager, which
 // kills and removes every sandbox, and exits. When the worker dies the front
-// end fails the runs in flight and new ones with an error saying so (which
-// the daemon's /healthz reports), and starts another.
+// end starts another. It fails the runs the dead worker had with ErrLost
+// (their commands may have run: never to be tried again), and those it
+// could not hand to any worker with ErrDown (which the daemon's /healthz
+// reports); Client.Up tells when a worker serves again, and the daemon's
+// admission holds such runs until then, within their queue wait.
 package worker
