@@ -263,7 +263,12 @@ func running(pid int) bool {
 func TestKilledRunIsSwept(t *testing.T) {
 	in := newInstall(t)
 	victim := startWithSandbox(t, in, "run", "--timeout", "5m", "--shell", "sleep 300")
+	// The watchdog may show in the state dir a moment after the sandbox.
 	dogs := testenv.Watchdogs(in.StateDir)
+	for deadline := time.Now().Add(10 * time.Second); len(dogs) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		dogs = testenv.Watchdogs(in.StateDir)
+	}
 	if len(dogs) != 1 {
 		t.Fatalf("watchdogs %v, want jaild's one", dogs)
 	}
