@@ -40,7 +40,7 @@ func BenchmarkResolve(b *testing.B) {
 // BenchmarkParseShell: the shell case's string parsed into its commands.
 func BenchmarkParseShell(b *testing.B) {
 	latencies(b, func() {
-		if _, err := ParseShell("cd /tmp && date | echo ok"); err != nil {
+		if _, err := ParseShell("cd /tmp && date | echo ok", "sh"); err != nil {
 			b.Fatal(err)
 		}
 	})

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 )
 
 // Mode says what a deny does.
@@ -71,9 +71,11 @@ type Observer interface {
 	// Decided is called once per decision with its Result and how long
 	// evaluation took (resolution and parsing included).
 	Decided(result Result, shadow bool, eval time.Duration)
-	// Loaded is called after every load: the active revision, or the
-	// load error with deny-all on.
-	Loaded(revision string, denyAll bool)
+	// Loaded is called after every load with the active revision (empty
+	// in deny-all) and the load's error, nil if it loaded. A load that
+	// fails because the directory is missing keeps the last good set:
+	// then both are set and denyAll is false.
+	Loaded(revision string, denyAll bool, err error)
 }
 
 // Engine decides requests against the policy set in a directory, and
@@ -85,7 +87,6 @@ type Engine struct {
 	log  *slog.Logger
 	dlog *decisionLog
 
-	watcher *fsnotify.Watcher
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closeMu sync.Once
@@ -102,6 +103,9 @@ type state struct {
 	// decisioncache.go).
 	cache  *decisionCache
 	nondet string
+	// missing is the error of the last load when it found no directory
+	// and kept this set, the last good one.
+	missing error
 }
 
 // Open loads opts.Dir and starts watching it. A set that fails to load is
@@ -144,10 +148,7 @@ func (e *Engine) Close() error {
 	var err error
 	e.closeMu.Do(func() {
 		close(e.stop)
-		if e.watcher != nil {
-			err = e.watcher.Close()
-		}
-		e.wg.Wait()
+		e.wg.Wait() // the loop closes its watcher
 	})
 	return err
 }
@@ -160,7 +161,9 @@ type Status struct {
 	// contents. Empty in deny-all.
 	Revision string `json:"revision,omitempty"`
 	Files    int    `json:"files,omitempty"`
-	// DenyAll is on while no valid set is loaded; Error says why.
+	// DenyAll is on while no valid set is loaded; Error says why. Error
+	// is also set, with the last good Revision still active, while the
+	// directory is missing (see Engine.reload).
 	DenyAll bool      `json:"deny_all"`
 	Error   string    `json:"error,omitempty"`
 	Loaded  time.Time `json:"loaded"`
@@ -175,12 +178,34 @@ func (e *Engine) Status() Status {
 	} else {
 		s.Revision, s.Files = st.set.revision, len(st.set.files)
 	}
+	if st.missing != nil {
+		s.Error = st.missing.Error()
+	}
 	return s
 }
 
-// reload loads the directory and swaps the outcome in whole.
+// reload loads the directory and swaps the outcome in whole. A set that
+// does not load puts the engine in deny-all, except when the directory
+// itself is missing and a set was loaded before: as OPA's bundle loader
+// keeps the last activated bundle when a download fails, the last good set
+// stays active and Status and the Observer report the error. A directory
+// is missing for a moment when it is replaced (mv P P.old; mv P.new P), and
+// while it is restored; denying everything then would make every deploy an
+// outage. Deleting the files (an empty directory) is deny-all.
 func (e *Engine) reload() {
 	s, err := loadDir(context.Background(), e.opts.Dir)
+	if prev := e.cur.Load(); err != nil && prev != nil && prev.set != nil {
+		if _, serr := os.Stat(e.opts.Dir); errors.Is(serr, fs.ErrNotExist) {
+			st := *prev
+			st.missing = err
+			e.cur.Store(&st)
+			e.log.Error("policy directory is missing: keeping the last good revision", "dir", e.opts.Dir, "revision", prev.set.revision, "err", err)
+			if e.opts.Observer != nil {
+				e.opts.Observer.Loaded(prev.set.revision, false, err)
+			}
+			return
+		}
+	}
 	st := &state{set: s, err: err, loaded: time.Now()}
 	if err == nil {
 		if st.nondet = nondeterministic(s.modules); st.nondet == "" {
@@ -203,6 +228,6 @@ func (e *Engine) reload() {
 		if s != nil {
 			rev = s.revision
 		}
-		e.opts.Observer.Loaded(rev, err != nil)
+		e.opts.Observer.Loaded(rev, err != nil, err)
 	}
 }

@@ -409,9 +409,9 @@ func (o *countObserver) Decided(r Result, shadow bool, eval time.Duration) {
 	o.results[r]++
 }
 
-func (o *countObserver) Loaded(string, bool) { o.mu.Lock(); o.loaded++; o.mu.Unlock() }
-func (o *countObserver) count(r Result) int  { o.mu.Lock(); defer o.mu.Unlock(); return o.results[r] }
-func (o *countObserver) loads() int          { o.mu.Lock(); defer o.mu.Unlock(); return o.loaded }
+func (o *countObserver) Loaded(string, bool, error) { o.mu.Lock(); o.loaded++; o.mu.Unlock() }
+func (o *countObserver) count(r Result) int         { o.mu.Lock(); defer o.mu.Unlock(); return o.results[r] }
+func (o *countObserver) loads() int                 { o.mu.Lock(); defer o.mu.Unlock(); return o.loaded }
 
 // decideCases are BenchmarkDecide's: an argv request, and a shell string
 // of four commands (one a builtin), both allowed by the router example.

@@ -144,7 +144,7 @@ func Complete(in *Input, r Resolver) error {
 		if in.Command == "" {
 			in.Command, in.Args = "sh", []string{"-c", in.Shell.Source}
 		}
-		sh, err := ParseShell(in.Shell.Source)
+		sh, err := parseInput(in, r, pathEnv)
 		if err != nil {
 			return err
 		}

@@ -46,8 +46,15 @@ type set struct {
 // loadDir parses every .rego file under dir, recursively, rewrites it for
 // the convention and prepares the query. Any failure fails the whole set:
 // a partly loaded policy could allow what the whole would deny.
+//
+// A symlinked dir is read where it leads when the load starts, so one load
+// reads one target even if the link is retargeted meanwhile.
 func loadDir(ctx context.Context, dir string) (*set, error) {
-	files, err := regoFiles(dir)
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read policy dir: %w", err)
+	}
+	files, err := regoFiles(root)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +65,7 @@ func loadDir(ctx context.Context, dir string) (*set, error) {
 	modules := make(map[string]*ast.Module, len(files))
 	router := false
 	for _, f := range files {
-		data, err := os.ReadFile(filepath.Join(dir, f))
+		data, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			return nil, fmt.Errorf("read policy: %w", err)
 		}
@@ -103,8 +110,8 @@ func loadDir(ctx context.Context, dir string) (*set, error) {
 
 // regoFiles lists the .rego files under dir, relative to it, sorted so the
 // revision does not depend on the directory's order. Symlinked files are
-// read; symlinked directories are not walked, as fsnotify could not watch
-// them.
+// read; symlinked directories under dir are not walked (a ConfigMap's
+// ..data would list every file twice).
 func regoFiles(dir string) ([]string, error) {
 	var files []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -10,42 +11,85 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// watch starts watching the directory tree. inotify is not recursive: each
-// directory is added, and each one created later as its event arrives.
+// The watch follows the directory by its path, not by the inode it had at
+// start. inotify watches inodes: after mv P P.old; mv P.new P a watch on P
+// sees P.old, and after rm -rf P and a restore it sees nothing. So the
+// parent is watched too, for P (or a symlink named P) being created,
+// removed, renamed or replaced, and after every settled burst of events the
+// whole watch is made again from what the path names now, before the set
+// is reloaded: a change made after the new watch is armed raises an event,
+// one made before is in the reload. Symlinks are followed where they lead:
+// a symlinked root (P -> P.v2) is watched at its target, and the directory
+// of every symlinked .rego file's target too, so the Kubernetes ConfigMap
+// layout (P/x.rego -> ..data/x.rego, ..data -> ..2026_11_25_xx swapped by
+// rename) reloads on the swap, which renames ..data inside P.
+
+// watch arms the first watch and starts the loop that re-arms it.
 func (e *Engine) watch() error {
-	w, err := fsnotify.NewWatcher()
+	w, err := e.arm()
 	if err != nil {
-		return fmt.Errorf("policy: watch %s: %w", e.opts.Dir, err)
-	}
-	e.watcher = w
-	if err := e.addTree(e.opts.Dir); err != nil {
-		// The load fails too and says why; a directory made later is
-		// not seen, so say that here.
-		e.log.Error("policy directory cannot be watched: restart jaild after fixing it", "dir", e.opts.Dir, "err", err)
+		return err
 	}
 	e.wg.Add(1)
-	go e.loop()
+	go e.loop(w)
 	return nil
 }
 
-func (e *Engine) addTree(root string) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+// arm returns a new watcher on the directory's parent and on every
+// directory of the tree as the path names it now. A missing tree is no
+// error (its return is seen in the parent); a missing parent is logged,
+// as nothing would then tell that the directory came back.
+func (e *Engine) arm() (*fsnotify.Watcher, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("policy: watch %s: %w", e.opts.Dir, err)
+	}
+	dir := filepath.Clean(e.opts.Dir)
+	if err := w.Add(filepath.Dir(dir)); err != nil {
+		e.log.Error("policy directory's parent cannot be watched: a replaced or restored directory is not seen until restart", "dir", dir, "err", err)
+	}
+	if err := addTree(w, dir); err != nil && !os.IsNotExist(err) {
+		e.log.Warn("policy watch", "dir", dir, "err", err)
+	}
+	return w, nil
+}
+
+// addTree watches root (through a symlink) and each directory under it,
+// and the directory each symlinked .rego file leads to; it skips what
+// regoFiles skips, except ..-prefixed directories (a ConfigMap's
+// ..2026_11_25_xx, where its links lead).
+func addTree(w *fsnotify.Watcher, root string) error {
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return err
+	}
+	return filepath.WalkDir(real, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 && strings.HasSuffix(d.Name(), ".rego") {
+			if target, err := filepath.EvalSymlinks(p); err == nil {
+				_ = w.Add(filepath.Dir(target))
+			}
+			return nil
 		}
 		if !d.IsDir() {
 			return nil
 		}
-		if p != root && strings.HasPrefix(d.Name(), ".") && !strings.HasPrefix(d.Name(), "..") {
+		if p != real && strings.HasPrefix(d.Name(), ".") && !strings.HasPrefix(d.Name(), "..") {
 			return filepath.SkipDir
 		}
-		return e.watcher.Add(p)
+		return w.Add(p)
 	})
 }
 
-// loop reloads once events have stopped for the debounce interval.
-func (e *Engine) loop() {
+// loop reloads once events have stopped for the debounce interval,
+// re-arming the watch first. It owns the watcher and closes it.
+func (e *Engine) loop(w *fsnotify.Watcher) {
 	defer e.wg.Done()
+	defer func() { _ = w.Close() }()
+	dir := filepath.Clean(e.opts.Dir)
+	parent := filepath.Dir(dir)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -53,16 +97,15 @@ func (e *Engine) loop() {
 		select {
 		case <-e.stop:
 			return
-		case ev, ok := <-e.watcher.Events:
+		case ev, ok := <-w.Events:
 			if !ok {
 				return
 			}
-			if ev.Has(fsnotify.Create) {
-				// A new directory: watch it and what is already in it.
-				_ = e.addTree(ev.Name)
+			if filepath.Dir(ev.Name) == parent && ev.Name != dir {
+				continue // the directory's siblings
 			}
 			timer.Reset(e.opts.Debounce)
-		case err, ok := <-e.watcher.Errors:
+		case err, ok := <-w.Errors:
 			if !ok {
 				return
 			}
@@ -70,6 +113,12 @@ func (e *Engine) loop() {
 			e.log.Warn("policy watch", "dir", e.opts.Dir, "err", err)
 			timer.Reset(e.opts.Debounce)
 		case <-timer.C:
+			if nw, err := e.arm(); err != nil {
+				e.log.Error("policy watch cannot be re-armed: keeping the old one", "dir", e.opts.Dir, "err", err)
+			} else {
+				_ = w.Close()
+				w = nw
+			}
 			e.reload()
 		}
 	}

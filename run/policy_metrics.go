@@ -96,15 +96,18 @@ func (p *policyMetrics) Decided(result policy.Result, shadow bool, eval time.Dur
 }
 
 // Loaded implements policy.Observer.
-func (p *policyMetrics) Loaded(revision string, denyAll bool) {
+func (p *policyMetrics) Loaded(revision string, denyAll bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if denyAll {
+	if err != nil {
 		p.loads.WithLabelValues("error").Inc()
+	} else {
+		p.loads.WithLabelValues("ok").Inc()
+	}
+	if denyAll {
 		p.denyAll.Set(1)
 		revision = ""
 	} else {
-		p.loads.WithLabelValues("ok").Inc()
 		p.denyAll.Set(0)
 	}
 	if revision != p.current {

@@ -783,6 +783,123 @@ else
   skip reaping "curl is not installed"
 fi
 
+# --- trust: policy grammar ---
+# A policy that allows every command but id and anything dynamic: each
+# string below runs id in dash (/run's /bin/sh) or in bash unless the parser
+# sees it. Differential through real sandboxes: either jaild denies the
+# string, or id did not run (no uid= in its output). Then the policy
+# directory is replaced, edited, removed and restored under the daemon.
+if command -v curl > /dev/null; then
+  POL=$T/policy-grammar
+  mkdir -p "$POL"
+  cat > "$POL/main.rego" << 'EOF'
+package sandbox.main
+
+default allow := false
+
+allow if {
+	not input.shell
+	not blocked[input.command]
+}
+
+allow if {
+	input.shell
+	not input.shell.dynamic
+	every c in input.shell.commands {
+		not blocked[c.command]
+		not blocked[base(c.path)]
+	}
+}
+
+base(p) := parts[count(parts) - 1] if parts := split(p, "/")
+EOF
+  cp "$POL/main.rego" "$T/policy-main.rego"
+  printf 'package sandbox.main\n\nblocked contains "id"\n' > "$POL/blocked_id.rego"
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 0 --audit-log off --policy-dir "$POL" > "$T/serve-policy.log" 2>&1 &
+  SERVE_PID=$!
+  BG_PIDS+=("$SERVE_PID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  # prun COMMAND: POST /run; prints the status, leaves the body in $T/prun.json.
+  prun() {
+    local body
+    if [ "$JSON" = jq ]; then body=$(jq -n --arg c "$1" '{command: $c}')
+    else body=$(python3 -c 'import json, sys; print(json.dumps({"command": sys.argv[1]}))' "$1"); fi
+    curl -s -o "$T/prun.json" -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/run" \
+      -H 'Content-Type: application/json' -d "$body" 2> /dev/null || true
+  }
+  code=$(prun 'echo grammar-ok')
+  hcheck policy_allows_plain "status $code: $(one < "$T/prun.json")" grep -q grammar-ok "$T/prun.json"
+  code=$(prun id)
+  hcheck policy_denies_id "status $code: $(one < "$T/prun.json")" [ "$code" = 403 ]
+  missed=
+  while IFS= read -r src; do
+    code=$(prun "$src")
+    if [ "$code" = 200 ] && grep -q 'uid=' <<< "$(jget "$T/prun.json" stdout)$(jget "$T/prun.json" stderr)"; then
+      missed+=" [$src]"
+    elif [ "$code" != 200 ] && [ "$code" != 403 ]; then
+      missed+=" [$src: status $code $(one 80 < "$T/prun.json")]"
+    fi
+  done << 'EOF'
+((id)); echo hi
+echo a &>/dev/stderr id
+bash -c 'x='\''a[$(id>&2)]'\''; echo $((x))'
+sh -c '((id)); echo hi'
+bash -c 'x='\''a[$(id>&2)]'\''; [[ $x -eq 0 ]]'
+bash -c 'x='\''$(id>&2)'\''; echo ${x@P}'
+bash -c 'declare -n r='\''a[$(id>&2)]'\''; echo $r'
+bash -c 'printf -v '\''a[$(id>&2)]'\'' x'
+bash -c 'a=(1); x='\''a[$(id>&2)]'\''; echo ${a[x]} ${!x}'
+bash -c 'PS4='\''$(id>&2)'\''; set -x; true'
+eval id
+x=i; ${x}d
+time id
+! id
+exec id
+command -p id
+env id
+nohup id
+echo x | xargs id
+find /tmp -maxdepth 0 -exec id \;
+trap id EXIT
+alias x=id
+echo id | sh
+PATH=/nowhere:$PATH; id
+EOF
+  hcheck policy_grammar_no_miss "ran id:$missed" [ -z "$missed" ]
+
+  # poll SECONDS COMMAND STATUS: /run COMMAND until it answers STATUS.
+  poll() {
+    local end=$((SECONDS + $1)) code
+    while :; do
+      code=$(prun "$2")
+      [ "$code" = "$3" ] && return 0
+      [ "$SECONDS" -ge "$end" ] && return 1
+      sleep 0.1
+    done
+  }
+  cp -r "$POL" "$POL.new"
+  printf 'package sandbox.main\n\nblocked contains "uname"\n' > "$POL.new/blocked_uname.rego"
+  mv "$POL" "$POL.old"
+  mv "$POL.new" "$POL"
+  hcheck policy_dir_swap_followed "uname still runs after the swap" poll 3 uname 403
+  printf 'package sandbox.main\n\nblocked contains "date"\n' > "$POL/blocked_date.rego"
+  hcheck policy_edit_after_swap_followed "date still runs after an edit of the swapped-in dir" poll 2 date 403
+  rm -rf "$POL" "$POL.old"
+  kept() { curl -s "http://127.0.0.1:$PORT/healthz" | grep -q 'keeping this revision' && [ "$(prun date)" = 403 ]; }
+  for _ in $(seq 30); do kept && break; sleep 0.1; done
+  hcheck policy_missing_keeps_last_good "healthz: $(curl -s "http://127.0.0.1:$PORT/healthz" | one)" kept
+  mkdir "$POL"
+  cp "$T/policy-main.rego" "$POL/main.rego"
+  printf 'package sandbox.main\n\nblocked contains "id"\nblocked contains "hostname"\n' > "$POL/blocked_id.rego"
+  restored() { poll 3 hostname 403 && [ "$(prun date)" = 200 ]; }
+  hcheck policy_restore_followed "the restored set is not live: hostname runs or date is denied" restored
+  kill -TERM "$SERVE_PID" 2> /dev/null || true
+  wait "$SERVE_PID" 2> /dev/null || true
+else
+  skip policy_grammar "curl is not installed"
+fi
+
 # --- nothing left behind -----------------------------------------------------
 # Processes of this binary that were not there at the start.
 sleep 0.2

@@ -84,7 +84,11 @@ func healthOfPolicy(e *policy.Engine) func() (string, bool) {
 		if st.DenyAll {
 			return "deny-all: " + st.Error, false
 		}
-		return fmt.Sprintf("ok %s (%s, %d files)", st.Revision, st.Mode, st.Files), true
+		h := fmt.Sprintf("ok %s (%s, %d files)", st.Revision, st.Mode, st.Files)
+		if st.Error != "" { // the directory is missing: the last good set stays
+			h += "; reload failed, keeping this revision: " + st.Error
+		}
+		return h, true
 	}
 }
 
