@@ -31,6 +31,9 @@ type Config struct {
 	Server Options
 	// Drain configures the drain that precedes a shutdown.
 	Drain DrainOptions
+	// WorkerExits, if not nil, counts the exits of the process that
+	// builds the sandboxes, for jaild_worker_exits_total.
+	WorkerExits func() uint64
 }
 
 // DrainOptions configure how a daemon drains (Server.Drain) before it
@@ -78,6 +81,7 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	if err != nil {
 		return err
 	}
+	opts.Metrics.ObserveDaemon(c.WorkerExits, srv.Draining)
 	if c, ok := opts.MCP.(io.Closer); ok {
 		// Its MCP sessions' jaild sessions go once the server has stopped.
 		defer c.Close()

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -88,8 +89,14 @@ func testDrain(t *testing.T, bin string, startDrain func(*e2eInstall, *daemon)) 
 		}
 	}
 
+	if _, m := alice.do("GET", "/metrics", "", nil); !bytes.Contains(m, []byte("\njaild_draining 0\n")) {
+		t.Errorf("metrics before the drain:\n%s", grepLines(m, "jaild_draining"))
+	}
 	startDrain(in, d)
 	eventually(t, "/readyz to fail", func() bool { r, _ := get(t, d.url+"/readyz"); return r.StatusCode == 503 })
+	if _, m := alice.do("GET", "/metrics", "", nil); !bytes.Contains(m, []byte("\njaild_draining 1\n")) {
+		t.Errorf("metrics while draining:\n%s", grepLines(m, "jaild_draining"))
+	}
 	if r, body := get(t, d.url+"/livez"); r.StatusCode != 200 {
 		t.Errorf("/livez while draining: %d %s", r.StatusCode, body)
 	}

@@ -506,6 +506,9 @@ func testSessionsWorkerRestart(t *testing.T, bin string) {
 		code, _ := alice.do("POST", "/sessions", `{}`, nil)
 		return code == 201
 	})
+	if _, m := alice.do("GET", "/metrics", "", nil); !bytes.Contains(m, []byte("\njaild_worker_exits_total 1\n")) {
+		t.Errorf("metrics after one worker exit:\n%s", grepLines(m, "jaild_worker"))
+	}
 	if err := d.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("jaild serve exit: %v", err)
 	}
@@ -654,4 +657,15 @@ func testSessionsMCP(t *testing.T, bin string) {
 	if err := d.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("jaild serve exit: %v", err)
 	}
+}
+
+// grepLines is the lines of data that contain s.
+func grepLines(data []byte, s string) []byte {
+	var out []byte
+	for _, l := range bytes.SplitAfter(data, []byte("\n")) {
+		if bytes.Contains(l, []byte(s)) {
+			out = append(out, l...)
+		}
+	}
+	return out
 }

@@ -229,9 +229,10 @@ func serveAction(c *cli.Context) error {
 	defer sessions.Close()
 
 	cfg := server.Config{
-		Base:     w,
-		Sessions: sessions,
-		Chain:    run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol, Egress: eg},
+		Base:        w,
+		WorkerExits: w.Exits,
+		Sessions:    sessions,
+		Chain:       run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol, Egress: eg},
 		Server: server.Options{
 			Tokens:         tokens,
 			Metrics:        metrics,

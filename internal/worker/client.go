@@ -74,6 +74,16 @@ type Client struct {
 	// up is closed while cur serves, and when the client closes; while
 	// no worker runs it is open, and is closed when the next one is up.
 	up chan struct{}
+	// exits counts workers that exited while the client was open.
+	exits uint64
+}
+
+// Exits is how many times a worker exited while the client was open (each
+// time it is restarted), for metrics.
+func (c *Client) Exits() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exits
 }
 
 // proc is one worker process.
@@ -213,6 +223,7 @@ func (c *Client) supervise(p *proc) {
 		started := time.Now()
 		c.mu.Lock()
 		c.cur, c.down = nil, fmt.Errorf("%w: it exited (%v) and is being restarted", ErrDown, p.err)
+		c.exits++
 		if !c.closed {
 			c.up = make(chan struct{})
 		}
