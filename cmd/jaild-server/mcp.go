@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
@@ -34,6 +33,9 @@ and cleaning up every running sandbox. It needs root, like every command that
 builds sandboxes: register it with a client as "sudo jaild mcp" (see the
 README). Sizes take a unit: 512K, 256M, 1G.`,
 	Flags: append([]cli.Flag{
+		// Client configurations often say "jaild mcp --stdio": accepted,
+		// and changes nothing, since stdio is jaild mcp's only transport.
+		&cli.BoolFlag{Name: "stdio", Usage: "serve over stdin/stdout, which jaild mcp always does (for client configurations that name the transport)"},
 		&cli.StringFlag{Name: "memory", Value: command.Size(jail.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit of each sandbox, no swap"},
 		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads of each sandbox"},
 		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota of each sandbox in cores"},
@@ -148,8 +150,9 @@ func mcpAction(c *cli.Context) error {
 	}
 	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: runner, caller: stdioCaller()}, opts)
 	// Run returns when stdin reaches EOF (the client went away), which
-	// also cancels the calls in flight and so kills their sandboxes.
-	err = srv.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: out})
+	// also cancels the calls in flight and so kills their sandboxes. A bad
+	// line is answered with a JSON-RPC error and ends nothing.
+	err = srv.Run(ctx, &server.StdioTransport{Reader: os.Stdin, Writer: out})
 	if err != nil && ctx.Err() == nil {
 		return cli.Exit(fmt.Sprintf("mcp session: %v", err), api.ExitInternal)
 	}

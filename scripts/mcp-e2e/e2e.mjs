@@ -27,7 +27,7 @@
 // as skipped, not passed. Sandboxes are observed from the host with ps: each
 // long-running command sleeps for a unique fractional number of seconds.
 
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
@@ -471,9 +471,98 @@ async function agent(kind, tname, port) {
     }
 }
 
+
+// rawStdio speaks JSON-RPC to `jaild mcp --stdio` line by line, to send what
+// no SDK client sends: lines that are no JSON-RPC message, and a
+// cancellation whose call must then get no response.
+async function rawStdio() {
+    const p = 'stdio/raw';
+    const child = spawn(opts.jaild, ['mcp', '--stdio'], { env: { ...process.env }, stdio: ['pipe', 'pipe', 'inherit'] });
+    const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    const got = [];
+    let wake = () => {};
+    createInterface({ input: child.stdout }).on('line', (l) => {
+        got.push(JSON.parse(l));
+        wake();
+    });
+    const send = (m) => child.stdin.write((typeof m === 'string' ? m : JSON.stringify(m)) + '\n');
+    // next waits for the next response (not a notification) and returns it.
+    let seen = 0;
+    const next = async () => {
+        const deadline = Date.now() + CALL_TIMEOUT_MS;
+        for (;;) {
+            while (seen < got.length) {
+                const m = got[seen++];
+                if (!('method' in m)) return m;
+            }
+            if (Date.now() > deadline) throw new Error('no response');
+            await new Promise((r) => { wake = r; setTimeout(r, 100); });
+        }
+    };
+    try {
+        await check(`${p}: jaild mcp --stdio initializes`, async () => {
+            send({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } });
+            const r = await next();
+            assert(r.id === 1 && r.result?.serverInfo?.name === 'jaild', `initialize: ${JSON.stringify(r)}`);
+            send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+        });
+        await check(`${p}: bad lines get -32700 and -32600, and the call in flight goes on`, async () => {
+            send({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'bash', arguments: { command: 'sleep 1; echo survived' } } });
+            send('{"jsonrpc":"2.0","id":3,"method":');
+            let r = await next();
+            assert(r.error?.code === -32700 && r.id === null, `not JSON: ${JSON.stringify(r)}`);
+            send('{"foo":1}');
+            r = await next();
+            assert(r.error?.code === -32600 && r.id === null, `not a message: ${JSON.stringify(r)}`);
+            r = await next();
+            assert(r.id === 2 && r.result?.structuredContent?.stdout === 'survived\n', `the call in flight: ${JSON.stringify(r)}`);
+            return 'parse error, invalid request, call completed';
+        });
+        await check(`${p}: a cancelled call gets no response`, async () => {
+            const m = marker();
+            send({ jsonrpc: '2.0', id: 'c', method: 'tools/call', params: { name: 'bash', arguments: { command: m } } });
+            await waitHost(m, true, 'sandbox start');
+            send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'c', reason: 'e2e' } });
+            await waitHost(m, false, 'sandbox kill after cancellation');
+            send({ jsonrpc: '2.0', id: 'after', method: 'tools/call', params: { name: 'bash', arguments: { command: 'echo after' } } });
+            const r = await next();
+            assert(r.id === 'after', `got ${JSON.stringify(r)}, want only the response to "after"`);
+            return 'sandbox killed, no response';
+        });
+    } finally {
+        child.stdin.end();
+    }
+    await check(`${p}: exits 0 when stdin closes`, async () => {
+        const { code, signal } = await exited;
+        assert(code === 0, `exit ${code} ${signal ?? ''}`);
+    });
+}
+
+// rawHTTP posts what the SDK clients never send without a session.
+async function rawHTTP() {
+    const p = 'http/raw';
+    await check(`${p}: tools/list without Mcp-Session-Id is 400`, async () => {
+        const res = await fetch(opts.http, {
+            method: 'POST',
+            headers: {
+                'Content-Type': 'application/json',
+                Accept: 'application/json, text/event-stream',
+                ...(token ? { Authorization: `Bearer ${token}` } : {}),
+            },
+            body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }),
+        });
+        const body = await res.text();
+        assert(res.status === 400, `status ${res.status}: ${body}`);
+        assert(!res.headers.get('mcp-session-id'), 'a session was started');
+        return body;
+    });
+}
+
 let port = 0;
 for (const tname of ['stdio', 'http']) {
     if (opts.only && opts.only !== tname) continue;
+    if (tname === 'stdio') await rawStdio();
+    if (tname === 'http' && opts.http) await rawHTTP();
     for (const kind of Object.keys(clients)) {
         if (tname === 'http' && !opts.http) {
             skip(`${tname}/${kind}`, 'no --http URL given');
