@@ -28,7 +28,9 @@ func serveStdio(t *testing.T, b run.Base, maxLine int) *stdioPeer {
 	outR, outW := io.Pipe()
 	srv := NewMCPServer(run.Direct(b), MCPOptions{})
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(context.Background(), &StdioTransport{Reader: inR, Writer: outW, MaxLineLength: maxLine}) }()
+	go func() {
+		done <- srv.Run(context.Background(), &StdioTransport{Reader: inR, Writer: outW, MaxLineLength: maxLine})
+	}()
 	p := &stdioPeer{in: inW, lines: make(chan map[string]any, 100)}
 	readDone := make(chan struct{})
 	go func() {
