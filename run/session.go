@@ -63,7 +63,7 @@ func runInSession(ctx context.Context, m *session.Manager, req *Request) (*jail.
 		return nil, SessionError(err)
 	}
 	spec := req.Spec
-	call := &session.Call{Command: spec.Command, Limits: spec.Limits}
+	call := &session.Call{Command: spec.Command, Limits: spec.Limits, Description: req.Description}
 	if req.Shell != "" {
 		call.Shell, call.ShellPath, call.Args = req.Shell, shellOf(spec.Args, req.Shell), nil
 	}

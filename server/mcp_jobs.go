@@ -37,14 +37,15 @@ type ListTasksInput struct{}
 
 // TaskOutput is a task's state and its output.
 type TaskOutput struct {
-	TaskID   string       `json:"task_id" jsonschema:"The task's id."`
-	Command  []string     `json:"command" jsonschema:"What runs."`
-	State    string       `json:"state" jsonschema:"running or exited."`
-	ExitCode *int         `json:"exit_code,omitempty" jsonschema:"Once exited: the exit status, -1 if a signal killed it."`
-	Stdout   string       `json:"stdout" jsonschema:"Standard output kept so far (head and tail, with a marker line between, beyond the limit)."`
-	Stderr   string       `json:"stderr" jsonschema:"Standard error, kept like stdout."`
-	Error    string       `json:"error,omitempty" jsonschema:"Why the task could not run or was cut short."`
-	Verdict  *api.Verdict `json:"verdict,omitempty" jsonschema:"Once exited: how it ended."`
+	TaskID      string       `json:"task_id" jsonschema:"The task's id."`
+	Command     []string     `json:"command" jsonschema:"What runs."`
+	Description string       `json:"description,omitempty" jsonschema:"The description given to bash when the task was started."`
+	State       string       `json:"state" jsonschema:"running or exited."`
+	ExitCode    *int         `json:"exit_code,omitempty" jsonschema:"Once exited: the exit status, -1 if a signal killed it."`
+	Stdout      string       `json:"stdout" jsonschema:"Standard output kept so far (head and tail, with a marker line between, beyond the limit)."`
+	Stderr      string       `json:"stderr" jsonschema:"Standard error, kept like stdout."`
+	Error       string       `json:"error,omitempty" jsonschema:"Why the task could not run or was cut short."`
+	Verdict     *api.Verdict `json:"verdict,omitempty" jsonschema:"Once exited: how it ended."`
 }
 
 // TaskList is the result of list_tasks.
@@ -140,7 +141,14 @@ func (t *mcpTools) listTasks(ctx context.Context, req *mcp.CallToolRequest, _ Li
 		b.WriteString("No tasks.")
 	}
 	for _, task := range out.Tasks {
-		fmt.Fprintf(&b, "%s %s: %s\n", task.TaskID, task.State, strings.Join(task.Command, " "))
+		fmt.Fprintf(&b, "%s %s", task.TaskID, task.State)
+		if task.ExitCode != nil {
+			fmt.Fprintf(&b, " (exit code %d)", *task.ExitCode)
+		}
+		if task.Description != "" {
+			fmt.Fprintf(&b, ": %s", task.Description)
+		}
+		fmt.Fprintf(&b, ": %s\n", strings.Join(task.Command, " "))
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, out, nil
 }
@@ -152,7 +160,11 @@ func (t *mcpTools) taskResult(sess *session.Session, id string) (*mcp.CallToolRe
 	}
 	out := taskOf(st)
 	var b strings.Builder
-	fmt.Fprintf(&b, "Task %s: %s", out.TaskID, out.State)
+	fmt.Fprintf(&b, "Task %s", out.TaskID)
+	if out.Description != "" {
+		fmt.Fprintf(&b, " (%s)", out.Description)
+	}
+	fmt.Fprintf(&b, ": %s", out.State)
 	if out.ExitCode != nil {
 		fmt.Fprintf(&b, ", exit code %d", *out.ExitCode)
 	}
@@ -171,7 +183,7 @@ func (t *mcpTools) taskResult(sess *session.Session, id string) (*mcp.CallToolRe
 
 func taskOf(st *session.JobStatus) *TaskOutput {
 	j := jobOf(st)
-	return &TaskOutput{TaskID: j.JobID, Command: j.Command, State: j.State, ExitCode: j.ExitCode,
+	return &TaskOutput{TaskID: j.JobID, Command: j.Command, Description: st.Description, State: j.State, ExitCode: j.ExitCode,
 		Stdout: j.Stdout, Stderr: j.Stderr, Error: j.Error, Verdict: j.Verdict}
 }
 
@@ -180,4 +192,12 @@ func taskError(err error) error {
 		return errors.New("no such task in this session")
 	}
 	return err
+}
+
+// backgroundText is bash's answer to a run_in_background call: the task's
+// id and the calls that follow it, spelled as a model writes them.
+func backgroundText(id string) string {
+	return fmt.Sprintf("Started background task %s; read its output with task_output {\"task_id\":%q} "+
+		"(it waits for the task to end, up to 30 s; add \"block\":false to look at once), "+
+		"stop it with kill_task {\"task_id\":%q}.", id, id, id)
 }

@@ -271,8 +271,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	if err == nil && r == nil && background && rreq.JobID != "" {
 		out = &RunOutput{TaskID: rreq.JobID, TimeoutMS: timeout.Milliseconds()}
 		t.log.Info("mcp background task started", "tool", tool, "task", rreq.JobID, "session", rreq.SessionID)
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
-			"Started background task %s. Read its output with task_output (task_id %q); stop it with kill_task.", rreq.JobID, rreq.JobID)}}}, out, nil
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: backgroundText(rreq.JobID)}}}, out, nil
 	}
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
 	if id := req.Session.ID(); id != "" {

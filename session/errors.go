@@ -15,6 +15,9 @@ var (
 	ErrLimit = errors.New("session: limit reached")
 	// ErrClosed: the Manager is closed, or the session is being removed.
 	ErrClosed = errors.New("session: closed")
+	// ErrKilled: a job ended because Kill killed it (its error, which
+	// reads "killed").
+	ErrKilled = errors.New("killed")
 )
 
 // LimitError says which maximum a Create or Start hit.

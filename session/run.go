@@ -29,6 +29,9 @@ type Call struct {
 	// Limits are this call's sandbox's resources; zero means the
 	// session's.
 	Limits jail.Limits
+	// Description is what the caller says the call is for; a background
+	// job reports it in its status. It changes nothing that runs.
+	Description string
 }
 
 func (c *Call) validate() error {

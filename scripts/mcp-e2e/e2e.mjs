@@ -396,9 +396,9 @@ async function agent(kind, tname, port) {
             // The job waits for a file the agent makes later, so that its
             // state at each poll does not depend on timing.
             const r = await bash(`echo started; while [ ! -e /work/${mark}/go ]; do sleep 0.05; done; echo finished; exit 4`,
-                { run_in_background: true });
+                { run_in_background: true, description: 'wait for the go file' });
             assert(!r.res.isError && r.o.task_id, `start: ${r.t}`);
-            assert(r.t.includes(r.o.task_id), `the text does not name the task: ${r.t}`);
+            assert(r.t.includes(`task_output {"task_id":"${r.o.task_id}"}`), `the text does not say how to read the task: ${r.t}`);
             loop = r.o.task_id;
             let o;
             const deadline = Date.now() + WAIT_MS;
@@ -433,11 +433,12 @@ async function agent(kind, tname, port) {
             const byID = Object.fromEntries(o.tasks.map((t) => [t.task_id, t]));
             assert(o.tasks.length === 2, `tasks ${JSON.stringify(o.tasks)}`);
             assert(byID[loop]?.state === 'exited' && byID[loop].exit_code === 4, `the loop: ${JSON.stringify(byID[loop])}`);
+            assert(byID[loop].description === 'wait for the go file', `the loop's description: ${JSON.stringify(byID[loop])}`);
             assert(byID[server]?.state === 'running', `the server: ${JSON.stringify(byID[server])}`);
         });
         await check(`${p}: kill_task, and the server is gone`, async () => {
             const o = await tool('kill_task', { task_id: server });
-            assert(o.state === 'exited' && o.verdict?.canceled === true, `kill_task: ${JSON.stringify(o)}`);
+            assert(o.state === 'exited' && o.verdict?.canceled === true && o.error === 'killed', `kill_task: ${JSON.stringify(o)}`);
             const t = await tool('task_output', { task_id: server, block: false });
             assert(t.state === 'exited', `task_output after kill: ${JSON.stringify(t)}`);
             const c = await bash(`curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:${port}/; echo " exit=$?"`);
