@@ -228,7 +228,7 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *m
 	if slices.Contains(o.Tools, ToolRunNetworkTool) {
 		t.addNetworkTool(s)
 	}
-	if t.sess != nil {
+	if t.servesTasks() {
 		t.addTaskTools(s)
 	}
 	return s, t

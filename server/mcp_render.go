@@ -71,3 +71,12 @@ func humanBytes(n int64) string {
 		return strconv.FormatInt(n, 10) + " B"
 	}
 }
+
+// plural is n with the noun's singular or plural: "1 CPU", "0.5 CPUs", "2
+// processes".
+func plural(n float64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.FormatFloat(n, 'g', -1, 64) + " " + many
+}

@@ -41,12 +41,12 @@ func (t *mcpTools) sandboxText() string {
 	l := t.opts.Limits.WithDefaults()
 	return fmt.Sprintf("Every call runs in a fresh, throwaway Linux sandbox: no network (loopback only), "+
 		"a read-only root filesystem, and "+t.persistence()+
-		"The command runs as an unprivileged user with %s of memory, %d processes and %g CPUs. "+
+		"The command runs as an unprivileged user with %s of memory, %s and %s. "+
 		"stdout and stderr are kept up to %d bytes each; beyond that the middle is replaced by a line "+
 		"'[... jaild: N bytes of output elided ...]'. A non-zero exit code, a timeout or an out-of-memory kill "+
 		"marks the result as an error, with the output still returned. "+
 		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it).",
-		humanBytes(l.Memory), l.Pids, l.CPUs, t.opts.MaxOutput,
+		humanBytes(l.Memory), plural(float64(l.Pids), "process", "processes"), plural(l.CPUs, "CPU", "CPUs"), t.opts.MaxOutput,
 		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds()) + t.egressText()
 }
 
@@ -72,11 +72,6 @@ func (t *mcpTools) persistence() string {
 		"/work's files, the working directory (cd), exported variables and servers listening on loopback " +
 		"persist across the calls of this session, while /tmp and processes are fresh in every call; " +
 		"run servers and long jobs with bash's run_in_background. "
-}
-
-func (t *mcpTools) instructions() string {
-	return "jaild runs commands in sandboxes. Use `bash` for shell command lines and `execute` to run one program " +
-		"with exact arguments and optional stdin. " + t.sandboxText()
 }
 
 func (t *mcpTools) bashDescription() string {
