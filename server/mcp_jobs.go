@@ -159,6 +159,8 @@ func (t *mcpTools) taskResult(sess *session.Session, id string) (*mcp.CallToolRe
 		return nil, nil, taskError(err)
 	}
 	out := taskOf(st)
+	out.Stdout, _ = capChars(out.Stdout, t.opts.MaxOutput, st.Next.Stdout)
+	out.Stderr, _ = capChars(out.Stderr, t.opts.MaxOutput, st.Next.Stderr)
 	var b strings.Builder
 	fmt.Fprintf(&b, "Task %s", out.TaskID)
 	if out.Description != "" {

@@ -165,7 +165,7 @@ func TestMCPBashSuccess(t *testing.T) {
 	}
 	s := specs[0]
 	if !slices.Equal(s.Args, []string{"/bin/bash", "-c", "echo hi"}) || !slices.Equal(s.Env, []string{"A=1", "B=2"}) ||
-		s.Dir != "/work/sub" || s.Timeout != DefaultMCPTimeout || s.MaxOutput != DefaultMCPMaxOutput || s.Limits != limits {
+		s.Dir != "/work/sub" || s.Timeout != DefaultMCPTimeout || s.MaxOutput != MCPCaptureBytes(DefaultMCPMaxOutput) || s.Limits != limits {
 		t.Errorf("spec = %+v", s)
 	}
 	if s.Stdout != nil || s.Stderr != nil {

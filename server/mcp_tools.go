@@ -42,7 +42,7 @@ func (t *mcpTools) sandboxText() string {
 	return fmt.Sprintf("Every call runs in a fresh, throwaway Linux sandbox: no network (loopback only), "+
 		"a read-only root filesystem, and "+t.persistence()+
 		"The command runs as an unprivileged user with %s of memory, %s and %s. "+
-		"stdout and stderr are kept up to %d bytes each; beyond that the middle is replaced by a line "+
+		"stdout and stderr are kept up to %d characters each; beyond that the middle is replaced by a line "+
 		"'[... jaild: N bytes of output elided ...]'. A non-zero exit code, a timeout or an out-of-memory kill "+
 		"marks the result as an error, with the output still returned. "+
 		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it).",
@@ -209,7 +209,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		// A task runs until it ends, up to the sessions' maximum.
 		cmd.Timeout, timeout = 0, t.opts.Sessions.MaxJobTimeout()
 	}
-	cmd.MaxOutput = t.opts.MaxOutput
+	cmd.MaxOutput = MCPCaptureBytes(t.opts.MaxOutput)
 
 	// runCtx is what the runner sees. Over HTTP it carries the values of
 	// the request that brought the call (request id, authenticated
@@ -288,11 +288,14 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	out = &RunOutput{
 		ExitCode:  r.ExitCode,
-		Stdout:    r.Stdout,
-		Stderr:    r.Stderr,
 		TimeoutMS: timeout.Milliseconds(),
 		Verdict:   api.VerdictOf(r),
 	}
+	var cut [2]bool
+	out.Stdout, cut[0] = capChars(r.Stdout, t.opts.MaxOutput, r.StdoutBytes)
+	out.Stderr, cut[1] = capChars(r.Stderr, t.opts.MaxOutput, r.StderrBytes)
+	out.StdoutTruncated = out.StdoutTruncated || cut[0]
+	out.StderrTruncated = out.StderrTruncated || cut[1]
 	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
 		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
 	res = &mcp.CallToolResult{

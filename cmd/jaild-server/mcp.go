@@ -42,7 +42,7 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
 		&cli.DurationFlag{Name: "timeout", Value: server.DefaultMCPTimeout, EnvVars: []string{"JAILD_MCP_TIMEOUT"}, Usage: "timeout of a tool call that gives none"},
 		&cli.DurationFlag{Name: "max-timeout", Value: server.MaxMCPTimeout, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "ceiling for the timeout a tool call asks for (at most 10m)"},
-		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT", "MCP_EXEC_MAX_OUTPUT_BYTES"}, Usage: "bytes of each stream a bash or execute result keeps; beyond it head and tail are kept with a marker (run_network_tool keeps 1 MiB, its convention's cap)"},
+		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT", "MCP_EXEC_MAX_OUTPUT_BYTES"}, Usage: "characters of each stream a bash or execute result keeps (MCP_EXEC_MAX_OUTPUT_BYTES is read as characters too); beyond it head and tail are kept with a marker (run_network_tool keeps 1 MiB, its convention's cap in bytes)"},
 		mcpToolsFlag(),
 		&cli.IntFlag{Name: "max-concurrent", Value: run.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once; further calls wait in a queue"},
 		&cli.IntFlag{Name: "pool", Value: 1, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time, so that a call does not wait for one to be built (0: none)"},
@@ -105,7 +105,7 @@ func mcpAction(c *cli.Context) error {
 	// (a tool call never asks for more), admission control, audit log.
 	// The most output a call may keep: run_network_tool's 1 MiB, if
 	// served, is not --max-output's.
-	maxOutput := opts.MaxOutput
+	maxOutput := server.MCPCaptureBytes(opts.MaxOutput)
 	if slices.Contains(opts.Tools, server.ToolRunNetworkTool) {
 		maxOutput = max(maxOutput, server.NetworkToolMaxOutput)
 	}

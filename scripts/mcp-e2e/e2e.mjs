@@ -227,6 +227,16 @@ async function checks(p, kind, tname, s) {
         return `duration ${o.duration_ms} ms`;
     });
 
+    await check(`${p} the output cap counts whole characters`, async () => {
+        // 60000 two-byte characters, over the 30000-character cap.
+        const res = await s.call({ name: 'bash', arguments: { command: "yes é | head -n 60000 | tr -d '\\n'" } });
+        const o = res.structuredContent;
+        assert(!o.stdout.includes('\uFFFD'), 'a character was cut in two');
+        const n = [...o.stdout].length;
+        assert(o.stdout_truncated && n <= 30000 && n > 29900, `kept ${n} characters, truncated ${o.stdout_truncated}`);
+        return `${n} characters kept`;
+    });
+
     await check(`${p} failing call`, async () => {
         const res = await s.call({ name: 'bash', arguments: { command: 'echo partial; echo bad >&2; exit 3' } });
         const o = res.structuredContent;
