@@ -24,7 +24,7 @@ const DefaultTaskWait = 30 * time.Second
 type TaskOutputInput struct {
 	TaskID  string `json:"task_id" jsonschema:"The id bash returned for a command run with run_in_background."`
 	Block   *bool  `json:"block,omitempty" jsonschema:"Wait for the task to end first (default true), up to timeout."`
-	Timeout int64  `json:"timeout,omitempty" jsonschema:"How long to wait, in milliseconds (default 30000, at most 600000)."`
+	Timeout int64  `json:"timeout,omitempty" jsonschema:"How long to wait, in milliseconds (default or 0: 30000; larger values than 600000 wait 600000)."`
 }
 
 // KillTaskInput is the argument of kill_task.
@@ -97,13 +97,13 @@ func (t *mcpTools) taskOutput(ctx context.Context, req *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, nil, err
 	}
-	if in.Timeout < 0 || in.Timeout > MaxMCPTimeout.Milliseconds() {
-		return nil, nil, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", in.Timeout, MaxMCPTimeout.Milliseconds())
+	if in.Timeout < 0 {
+		return nil, nil, fmt.Errorf("invalid arguments: timeout %d: must not be negative (0 means the default)", in.Timeout)
 	}
 	if in.Block == nil || *in.Block {
 		wait := DefaultTaskWait
 		if in.Timeout > 0 {
-			wait = time.Duration(in.Timeout) * time.Millisecond
+			wait = time.Duration(min(in.Timeout, MaxMCPTimeout.Milliseconds())) * time.Millisecond
 		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		err := sess.Wait(wctx, in.TaskID)

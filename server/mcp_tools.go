@@ -45,7 +45,7 @@ func (t *mcpTools) sandboxText() string {
 		"stdout and stderr are kept up to %d characters each; beyond that the middle is replaced by a line "+
 		"'[... jaild: N bytes of output elided ...]'. A non-zero exit code, a timeout or an out-of-memory kill "+
 		"marks the result as an error, with the output still returned. "+
-		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it).",
+		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it, and the result says so).",
 		humanBytes(l.Memory), plural(float64(l.Pids), "process", "processes"), plural(l.CPUs, "CPU", "CPUs"), t.opts.MaxOutput,
 		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds()) + t.egressText()
 }
@@ -121,13 +121,14 @@ func (t *mcpTools) egressSchema(s *jsonschema.Schema) {
 	}
 }
 
+// timeoutSchema documents a timeout argument. Larger values than the
+// maximum are reduced to it, and the result says so, rather than refused:
+// the schema has no maximum, so that a client's validation does not refuse
+// them either.
 func (t *mcpTools) timeoutSchema(p *jsonschema.Schema) {
 	p.Minimum = jsonschema.Ptr(0.0)
-	p.Maximum = jsonschema.Ptr(float64(MaxMCPTimeout.Milliseconds()))
-	p.Description += fmt.Sprintf(" Default %d, maximum %d.", t.opts.DefaultTimeout.Milliseconds(), MaxMCPTimeout.Milliseconds())
-	if t.opts.MaxTimeout < MaxMCPTimeout {
-		p.Description += fmt.Sprintf(" This server reduces larger values to %d.", t.opts.MaxTimeout.Milliseconds())
-	}
+	p.Description += fmt.Sprintf(" Default (or 0): %d. Maximum %d: larger values are reduced to it, and the result says so.",
+		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds())
 }
 
 func outputSchema() *jsonschema.Schema { return mustSchema[RunOutput]() }
@@ -187,8 +188,12 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}()
 	// The SDK validates against the schema; this guards a caller that
 	// bypasses it (and documents the contract).
-	if timeoutMS < 0 || timeoutMS > MaxMCPTimeout.Milliseconds() {
-		return nil, nil, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", timeoutMS, MaxMCPTimeout.Milliseconds())
+	if timeoutMS < 0 {
+		field := "timeout_ms"
+		if tool == ToolBash {
+			field = "timeout"
+		}
+		return nil, nil, fmt.Errorf("invalid arguments: %s %d: must not be negative (0 means the default)", field, timeoutMS)
 	}
 	var wantEgress *api.Egress
 	if egress {
@@ -202,7 +207,10 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	timeout := t.opts.DefaultTimeout
 	if timeoutMS > 0 {
-		timeout = min(time.Duration(timeoutMS)*time.Millisecond, t.opts.MaxTimeout)
+		timeout = t.opts.MaxTimeout // also what no Duration can hold
+		if timeoutMS < t.opts.MaxTimeout.Milliseconds() {
+			timeout = time.Duration(timeoutMS) * time.Millisecond
+		}
 	}
 	cmd.Timeout = timeout
 	if background && timeoutMS == 0 {
