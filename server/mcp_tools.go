@@ -218,6 +218,9 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		cmd.Timeout, timeout = 0, t.opts.Sessions.MaxJobTimeout()
 	}
 	cmd.MaxOutput = MCPCaptureBytes(t.opts.MaxOutput)
+	if tool == ToolRunNetworkTool {
+		cmd.MaxOutput = t.opts.MaxOutput // its cap counts bytes
+	}
 
 	// runCtx is what the runner sees. Over HTTP it carries the values of
 	// the request that brought the call (request id, authenticated
