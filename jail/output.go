@@ -95,9 +95,9 @@ func (c *capture) push(p []byte) {
 func (c *capture) truncated() bool { return c.total > c.max }
 
 // String returns the kept bytes, at most max of them: all of them, or head,
-// marker and tail, the marker counting against max. Head and tail end and
-// start on UTF-8 character boundaries, so that no character is cut in two
-// (a few bytes fewer may be kept for that). A max too small to hold the
+// marker and tail, the marker counting against max. Head and tail of UTF-8
+// text end and start on character boundaries, so that no character is cut
+// in two (a few bytes fewer may be kept for that). A max too small to hold the
 // marker keeps the head alone. The string shares the capture's buffer,
 // which must not be written to afterwards.
 func (c *capture) String() string {
@@ -140,11 +140,12 @@ func (c *capture) String() string {
 	return unsafe.String(unsafe.SliceData(c.buf), headN+n)
 }
 
-// headEnd is the length of b without a character cut short at its end.
+// headEnd is the length of b without a character cut short at its end, if
+// b is UTF-8 text up to it; other output keeps its bytes.
 func headEnd(b []byte) int {
 	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
 		if utf8.RuneStart(b[i]) {
-			if !utf8.FullRune(b[i:]) {
+			if !utf8.FullRune(b[i:]) && utf8.Valid(b[:i]) {
 				return i
 			}
 			break
@@ -154,11 +155,15 @@ func headEnd(b []byte) int {
 }
 
 // tailStart is where b starts once the rest of a character cut at its
-// start is skipped (at most UTFMax-1 continuation bytes).
+// start is skipped (at most UTFMax-1 continuation bytes), if b is UTF-8
+// text after them; other output keeps its bytes.
 func tailStart(b []byte) int {
 	i := 0
 	for i < len(b) && i < utf8.UTFMax-1 && !utf8.RuneStart(b[i]) {
 		i++
+	}
+	if i > 0 && !utf8.Valid(b[i:]) {
+		return 0
 	}
 	return i
 }
