@@ -24,7 +24,6 @@ const (
 	maxEnv       = 1024
 	maxCPUs      = 1024
 	maxPids      = 1 << 22 // the kernel's own pid_max ceiling
-	maxTimeoutMS = int64(jail.MaxTimeout / time.Millisecond)
 	maxSessionID = 128
 )
 
@@ -223,10 +222,25 @@ func checkKeys(data []byte, fields map[string]bool) error {
 	}
 }
 
+// TimeoutAsked is the request's timeout as the caller gave it: the field,
+// its value (0 if none was given: the default) and its unit.
+func (req *Request) TimeoutAsked() (field string, n int64, unit time.Duration) {
+	if req.TimeoutSeconds != nil {
+		return "timeout_seconds", *req.TimeoutSeconds, time.Second
+	}
+	if req.TimeoutMS != nil {
+		return "timeout_ms", *req.TimeoutMS, time.Millisecond
+	}
+	return "timeout_ms", 0, time.Millisecond
+}
+
 // Spec turns a decoded request into a jail spec and checks everything that
 // does not depend on the operator's configuration. Errors are
 // *jail.InvalidError naming the request field. Limits left unset stay zero;
-// [Maxima.Apply] fills them in.
+// [Maxima.Apply] fills them in. A timeout of 0 is the default, like none;
+// one above jail.MaxTimeout becomes jail.MaxTimeout here, which no maximum
+// exceeds: the run chain refuses what exceeds the operator's maximum, with
+// TimeoutAsked's field and value.
 func (req *Request) Spec() (*jail.Spec, error) {
 	s := &jail.Spec{}
 	switch {
@@ -307,18 +321,17 @@ func (req *Request) Spec() (*jail.Spec, error) {
 	switch {
 	case req.TimeoutSeconds != nil && req.TimeoutMS != nil:
 		return nil, invalid("timeout_ms", "timeout_seconds and timeout_ms are mutually exclusive")
-	case req.TimeoutSeconds != nil:
-		n := *req.TimeoutSeconds
-		if n <= 0 || n > maxTimeoutMS/1000 {
-			return nil, invalid("timeout_seconds", "%d: must be between 1 and %d", n, maxTimeoutMS/1000)
+	default:
+		// The maximum is the operator's: run.Enforce checks it, in the
+		// caller's field and unit (see TimeoutAsked).
+		field, n, unit := req.TimeoutAsked()
+		if n < 0 {
+			return nil, invalid(field, "%d: must not be negative (0 means the default)", n)
 		}
-		s.Timeout = time.Duration(n) * time.Second
-	case req.TimeoutMS != nil:
-		n := *req.TimeoutMS
-		if n <= 0 || n > maxTimeoutMS {
-			return nil, invalid("timeout_ms", "%d: must be between 1 and %d", n, maxTimeoutMS)
+		s.Timeout = jail.MaxTimeout
+		if n <= int64(jail.MaxTimeout/unit) {
+			s.Timeout = time.Duration(n) * unit
 		}
-		s.Timeout = time.Duration(n) * time.Millisecond
 	}
 
 	var err error

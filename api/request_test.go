@@ -118,8 +118,26 @@ func TestRequestSpec(t *testing.T) {
 		{name: "both stdins", req: api.Request{Command: "cat", Stdin: ptr("a"), StdinB64: []byte("a")}, wantField: "stdin"},
 		{name: "both timeouts", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1), TimeoutMS: ptr[int64](1)}, wantField: "timeout_ms"},
 		{name: "negative timeout", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](-1)}, wantField: "timeout_seconds"},
-		{name: "zero timeout", req: api.Request{Command: "ls", TimeoutMS: ptr[int64](0)}, wantField: "timeout_ms"},
-		{name: "timeout beyond the jail's maximum", req: api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1 << 40)}, wantField: "timeout_seconds"},
+		{name: "negative timeout_ms", req: api.Request{Command: "ls", TimeoutMS: ptr[int64](-1)}, wantField: "timeout_ms"},
+		{
+			name: "zero timeout is the default",
+			req:  api.Request{Command: "ls", TimeoutMS: ptr[int64](0)},
+			check: func(t *testing.T, s *jail.Spec) {
+				if s.Timeout != 0 {
+					t.Errorf("timeout %v, want 0 (the default)", s.Timeout)
+				}
+			},
+		},
+		{
+			// run.Enforce refuses it, naming timeout_seconds.
+			name: "timeout beyond the jail's maximum is the jail's maximum",
+			req:  api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1 << 40)},
+			check: func(t *testing.T, s *jail.Spec) {
+				if s.Timeout != jail.MaxTimeout {
+					t.Errorf("timeout %v, want %v", s.Timeout, jail.MaxTimeout)
+				}
+			},
+		},
 		{name: "negative memory", req: api.Request{Command: "ls", MemoryBytes: ptr[int64](-1)}, wantField: "memory_bytes"},
 		{name: "zero pids", req: api.Request{Command: "ls", Pids: ptr[int64](0)}, wantField: "pids"},
 		{name: "absurd pids", req: api.Request{Command: "ls", Pids: ptr[int64](1 << 40)}, wantField: "pids"},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -94,8 +95,10 @@ func (c *capture) push(p []byte) {
 func (c *capture) truncated() bool { return c.total > c.max }
 
 // String returns the kept bytes, at most max of them: all of them, or head,
-// marker and tail, the marker counting against max. A max too small to hold
-// the marker keeps the head alone. The string shares the capture's buffer,
+// marker and tail, the marker counting against max. Head and tail of UTF-8
+// text end and start on character boundaries, so that no character is cut
+// in two (a few bytes fewer may be kept for that). A max too small to hold the
+// marker keeps the head alone. The string shares the capture's buffer,
 // which must not be written to afterwards.
 func (c *capture) String() string {
 	defer func() { c.buf = nil }()
@@ -109,7 +112,8 @@ func (c *capture) String() string {
 	// and the result fills max exactly.
 	mlen := int64(len(Elide(c.total)))
 	if mlen > c.max {
-		return unsafe.String(unsafe.SliceData(c.buf), c.half()) // no room for the marker
+		head := c.buf[:headEnd(c.buf[:c.half()])]
+		return unsafe.String(unsafe.SliceData(head), len(head)) // no room for the marker
 	}
 	for {
 		shorter := int64(len(Elide(c.total - (c.max - mlen))))
@@ -119,14 +123,49 @@ func (c *capture) String() string {
 		mlen = shorter
 	}
 	keep := c.max - mlen
-	headN := keep / 2
-	tailN := keep - headN
+	headN := int(keep / 2)
+	tailN := int(keep) - headN
 	// The ring, oldest byte first, ends the buffer; its last tailN bytes
-	// are then where the result's tail goes, and the marker overwrites
-	// what lies between the kept head and them.
+	// are then the result's tail, less the pieces of a character cut at
+	// either end. The marker, whose count can only grow by a digit for
+	// the bytes dropped so, then fits where the kept head and tail leave
+	// room, and the tail moves up to it.
 	rotate(c.buf[c.half():], c.next)
-	copy(c.buf[headN:], Elide(c.total-headN-tailN))
-	return unsafe.String(unsafe.SliceData(c.buf), int(c.max))
+	tail := c.buf[int(c.max)-tailN:]
+	tail = tail[tailStart(tail):]
+	headN = headEnd(c.buf[:headN])
+	marker := Elide(c.total - int64(headN) - int64(len(tail)))
+	n := copy(c.buf[headN:], marker)
+	n += copy(c.buf[headN+n:], tail)
+	return unsafe.String(unsafe.SliceData(c.buf), headN+n)
+}
+
+// headEnd is the length of b without a character cut short at its end, if
+// b is UTF-8 text up to it; other output keeps its bytes.
+func headEnd(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) && utf8.Valid(b[:i]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(b)
+}
+
+// tailStart is where b starts once the rest of a character cut at its
+// start is skipped (at most UTFMax-1 continuation bytes), if b is UTF-8
+// text after them; other output keeps its bytes.
+func tailStart(b []byte) int {
+	i := 0
+	for i < len(b) && i < utf8.UTFMax-1 && !utf8.RuneStart(b[i]) {
+		i++
+	}
+	if i > 0 && !utf8.Valid(b[i:]) {
+		return 0
+	}
+	return i
 }
 
 // rotate moves b[k:] before b[:k], in place.

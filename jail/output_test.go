@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestCaptureBound checks that the kept output, marker included, never
@@ -83,6 +84,45 @@ func TestCaptureMemory(t *testing.T) {
 		c.Write(chunk)
 		if held := cap(c.buf); held > max {
 			t.Fatalf("buffers hold %d bytes, cap %d", held, max)
+		}
+	}
+}
+
+// TestCaptureCutsOnCharacters: head and tail around the marker are whole
+// UTF-8 characters, the kept bytes still fill the cap but for the pieces of
+// a cut character, and the marker counts exactly what is missing.
+func TestCaptureCutsOnCharacters(t *testing.T) {
+	for _, unit := range []string{"é", "€", "😀", "aé€😀"} {
+		data := []byte(strings.Repeat(unit, 100000/len(unit)))
+		for _, max := range []int64{60, 61, 62, 63, 1001, 30000, 30001} {
+			for _, chunk := range []int{1, 3, 4096} {
+				c := newCapture(max, nil)
+				for p := data; len(p) > 0; {
+					n := min(chunk, len(p))
+					c.Write(p[:n])
+					p = p[n:]
+				}
+				got := c.String()
+				name := fmt.Sprintf("%q max %d chunk %d", unit, max, chunk)
+				if !utf8.ValidString(got) {
+					t.Errorf("%s: a character was cut: %q", name, got)
+				}
+				if int64(len(got)) > max || int64(len(got)) < max-2*(utf8.UTFMax-1) {
+					t.Errorf("%s: kept %d bytes", name, len(got))
+				}
+				i := strings.Index(got, "\n[... jaild: ")
+				if i < 0 {
+					t.Fatalf("%s: no marker in %q", name, got)
+				}
+				rest := got[i+1:]
+				j := strings.Index(rest, "\n")
+				var elided int
+				fmt.Sscanf(rest[:j], "[... jaild: %d bytes", &elided)
+				head, tail := got[:i], rest[j+1:]
+				if !bytes.HasPrefix(data, []byte(head)) || !bytes.HasSuffix(data, []byte(tail)) || len(head)+elided+len(tail) != len(data) {
+					t.Errorf("%s: head %d + elided %d + tail %d bytes, stream %d", name, len(head), elided, len(tail), len(data))
+				}
+			}
 		}
 	}
 }

@@ -114,6 +114,9 @@ func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) 
 	max := e.max
 	err := sessionSpec(e.sessions, req, &s, &max)
 	if err == nil {
+		err = checkTimeout(req, s.Timeout, max.Timeout)
+	}
+	if err == nil {
 		err = max.Apply(&s)
 	}
 	if err != nil {
@@ -126,6 +129,22 @@ func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) 
 	req.Spec = &s
 	defer func() { req.Spec = orig }()
 	return e.next.Run(ctx, req)
+}
+
+// checkTimeout refuses a timeout t above max (zero: jail.MaxTimeout),
+// naming it as the caller did, in the caller's unit.
+func checkTimeout(req *Request, t, max time.Duration) error {
+	if max == 0 {
+		max = jail.MaxTimeout
+	}
+	field, n, unit := "timeout_ms", int64(t/time.Millisecond), time.Millisecond
+	if req.TimeoutField != "" && req.TimeoutUnit > 0 {
+		field, n, unit = req.TimeoutField, req.TimeoutValue, req.TimeoutUnit
+	}
+	if t <= max && n <= int64(max/unit) {
+		return nil
+	}
+	return invalid(field, "%d exceeds the maximum of %d", n, int64(max/unit))
 }
 
 func invalid(field, format string, args ...any) *jail.InvalidError {

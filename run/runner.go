@@ -42,6 +42,13 @@ type Request struct {
 	// Description is what the caller said the command is for (the MCP
 	// bash tool's description).
 	Description string
+	// TimeoutField, TimeoutValue and TimeoutUnit are the timeout as the
+	// caller gave it ("timeout_seconds", 601, time.Second), for the
+	// message that refuses one above the maximum. Empty TimeoutField:
+	// Spec.Timeout, named timeout_ms, in milliseconds.
+	TimeoutField string
+	TimeoutValue int64
+	TimeoutUnit  time.Duration
 	// Egress is the request's egress field: nil for none given (the
 	// daemon's --egress-default decides), else what it asks for.
 	Egress *api.Egress

@@ -65,7 +65,7 @@ func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, r
 		return nil, SessionError(err)
 	}
 	spec := req.Spec
-	call := &session.Call{Command: spec.Command, Limits: spec.Limits, Check: sessionCheck(pol, req)}
+	call := &session.Call{Command: spec.Command, Limits: spec.Limits, Check: sessionCheck(pol, req), Description: req.Description}
 	if req.Shell != "" {
 		call.Shell, call.ShellPath, call.Args = req.Shell, shellOf(spec.Args, req.Shell), nil
 	}

@@ -286,7 +286,9 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 		return nil, false
 	}
 	ctx := r.Context()
+	tf, tn, tu := req.TimeoutAsked()
 	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx),
+		TimeoutField: tf, TimeoutValue: tn, TimeoutUnit: tu,
 		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,
 		SessionID: req.SessionID, Background: req.RunInBackground, Owner: s.owner(r)}, true
 }

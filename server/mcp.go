@@ -24,9 +24,9 @@ const (
 	// Bash tools' conventional 10 minutes. An operator may lower it, not
 	// raise it, so that the schema's documented maximum stays true.
 	MaxMCPTimeout = 600 * time.Second
-	// DefaultMCPMaxOutput is how many bytes of each stream a tool result
-	// keeps: about what an agent's own Bash tool shows a model (30000
-	// characters), since everything returned lands in its context window.
+	// DefaultMCPMaxOutput is how many characters of each stream a tool
+	// result keeps: what an agent's own Bash tool shows a model, since
+	// everything returned lands in its context window.
 	DefaultMCPMaxOutput = 30000
 	// DefaultMCPSessionTimeout closes Streamable HTTP sessions that saw no
 	// request for this long, so clients that vanish without a DELETE do
@@ -49,9 +49,11 @@ type MCPOptions struct {
 	// clamped to it. Zero, or anything above MaxMCPTimeout, means
 	// MaxMCPTimeout.
 	MaxTimeout time.Duration
-	// MaxOutput is how many bytes of each of stdout and stderr a result
-	// keeps (the middle is elided beyond it); zero means
-	// DefaultMCPMaxOutput.
+	// MaxOutput is how many characters (Unicode code points, as UTF-8;
+	// a byte that is not UTF-8 counts as one) of each of stdout and
+	// stderr a result keeps, the middle elided beyond it; zero means
+	// DefaultMCPMaxOutput. The sandbox keeps MCPCaptureBytes(MaxOutput)
+	// bytes of each, which the run's maxima must allow.
 	MaxOutput int64
 	// Shell runs the bash tool's command as Shell -c COMMAND inside the
 	// sandbox; empty means "/bin/bash".
@@ -228,7 +230,7 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *m
 	if slices.Contains(o.Tools, ToolRunNetworkTool) {
 		t.addNetworkTool(s)
 	}
-	if t.sess != nil {
+	if t.servesTasks() {
 		t.addTaskTools(s)
 	}
 	return s, t

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -32,6 +33,7 @@ func NewMCPHandler(r run.Runner, opts MCPOptions) http.Handler {
 	h := &mcpHandler{
 		origins:    newOriginPolicy(o.AllowedOrigins),
 		posts:      map[string]context.Context{},
+		calls:      map[callKey]*mutableWriter{},
 		maxTimeout: o.MaxTimeout,
 	}
 	srv, tools := newMCPServer(r, o, h.postContext)
@@ -57,6 +59,15 @@ type mcpHandler struct {
 
 	mu    sync.Mutex
 	posts map[string]context.Context
+	// calls are the POSTs of single calls in a session, by the call: a
+	// notifications/cancelled for one mutes and ends its POST.
+	calls map[callKey]*mutableWriter
+}
+
+// callKey names a call: request ids are unique within a session.
+type callKey struct {
+	session string
+	id      jsonrpc.ID
 }
 
 // Close closes the MCP sessions still open, which removes their jaild
@@ -97,15 +108,51 @@ func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetReadDeadline(time.Time{})
 		_ = rc.SetWriteDeadline(time.Now().Add(h.maxTimeout + 2*time.Minute))
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		msg, _ := jsonrpc.DecodeMessage(body)
+		req, _ := msg.(*jsonrpc.Request)
+		sessionID := r.Header.Get(mcpSessionHeader)
+		if req != nil && sessionID == "" && needsSession(r, req) {
+			// The specification's answer to a request of a session
+			// that names none; the SDK would start a session for it
+			// and answer "invalid during session initialization".
+			writeJSONRPCError(w, http.StatusBadRequest, req.ID, jsonrpc.CodeInvalidRequest,
+				"Bad Request: no "+mcpSessionHeader+" header: "+req.Method+" belongs to a session; send initialize first")
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		r = r.WithContext(ctx)
 		id := rand.Text()
 		h.mu.Lock()
-		h.posts[id] = r.Context()
+		h.posts[id] = ctx
 		h.mu.Unlock()
 		defer func() {
 			h.mu.Lock()
 			delete(h.posts, id)
 			h.mu.Unlock()
 		}()
+		if req != nil && sessionID != "" {
+			switch {
+			case req.IsCall():
+				mw := &mutableWriter{ResponseWriter: w, cancel: cancel}
+				w = mw
+				key := callKey{sessionID, req.ID}
+				h.mu.Lock()
+				h.calls[key] = mw
+				h.mu.Unlock()
+				defer func() {
+					h.mu.Lock()
+					if h.calls[key] == mw {
+						delete(h.calls, key)
+					}
+					h.mu.Unlock()
+				}()
+			case req.Method == "notifications/cancelled":
+				// Before the SDK sees it and ends the call, whose
+				// response then finds its POST muted.
+				h.mute(sessionID, req.Params)
+			}
+		}
 		r.Header.Set(postIDHeader, id)
 		if jw := newJSONRPCErrorWriter(w, body); jw != nil {
 			w = jw
@@ -117,6 +164,107 @@ func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	h.sdk.ServeHTTP(w, r)
+}
+
+// mcpSessionHeader is the Streamable HTTP transport's session header.
+const mcpSessionHeader = "Mcp-Session-Id"
+
+// needsSession reports whether req, arriving without a session id, is one
+// of a session's messages: a method of the protocol other than initialize
+// (and other than the 2026 protocol's sessionless requests, which the SDK
+// answers itself). An unknown method is not: it gets "method not found",
+// the answer clients probing for newer methods fall back on.
+func needsSession(r *http.Request, req *jsonrpc.Request) bool {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v >= "2026-07-28" {
+		return false
+	}
+	var p struct {
+		Meta map[string]any `json:"_meta"`
+	}
+	if json.Unmarshal(req.Params, &p) == nil && p.Meta[mcp.MetaKeyProtocolVersion] != nil {
+		return false
+	}
+	if req.Method == "ping" {
+		return true
+	}
+	for _, prefix := range []string{"tools/", "resources/", "prompts/", "completion/", "logging/", "notifications/"} {
+		if strings.HasPrefix(req.Method, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// mute silences and ends the POST of the call that a notifications/cancelled
+// with params names: the MCP specification asks that a cancelled request get
+// no response.
+func (h *mcpHandler) mute(sessionID string, params json.RawMessage) {
+	var p struct {
+		RequestID any `json:"requestId"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return
+	}
+	id, err := jsonrpc.MakeID(p.RequestID)
+	if err != nil {
+		return
+	}
+	h.mu.Lock()
+	mw := h.calls[callKey{sessionID, id}]
+	h.mu.Unlock()
+	if mw != nil {
+		mw.mute()
+	}
+}
+
+// mutableWriter passes writes on until it is muted; muting also cancels the
+// request, which ends the SDK's wait for the call's response.
+type mutableWriter struct {
+	http.ResponseWriter
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	muted bool
+}
+
+var errMuted = errors.New("the call was cancelled: its response is not sent")
+
+func (w *mutableWriter) mute() {
+	w.mu.Lock()
+	w.muted = true
+	w.mu.Unlock()
+	w.cancel()
+}
+
+func (w *mutableWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.muted {
+		return 0, errMuted
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *mutableWriter) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.muted {
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
+}
+
+func (w *mutableWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeJSONRPCError answers with an HTTP status and a JSON-RPC error.
+func writeJSONRPCError(w http.ResponseWriter, status int, id jsonrpc.ID, code int64, msg string) {
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: code, Message: msg}})
+	if err != nil {
+		http.Error(w, msg, status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
 }
 
 // mcpBodyTimeout bounds how long a client may take to send a request body

@@ -24,7 +24,7 @@ const DefaultTaskWait = 30 * time.Second
 type TaskOutputInput struct {
 	TaskID  string `json:"task_id" jsonschema:"The id bash returned for a command run with run_in_background."`
 	Block   *bool  `json:"block,omitempty" jsonschema:"Wait for the task to end first (default true), up to timeout."`
-	Timeout int64  `json:"timeout,omitempty" jsonschema:"How long to wait, in milliseconds (default 30000, at most 600000)."`
+	Timeout int64  `json:"timeout,omitempty" jsonschema:"How long to wait, in milliseconds (default or 0: 30000; larger values than 600000 wait 600000)."`
 }
 
 // KillTaskInput is the argument of kill_task.
@@ -37,14 +37,15 @@ type ListTasksInput struct{}
 
 // TaskOutput is a task's state and its output.
 type TaskOutput struct {
-	TaskID   string       `json:"task_id" jsonschema:"The task's id."`
-	Command  []string     `json:"command" jsonschema:"What runs."`
-	State    string       `json:"state" jsonschema:"running or exited."`
-	ExitCode *int         `json:"exit_code,omitempty" jsonschema:"Once exited: the exit status, -1 if a signal killed it."`
-	Stdout   string       `json:"stdout" jsonschema:"Standard output kept so far (head and tail, with a marker line between, beyond the limit)."`
-	Stderr   string       `json:"stderr" jsonschema:"Standard error, kept like stdout."`
-	Error    string       `json:"error,omitempty" jsonschema:"Why the task could not run or was cut short."`
-	Verdict  *api.Verdict `json:"verdict,omitempty" jsonschema:"Once exited: how it ended."`
+	TaskID      string       `json:"task_id" jsonschema:"The task's id."`
+	Command     []string     `json:"command" jsonschema:"What runs."`
+	Description string       `json:"description,omitempty" jsonschema:"The description given to bash when the task was started."`
+	State       string       `json:"state" jsonschema:"running or exited."`
+	ExitCode    *int         `json:"exit_code,omitempty" jsonschema:"Once exited: the exit status, -1 if a signal killed it."`
+	Stdout      string       `json:"stdout" jsonschema:"Standard output kept so far (head and tail, with a marker line between, beyond the limit)."`
+	Stderr      string       `json:"stderr" jsonschema:"Standard error, kept like stdout."`
+	Error       string       `json:"error,omitempty" jsonschema:"Why the task could not run or was cut short."`
+	Verdict     *api.Verdict `json:"verdict,omitempty" jsonschema:"Once exited: how it ended."`
 }
 
 // TaskList is the result of list_tasks.
@@ -96,13 +97,13 @@ func (t *mcpTools) taskOutput(ctx context.Context, req *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, nil, err
 	}
-	if in.Timeout < 0 || in.Timeout > MaxMCPTimeout.Milliseconds() {
-		return nil, nil, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", in.Timeout, MaxMCPTimeout.Milliseconds())
+	if in.Timeout < 0 {
+		return nil, nil, fmt.Errorf("invalid arguments: timeout %d: must not be negative (0 means the default)", in.Timeout)
 	}
 	if in.Block == nil || *in.Block {
 		wait := DefaultTaskWait
 		if in.Timeout > 0 {
-			wait = time.Duration(in.Timeout) * time.Millisecond
+			wait = time.Duration(min(in.Timeout, MaxMCPTimeout.Milliseconds())) * time.Millisecond
 		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		err := sess.Wait(wctx, in.TaskID)
@@ -140,7 +141,14 @@ func (t *mcpTools) listTasks(ctx context.Context, req *mcp.CallToolRequest, _ Li
 		b.WriteString("No tasks.")
 	}
 	for _, task := range out.Tasks {
-		fmt.Fprintf(&b, "%s %s: %s\n", task.TaskID, task.State, strings.Join(task.Command, " "))
+		fmt.Fprintf(&b, "%s %s", task.TaskID, task.State)
+		if task.ExitCode != nil {
+			fmt.Fprintf(&b, " (exit code %d)", *task.ExitCode)
+		}
+		if task.Description != "" {
+			fmt.Fprintf(&b, ": %s", task.Description)
+		}
+		fmt.Fprintf(&b, ": %s\n", strings.Join(task.Command, " "))
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, out, nil
 }
@@ -151,8 +159,14 @@ func (t *mcpTools) taskResult(sess *session.Session, id string) (*mcp.CallToolRe
 		return nil, nil, taskError(err)
 	}
 	out := taskOf(st)
+	out.Stdout, _ = capChars(out.Stdout, t.opts.MaxOutput, st.Next.Stdout)
+	out.Stderr, _ = capChars(out.Stderr, t.opts.MaxOutput, st.Next.Stderr)
 	var b strings.Builder
-	fmt.Fprintf(&b, "Task %s: %s", out.TaskID, out.State)
+	fmt.Fprintf(&b, "Task %s", out.TaskID)
+	if out.Description != "" {
+		fmt.Fprintf(&b, " (%s)", out.Description)
+	}
+	fmt.Fprintf(&b, ": %s", out.State)
 	if out.ExitCode != nil {
 		fmt.Fprintf(&b, ", exit code %d", *out.ExitCode)
 	}
@@ -171,7 +185,7 @@ func (t *mcpTools) taskResult(sess *session.Session, id string) (*mcp.CallToolRe
 
 func taskOf(st *session.JobStatus) *TaskOutput {
 	j := jobOf(st)
-	return &TaskOutput{TaskID: j.JobID, Command: j.Command, State: j.State, ExitCode: j.ExitCode,
+	return &TaskOutput{TaskID: j.JobID, Command: j.Command, Description: st.Description, State: j.State, ExitCode: j.ExitCode,
 		Stdout: j.Stdout, Stderr: j.Stderr, Error: j.Error, Verdict: j.Verdict}
 }
 
@@ -180,4 +194,12 @@ func taskError(err error) error {
 		return errors.New("no such task in this session")
 	}
 	return err
+}
+
+// backgroundText is bash's answer to a run_in_background call: the task's
+// id and the calls that follow it, spelled as a model writes them.
+func backgroundText(id string) string {
+	return fmt.Sprintf("Started background task %s; read its output with task_output {\"task_id\":%q} "+
+		"(it waits for the task to end, up to 30 s; add \"block\":false to look at once), "+
+		"stop it with kill_task {\"task_id\":%q}.", id, id, id)
 }

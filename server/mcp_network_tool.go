@@ -94,12 +94,49 @@ func (t *mcpTools) networkToolSchema() *jsonschema.Schema {
 
 // toolInstructions are the server's instructions: the bash and execute
 // tools', and a sentence on run_network_tool when it is served.
+// toolInstructions are the initialize instructions: the tools served, each
+// in a phrase, then the sandbox they run in.
 func (t *mcpTools) toolInstructions() string {
-	if !slices.Contains(t.opts.Tools, ToolRunNetworkTool) {
-		return t.instructions()
+	var tools []string
+	if t.serves(ToolBash) {
+		tools = append(tools, "`bash` runs a shell command line")
 	}
-	return t.instructions() + " Where served, `run_network_tool` runs one program with arguments, cwd and env " +
-		"(the policy-runner convention's tool) and returns stdout, stderr and exitCode."
+	if t.serves(ToolExecute) {
+		tools = append(tools, "`execute` runs one program with exact arguments and optional stdin")
+	}
+	if t.serves(ToolRunNetworkTool) {
+		tools = append(tools, "`run_network_tool` runs one program with arguments, cwd and env "+
+			"(the policy-runner convention's tool) and returns stdout, stderr and exitCode")
+	}
+	if t.servesTasks() {
+		tools = append(tools, "`task_output`, `kill_task` and `list_tasks` follow the tasks that bash's run_in_background starts")
+	}
+	return "jaild runs commands in sandboxes. " + sentence(tools) + " " + t.sandboxText()
+}
+
+func (t *mcpTools) serves(tool string) bool { return slices.Contains(t.opts.Tools, tool) }
+
+// servesTasks reports whether the task tools are served: with sessions,
+// for bash's run_in_background.
+func (t *mcpTools) servesTasks() bool { return t.sess != nil && t.serves(ToolBash) }
+
+// sentence joins phrases as a sentence: "a.", "a and b.", "a, b and c.".
+func sentence(phrases []string) string {
+	switch len(phrases) {
+	case 0:
+		return ""
+	case 1:
+		return upperFirst(phrases[0]) + "."
+	}
+	return upperFirst(strings.Join(phrases[:len(phrases)-1], "; ")) + "; and " + phrases[len(phrases)-1] + "."
+}
+
+// upperFirst capitalizes a phrase, unless it starts with a `name`.
+func upperFirst(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 func (t *mcpTools) addNetworkTool(s *mcp.Server) {

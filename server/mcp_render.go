@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jaild/jaild/jail"
 )
@@ -70,4 +71,66 @@ func humanBytes(n int64) string {
 	default:
 		return strconv.FormatInt(n, 10) + " B"
 	}
+}
+
+// plural is n with the noun's singular or plural: "1 CPU", "0.5 CPUs", "2
+// processes".
+func plural(n float64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.FormatFloat(n, 'g', -1, 64) + " " + many
+}
+
+// MCPCaptureBytes is how many bytes of a stream the sandbox keeps for a
+// tool result of chars characters: enough for that many of any UTF-8.
+func MCPCaptureBytes(chars int64) int64 { return chars * utf8.UTFMax }
+
+// capChars cuts s, what the sandbox kept of a stream of total bytes, to at
+// most max characters, marker included: the first and last characters
+// around jail.Elide's marker, which counts the bytes missing. s may have
+// been cut by the sandbox already (at a larger size in bytes, with its own
+// marker), which this marker then stands in for. It reports whether it cut.
+func capChars(s string, max, total int64) (string, bool) {
+	if int64(utf8.RuneCountInString(s)) <= max {
+		return s, false
+	}
+	head, tail := s, s
+	if total > int64(len(s)) {
+		if i := strings.Index(s, "\n[... jaild: "); i >= 0 {
+			if j := strings.IndexByte(s[i+1:], '\n'); j >= 0 {
+				head, tail = s[:i], s[i+1+j+1:]
+			}
+		}
+	}
+	keep := max - int64(len(jail.Elide(total)))
+	if keep <= 0 {
+		return firstRunes(s, max), true // no room for the marker
+	}
+	head = firstRunes(head, keep/2)
+	tail = lastRunes(tail, keep-keep/2)
+	return head + jail.Elide(total-int64(len(head))-int64(len(tail))) + tail, true
+}
+
+// firstRunes is s's first n characters, lastRunes its last n.
+func firstRunes(s string, n int64) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
+}
+
+func lastRunes(s string, n int64) string {
+	for i := len(s); i > 0; {
+		if n == 0 {
+			return s[i:]
+		}
+		_, size := utf8.DecodeLastRuneInString(s[:i])
+		i -= size
+		n--
+	}
+	return s
 }

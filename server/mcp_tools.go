@@ -41,12 +41,12 @@ func (t *mcpTools) sandboxText() string {
 	l := t.opts.Limits.WithDefaults()
 	return fmt.Sprintf("Every call runs in a fresh, throwaway Linux sandbox: no network (loopback only), "+
 		"a read-only root filesystem, and "+t.persistence()+
-		"The command runs as an unprivileged user with %s of memory, %d processes and %g CPUs. "+
-		"stdout and stderr are kept up to %d bytes each; beyond that the middle is replaced by a line "+
+		"The command runs as an unprivileged user with %s of memory, %s and %s. "+
+		"stdout and stderr are kept up to %d characters each; beyond that the middle is replaced by a line "+
 		"'[... jaild: N bytes of output elided ...]'. A non-zero exit code, a timeout or an out-of-memory kill "+
 		"marks the result as an error, with the output still returned. "+
-		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it).",
-		humanBytes(l.Memory), l.Pids, l.CPUs, t.opts.MaxOutput,
+		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it, and the result says so).",
+		humanBytes(l.Memory), plural(float64(l.Pids), "process", "processes"), plural(l.CPUs, "CPU", "CPUs"), t.opts.MaxOutput,
 		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds()) + t.egressText()
 }
 
@@ -72,11 +72,6 @@ func (t *mcpTools) persistence() string {
 		"/work's files, the working directory (cd), exported variables and servers listening on loopback " +
 		"persist across the calls of this session, while /tmp and processes are fresh in every call; " +
 		"run servers and long jobs with bash's run_in_background. "
-}
-
-func (t *mcpTools) instructions() string {
-	return "jaild runs commands in sandboxes. Use `bash` for shell command lines and `execute` to run one program " +
-		"with exact arguments and optional stdin. " + t.sandboxText()
 }
 
 func (t *mcpTools) bashDescription() string {
@@ -126,13 +121,14 @@ func (t *mcpTools) egressSchema(s *jsonschema.Schema) {
 	}
 }
 
+// timeoutSchema documents a timeout argument. Larger values than the
+// maximum are reduced to it, and the result says so, rather than refused:
+// the schema has no maximum, so that a client's validation does not refuse
+// them either.
 func (t *mcpTools) timeoutSchema(p *jsonschema.Schema) {
 	p.Minimum = jsonschema.Ptr(0.0)
-	p.Maximum = jsonschema.Ptr(float64(MaxMCPTimeout.Milliseconds()))
-	p.Description += fmt.Sprintf(" Default %d, maximum %d.", t.opts.DefaultTimeout.Milliseconds(), MaxMCPTimeout.Milliseconds())
-	if t.opts.MaxTimeout < MaxMCPTimeout {
-		p.Description += fmt.Sprintf(" This server reduces larger values to %d.", t.opts.MaxTimeout.Milliseconds())
-	}
+	p.Description += fmt.Sprintf(" Default (or 0): %d. Maximum %d: larger values are reduced to it, and the result says so.",
+		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds())
 }
 
 func outputSchema() *jsonschema.Schema { return mustSchema[RunOutput]() }
@@ -192,8 +188,12 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}()
 	// The SDK validates against the schema; this guards a caller that
 	// bypasses it (and documents the contract).
-	if timeoutMS < 0 || timeoutMS > MaxMCPTimeout.Milliseconds() {
-		return nil, nil, fmt.Errorf("invalid arguments: timeout %d ms: must be between 0 and %d", timeoutMS, MaxMCPTimeout.Milliseconds())
+	if timeoutMS < 0 {
+		field := "timeout_ms"
+		if tool == ToolBash {
+			field = "timeout"
+		}
+		return nil, nil, fmt.Errorf("invalid arguments: %s %d: must not be negative (0 means the default)", field, timeoutMS)
 	}
 	var wantEgress *api.Egress
 	if egress {
@@ -207,14 +207,20 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	timeout := t.opts.DefaultTimeout
 	if timeoutMS > 0 {
-		timeout = min(time.Duration(timeoutMS)*time.Millisecond, t.opts.MaxTimeout)
+		timeout = t.opts.MaxTimeout // also what no Duration can hold
+		if timeoutMS < t.opts.MaxTimeout.Milliseconds() {
+			timeout = time.Duration(timeoutMS) * time.Millisecond
+		}
 	}
 	cmd.Timeout = timeout
 	if background && timeoutMS == 0 {
 		// A task runs until it ends, up to the sessions' maximum.
 		cmd.Timeout, timeout = 0, t.opts.Sessions.MaxJobTimeout()
 	}
-	cmd.MaxOutput = t.opts.MaxOutput
+	cmd.MaxOutput = MCPCaptureBytes(t.opts.MaxOutput)
+	if tool == ToolRunNetworkTool {
+		cmd.MaxOutput = t.opts.MaxOutput // its cap counts bytes
+	}
 
 	// runCtx is what the runner sees. Over HTTP it carries the values of
 	// the request that brought the call (request id, authenticated
@@ -271,8 +277,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	if err == nil && r == nil && background && rreq.JobID != "" {
 		out = &RunOutput{TaskID: rreq.JobID, TimeoutMS: timeout.Milliseconds()}
 		t.log.Info("mcp background task started", "tool", tool, "task", rreq.JobID, "session", rreq.SessionID)
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
-			"Started background task %s. Read its output with task_output (task_id %q); stop it with kill_task.", rreq.JobID, rreq.JobID)}}}, out, nil
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: backgroundText(rreq.JobID)}}}, out, nil
 	}
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
 	if id := req.Session.ID(); id != "" {
@@ -294,11 +299,14 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	out = &RunOutput{
 		ExitCode:  r.ExitCode,
-		Stdout:    r.Stdout,
-		Stderr:    r.Stderr,
 		TimeoutMS: timeout.Milliseconds(),
 		Verdict:   api.VerdictOf(r),
 	}
+	var cut [2]bool
+	out.Stdout, cut[0] = capChars(r.Stdout, t.opts.MaxOutput, r.StdoutBytes)
+	out.Stderr, cut[1] = capChars(r.Stderr, t.opts.MaxOutput, r.StderrBytes)
+	out.StdoutTruncated = out.StdoutTruncated || cut[0]
+	out.StderrTruncated = out.StderrTruncated || cut[1]
 	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
 		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
 	res = &mcp.CallToolResult{

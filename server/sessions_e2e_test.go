@@ -374,7 +374,7 @@ func testSessionsHTTP(t *testing.T, bin string) {
 			{"POST", "/sessions", `{"workspace_bytes":1099511627776}`, "workspace_bytes"},
 			{"POST", "/run", `{"command":"true","run_in_background":true}`, "run_in_background"},
 			{"POST", "/raw", fmt.Sprintf(`{"command":"true","session_id":%q,"run_in_background":true}`, id), "run_in_background"},
-			{"POST", "/run", fmt.Sprintf(`{"command":"true","session_id":%q,"run_in_background":true,"timeout_seconds":86400}`, id), "timeout_ms"},
+			{"POST", "/run", fmt.Sprintf(`{"command":"true","session_id":%q,"run_in_background":true,"timeout_seconds":86400}`, id), "timeout_seconds"},
 		} {
 			code, data := alice.do(r.method, r.path, r.body, nil)
 			if code != 400 || (r.field != "" && !bytes.Contains(data, []byte(`"field":"`+r.field+`"`))) {

@@ -18,6 +18,9 @@ var (
 	// ErrDraining: the Manager is draining (Manager.Drain) and makes no
 	// new session; another daemon should.
 	ErrDraining = errors.New("session: draining, no new sessions")
+	// ErrKilled: a job ended because Kill killed it (its error, which
+	// reads "killed").
+	ErrKilled = errors.New("killed")
 )
 
 // LimitError says which maximum a Create or Start hit.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,7 +17,9 @@ import (
 type Job struct {
 	id      string
 	args    []string
+	desc    string
 	started time.Time
+	killed  atomic.Bool // Kill was called
 	cancel  context.CancelFunc
 	stdout  *stream
 	stderr  *stream
@@ -43,11 +46,12 @@ type Offsets struct{ Stdout, Stderr int64 }
 
 // JobStatus describes a job and the output it produced from some offsets.
 type JobStatus struct {
-	ID      string
-	Command []string
-	Running bool
-	Started time.Time
-	Ended   time.Time // zero while running
+	ID          string
+	Command     []string
+	Description string // the Call's
+	Running     bool
+	Started     time.Time
+	Ended       time.Time // zero while running
 	// Result is the verdict once the job has ended: exit code, signal,
 	// timed out, cancelled (killed), OOM, pids limit, usage. Its Stdout
 	// and Stderr are empty: the output is in the fields below.
@@ -95,7 +99,7 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 		maxOut = jail.DefaultMaxOutput
 	}
 	j := &Job{
-		id: uuid.NewString(), args: spec.Args, started: time.Now(),
+		id: uuid.NewString(), args: spec.Args, desc: call.Description, started: time.Now(),
 		stdout: newStream(maxOut), stderr: newStream(maxOut), done: make(chan struct{}),
 	}
 	spec.Stdout = tee(j.stdout, call.Stdout)
@@ -125,6 +129,8 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 			err = fmt.Errorf("%w: session %s was removed", ErrClosed, s.id)
 		case err != nil && s.lost():
 			err = fmt.Errorf("%w: session %s was lost: %w", ErrNotFound, s.id, err)
+		case err != nil && j.killed.Load():
+			err = ErrKilled
 		}
 		j.res, j.err, j.endedAt = res, err, time.Now()
 		close(j.done)
@@ -221,12 +227,13 @@ func (s *Session) Kill(id string) error {
 	if err != nil {
 		return err
 	}
+	j.killed.Store(true)
 	j.cancel()
 	return nil
 }
 
 func (j *Job) status(off Offsets, output bool) *JobStatus {
-	st := &JobStatus{ID: j.id, Command: j.args, Started: j.started, Running: true}
+	st := &JobStatus{ID: j.id, Command: j.args, Description: j.desc, Started: j.started, Running: true}
 	if j.isEnded() {
 		st.Running, st.Result, st.Err, st.Ended = false, j.res, j.err, j.endedAt
 	}

@@ -38,6 +38,9 @@ type Call struct {
 	// one that runs, so a decision on it is not raced by a concurrent
 	// call's report or a SetEnv.
 	Check func(ctx context.Context, spec *jail.Spec, workspace string) error
+	// Description is what the caller says the call is for; a background
+	// job reports it in its status. It changes nothing that runs.
+	Description string
 }
 
 func (c *Call) validate() error {

@@ -20,8 +20,9 @@ var jobsCommand = &cli.Command{
 	Name:      "jobs",
 	Usage:     command.JobsUsage,
 	ArgsUsage: "SESSION [JOB [--follow]]",
-	Description: `With a SESSION only, lists its background jobs (jaild remote --session and a
-run_in_background request start them). With a JOB, prints the job's output
+	Description: `With a SESSION only, lists its background jobs (jaild remote --session SESSION
+--background -- COMMAND starts one and prints its id; so does a POST /run with
+run_in_background, and the MCP bash tool's run_in_background). With a JOB, prints the job's output
 so far (stdout here, stderr on stderr); --follow keeps printing until the
 job ends and then exits with its exit status, as jaild remote would.
 

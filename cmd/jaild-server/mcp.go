@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
@@ -34,13 +33,16 @@ and cleaning up every running sandbox. It needs root, like every command that
 builds sandboxes: register it with a client as "sudo jaild mcp" (see the
 README). Sizes take a unit: 512K, 256M, 1G.`,
 	Flags: append([]cli.Flag{
+		// Client configurations often say "jaild mcp --stdio": accepted,
+		// and changes nothing, since stdio is jaild mcp's only transport.
+		&cli.BoolFlag{Name: "stdio", Usage: "serve over stdin/stdout, which jaild mcp always does (for client configurations that name the transport)"},
 		&cli.StringFlag{Name: "memory", Value: command.Size(jail.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit of each sandbox, no swap"},
 		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads of each sandbox"},
 		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota of each sandbox in cores"},
 		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
 		&cli.DurationFlag{Name: "timeout", Value: server.DefaultMCPTimeout, EnvVars: []string{"JAILD_MCP_TIMEOUT"}, Usage: "timeout of a tool call that gives none"},
 		&cli.DurationFlag{Name: "max-timeout", Value: server.MaxMCPTimeout, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "ceiling for the timeout a tool call asks for (at most 10m)"},
-		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT", "MCP_EXEC_MAX_OUTPUT_BYTES"}, Usage: "bytes of each stream a bash or execute result keeps; beyond it head and tail are kept with a marker (run_network_tool keeps 1 MiB, its convention's cap)"},
+		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT", "MCP_EXEC_MAX_OUTPUT_BYTES"}, Usage: "characters of each stream a bash or execute result keeps (MCP_EXEC_MAX_OUTPUT_BYTES is read as characters too); beyond it head and tail are kept with a marker (run_network_tool keeps 1 MiB, its convention's cap in bytes)"},
 		mcpToolsFlag(),
 		&cli.IntFlag{Name: "max-concurrent", Value: run.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once; further calls wait in a queue"},
 		&cli.IntFlag{Name: "pool", Value: 1, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time, so that a call does not wait for one to be built (0: none)"},
@@ -103,7 +105,7 @@ func mcpAction(c *cli.Context) error {
 	// (a tool call never asks for more), admission control, audit log.
 	// The most output a call may keep: run_network_tool's 1 MiB, if
 	// served, is not --max-output's.
-	maxOutput := opts.MaxOutput
+	maxOutput := server.MCPCaptureBytes(opts.MaxOutput)
 	if slices.Contains(opts.Tools, server.ToolRunNetworkTool) {
 		maxOutput = max(maxOutput, server.NetworkToolMaxOutput)
 	}
@@ -148,8 +150,9 @@ func mcpAction(c *cli.Context) error {
 	}
 	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: runner, caller: stdioCaller()}, opts)
 	// Run returns when stdin reaches EOF (the client went away), which
-	// also cancels the calls in flight and so kills their sandboxes.
-	err = srv.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: out})
+	// also cancels the calls in flight and so kills their sandboxes. A bad
+	// line is answered with a JSON-RPC error and ends nothing.
+	err = srv.Run(ctx, &server.StdioTransport{Reader: os.Stdin, Writer: out})
 	if err != nil && ctx.Err() == nil {
 		return cli.Exit(fmt.Sprintf("mcp session: %v", err), api.ExitInternal)
 	}

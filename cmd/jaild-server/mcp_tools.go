@@ -16,7 +16,7 @@ func mcpToolsFlag() *cli.StringSliceFlag {
 		Value:   cli.NewStringSlice(server.DefaultMCPTools...),
 		EnvVars: []string{"JAILD_MCP_TOOLS"},
 		Usage: "MCP tools to serve, of " + strings.Join(server.MCPTools, ", ") +
-			" (the policy-runner convention's tool: {executable, args, cwd, env} -> {stdout, stderr, exitCode}, 1 MiB per stream); with --mcp-session auto, task_output, kill_task and list_tasks are served too",
+			" (the policy-runner convention's tool: {executable, args, cwd, env} -> {stdout, stderr, exitCode}, 1 MiB per stream); with --mcp-session auto and bash, task_output, kill_task and list_tasks are served too",
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -42,12 +43,16 @@ token is never sent over plain http:// to a host other than loopback, unless
 
 With --session ID (or JAILD_SESSION; see jaild session new) the command runs
 in that session: a fresh sandbox on the session's /work, working directory
-and environment.
+and environment. With --background too it starts as a background job of the
+session: jaild remote prints the job's id and exits 0 at once; jaild jobs
+SESSION JOB --follow reads its output. A session that does not exist (any
+more) is a usage error, 125.
 
 Limits left unset get the daemon's defaults; a request may only ask for less
 than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
 	Flags: withConnFlags(
 		&cli.StringFlag{Name: "session", EnvVars: []string{"JAILD_SESSION"}, Usage: "run in this session (jaild session new): its /work, working directory and environment"},
+		&cli.BoolFlag{Name: "background", Aliases: []string{"b"}, Usage: "with --session: start the command as a background job of the session, print its id and exit (see jaild jobs)"},
 		&cli.StringSliceFlag{Name: "keep-env", EnvVars: []string{"JAILD_KEEP_ENV"}, Usage: "pass these local environment variables on: --keep-env=CI,LANG or --keep-env CI (repeatable); unset ones are skipped; a policy sees them as input.env"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
 		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit (default: the daemon's, " + jail.DefaultTimeout.String() + " unless it caps lower)"},
@@ -81,10 +86,18 @@ func remoteAction(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 	defer stop()
 
+	if c.Bool("background") {
+		a, err := cl.Start(ctx, req)
+		if err != nil {
+			return remoteError(ctx, req, err)
+		}
+		_, _ = fmt.Fprintln(c.App.Writer, a.JobID)
+		return nil
+	}
 	if c.Bool("json") {
 		resp, err := cl.Run(ctx, req)
 		if err != nil {
-			return remoteError(ctx, err)
+			return remoteError(ctx, req, err)
 		}
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -93,7 +106,7 @@ func remoteAction(c *cli.Context) error {
 	}
 	exit, err := cl.Raw(ctx, req, os.Stdout, os.Stderr)
 	if err != nil {
-		return remoteError(ctx, err)
+		return remoteError(ctx, req, err)
 	}
 	return remoteExit(*exit.ExitCode, exit.Verdict)
 }
@@ -101,6 +114,9 @@ func remoteAction(c *cli.Context) error {
 // remoteRequest builds the request from the flags, arguments and stdin.
 func remoteRequest(c *cli.Context) (*api.Request, error) {
 	req := &api.Request{Cwd: c.String("cwd"), SessionID: c.String("session"), Egress: remoteEgress(c.String("egress"))}
+	if c.Bool("background") && (req.SessionID == "" || c.Bool("json")) {
+		return nil, command.UsageError("--background starts a job of a session: give --session ID, without --json")
+	}
 	switch sh, args := c.String("shell"), c.Args().Slice(); {
 	case sh != "" && len(args) > 0:
 		return nil, command.UsageError("give either --shell STRING or -- COMMAND, not both")
@@ -195,11 +211,16 @@ func remoteExit(exitCode int, v *api.Verdict) error {
 	return nil
 }
 
-// remoteError maps a failed call to jaild run's exit codes.
-func remoteError(ctx context.Context, err error) error {
+// remoteError maps a failed call to jaild run's exit codes; a session that
+// is not there is a usage error, not a command not found (both are "not
+// found" on the wire; only a missing session is a 404).
+func remoteError(ctx context.Context, req *api.Request, err error) error {
 	ae, exit := apiErrorOf(ctx, err, "interrupted; the remote sandbox was killed")
 	if ae == nil {
 		return exit
+	}
+	if req.SessionID != "" && ae.Status == http.StatusNotFound {
+		return cli.Exit(fmt.Sprintf("no session %q: it expired or was removed (jaild session new starts one)", req.SessionID), api.ExitUsage)
 	}
 	code := api.CodeOutcome(ae.Code).Exit
 	msg := ae.Error()

@@ -63,7 +63,7 @@ func TestMCPStdioChain(t *testing.T) {
 	if err := json.Unmarshal(lines[0], &rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Verdict != api.VerdictOK || rec.Description != "count to a lot" || rec.Limits.MaxOutputBytes != 2000 ||
+	if rec.Verdict != api.VerdictOK || rec.Description != "count to a lot" || rec.Limits.MaxOutputBytes != server.MCPCaptureBytes(2000) ||
 		rec.Limits.MemoryBytes != 64<<20 || rec.Caller == "" || rec.SandboxID == "" {
 		t.Errorf("audit record %s", lines[0])
 	}

@@ -27,7 +27,7 @@
 // as skipped, not passed. Sandboxes are observed from the host with ps: each
 // long-running command sleeps for a unique fractional number of seconds.
 
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
@@ -227,6 +227,16 @@ async function checks(p, kind, tname, s) {
         return `duration ${o.duration_ms} ms`;
     });
 
+    await check(`${p} the output cap counts whole characters`, async () => {
+        // 60000 two-byte characters, over the 30000-character cap.
+        const res = await s.call({ name: 'bash', arguments: { command: "yes é | head -n 60000 | tr -d '\\n'" } });
+        const o = res.structuredContent;
+        assert(!o.stdout.includes('\uFFFD'), 'a character was cut in two');
+        const n = [...o.stdout].length;
+        assert(o.stdout_truncated && n <= 30000 && n > 29900, `kept ${n} characters, truncated ${o.stdout_truncated}`);
+        return `${n} characters kept`;
+    });
+
     await check(`${p} failing call`, async () => {
         const res = await s.call({ name: 'bash', arguments: { command: 'echo partial; echo bad >&2; exit 3' } });
         const o = res.structuredContent;
@@ -396,9 +406,9 @@ async function agent(kind, tname, port) {
             // The job waits for a file the agent makes later, so that its
             // state at each poll does not depend on timing.
             const r = await bash(`echo started; while [ ! -e /work/${mark}/go ]; do sleep 0.05; done; echo finished; exit 4`,
-                { run_in_background: true });
+                { run_in_background: true, description: 'wait for the go file' });
             assert(!r.res.isError && r.o.task_id, `start: ${r.t}`);
-            assert(r.t.includes(r.o.task_id), `the text does not name the task: ${r.t}`);
+            assert(r.t.includes(`task_output {"task_id":"${r.o.task_id}"}`), `the text does not say how to read the task: ${r.t}`);
             loop = r.o.task_id;
             let o;
             const deadline = Date.now() + WAIT_MS;
@@ -433,11 +443,12 @@ async function agent(kind, tname, port) {
             const byID = Object.fromEntries(o.tasks.map((t) => [t.task_id, t]));
             assert(o.tasks.length === 2, `tasks ${JSON.stringify(o.tasks)}`);
             assert(byID[loop]?.state === 'exited' && byID[loop].exit_code === 4, `the loop: ${JSON.stringify(byID[loop])}`);
+            assert(byID[loop].description === 'wait for the go file', `the loop's description: ${JSON.stringify(byID[loop])}`);
             assert(byID[server]?.state === 'running', `the server: ${JSON.stringify(byID[server])}`);
         });
         await check(`${p}: kill_task, and the server is gone`, async () => {
             const o = await tool('kill_task', { task_id: server });
-            assert(o.state === 'exited' && o.verdict?.canceled === true, `kill_task: ${JSON.stringify(o)}`);
+            assert(o.state === 'exited' && o.verdict?.canceled === true && o.error === 'killed', `kill_task: ${JSON.stringify(o)}`);
             const t = await tool('task_output', { task_id: server, block: false });
             assert(t.state === 'exited', `task_output after kill: ${JSON.stringify(t)}`);
             const c = await bash(`curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:${port}/; echo " exit=$?"`);
@@ -471,9 +482,98 @@ async function agent(kind, tname, port) {
     }
 }
 
+
+// rawStdio speaks JSON-RPC to `jaild mcp --stdio` line by line, to send what
+// no SDK client sends: lines that are no JSON-RPC message, and a
+// cancellation whose call must then get no response.
+async function rawStdio() {
+    const p = 'stdio/raw';
+    const child = spawn(opts.jaild, ['mcp', '--stdio'], { env: { ...process.env }, stdio: ['pipe', 'pipe', 'inherit'] });
+    const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    const got = [];
+    let wake = () => {};
+    createInterface({ input: child.stdout }).on('line', (l) => {
+        got.push(JSON.parse(l));
+        wake();
+    });
+    const send = (m) => child.stdin.write((typeof m === 'string' ? m : JSON.stringify(m)) + '\n');
+    // next waits for the next response (not a notification) and returns it.
+    let seen = 0;
+    const next = async () => {
+        const deadline = Date.now() + CALL_TIMEOUT_MS;
+        for (;;) {
+            while (seen < got.length) {
+                const m = got[seen++];
+                if (!('method' in m)) return m;
+            }
+            if (Date.now() > deadline) throw new Error('no response');
+            await new Promise((r) => { wake = r; setTimeout(r, 100); });
+        }
+    };
+    try {
+        await check(`${p}: jaild mcp --stdio initializes`, async () => {
+            send({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } });
+            const r = await next();
+            assert(r.id === 1 && r.result?.serverInfo?.name === 'jaild', `initialize: ${JSON.stringify(r)}`);
+            send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+        });
+        await check(`${p}: bad lines get -32700 and -32600, and the call in flight goes on`, async () => {
+            send({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'bash', arguments: { command: 'sleep 1; echo survived' } } });
+            send('{"jsonrpc":"2.0","id":3,"method":');
+            let r = await next();
+            assert(r.error?.code === -32700 && r.id === null, `not JSON: ${JSON.stringify(r)}`);
+            send('{"foo":1}');
+            r = await next();
+            assert(r.error?.code === -32600 && r.id === null, `not a message: ${JSON.stringify(r)}`);
+            r = await next();
+            assert(r.id === 2 && r.result?.structuredContent?.stdout === 'survived\n', `the call in flight: ${JSON.stringify(r)}`);
+            return 'parse error, invalid request, call completed';
+        });
+        await check(`${p}: a cancelled call gets no response`, async () => {
+            const m = marker();
+            send({ jsonrpc: '2.0', id: 'c', method: 'tools/call', params: { name: 'bash', arguments: { command: m } } });
+            await waitHost(m, true, 'sandbox start');
+            send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'c', reason: 'e2e' } });
+            await waitHost(m, false, 'sandbox kill after cancellation');
+            send({ jsonrpc: '2.0', id: 'after', method: 'tools/call', params: { name: 'bash', arguments: { command: 'echo after' } } });
+            const r = await next();
+            assert(r.id === 'after', `got ${JSON.stringify(r)}, want only the response to "after"`);
+            return 'sandbox killed, no response';
+        });
+    } finally {
+        child.stdin.end();
+    }
+    await check(`${p}: exits 0 when stdin closes`, async () => {
+        const { code, signal } = await exited;
+        assert(code === 0, `exit ${code} ${signal ?? ''}`);
+    });
+}
+
+// rawHTTP posts what the SDK clients never send without a session.
+async function rawHTTP() {
+    const p = 'http/raw';
+    await check(`${p}: tools/list without Mcp-Session-Id is 400`, async () => {
+        const res = await fetch(opts.http, {
+            method: 'POST',
+            headers: {
+                'Content-Type': 'application/json',
+                Accept: 'application/json, text/event-stream',
+                ...(token ? { Authorization: `Bearer ${token}` } : {}),
+            },
+            body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }),
+        });
+        const body = await res.text();
+        assert(res.status === 400, `status ${res.status}: ${body}`);
+        assert(!res.headers.get('mcp-session-id'), 'a session was started');
+        return body;
+    });
+}
+
 let port = 0;
 for (const tname of ['stdio', 'http']) {
     if (opts.only && opts.only !== tname) continue;
+    if (tname === 'stdio') await rawStdio();
+    if (tname === 'http' && opts.http) await rawHTTP();
     for (const kind of Object.keys(clients)) {
         if (tname === 'http' && !opts.http) {
             skip(`${tname}/${kind}`, 'no --http URL given');
