@@ -169,6 +169,12 @@ func serveAction(c *cli.Context) error {
 			return command.UsageError("%v", err)
 		}
 	}
+	// Every flag is checked before the daemon binds its address or
+	// builds anything.
+	egOpts, egCfg, err := daemonEgressFlags(c, log)
+	if err != nil {
+		return err
+	}
 	ln, err := serveListener(c, tokens != nil, log)
 	if err != nil {
 		return err
@@ -192,10 +198,6 @@ func serveAction(c *cli.Context) error {
 	// when nothing of it is left on the host. The pool's sandboxes get
 	// the limits of a request that asks for none, under the operator's
 	// maxima.
-	egOpts, egCfg, err := daemonEgressFlags(c, log)
-	if err != nil {
-		return err
-	}
 	defaults, _, _ := max.Defaults()
 	w, err := startWorker(c, log, c.String("log-format"), defaults, sweepInterval)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -171,7 +172,12 @@ func (l *serveLog) String() string {
 // The daemon is stopped with SIGTERM when the test ends.
 func startServe(t *testing.T, in install, newNet bool, args ...string) (addr string, log *serveLog) {
 	t.Helper()
-	cmd := in.cmd(append([]string{"serve", "--log-format", "json", "--pool", "0", "--audit-log", "off"}, args...)...)
+	base := []string{"serve", "--log-format", "json", "--pool", "0", "--audit-log", "off"}
+	if !slices.Contains(args, "--listen") && !slices.Contains(args, "--socket") {
+		// Not the default port: whatever else on the host holds it.
+		base = append(base, "--listen", "127.0.0.1:0")
+	}
+	cmd := in.cmd(append(base, args...)...)
 	if newNet {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
 	}
