@@ -130,7 +130,7 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	fh, err := filesHandler(c, log)
+	filesOpts, err := filesOptions(c, log)
 	if err != nil {
 		return err
 	}
@@ -195,6 +195,11 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer w.Close()
+	fh, filesCgroup, err := newFilesHandler(c, filesOpts)
+	if err != nil {
+		return err
+	}
+	defer filesCgroup.Close()
 
 	// The metrics exist before the policy engine, whose first load they
 	// record.

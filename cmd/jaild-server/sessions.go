@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
@@ -81,17 +84,40 @@ func sessionConfig(c *cli.Context, log *slog.Logger) (session.Config, error) {
 	return cfg, nil
 }
 
-// filesHandler is the files API of serve (session/files), mounted by the
-// server behind its authentication with the caller's session, held for the
-// request, in the request's context.
-func filesHandler(c *cli.Context, log *slog.Logger) (*files.Handler, error) {
+// filesOptions reads the flags of serve's files API (session/files), which
+// the server mounts behind its authentication with the caller's session,
+// held for the request, in the request's context.
+func filesOptions(c *cli.Context, log *slog.Logger) (files.Options, error) {
 	max, err := command.SizeFlag(c, "max-upload")
 	if err != nil {
-		return nil, err
+		return files.Options{}, err
 	}
 	if max <= 0 {
-		return nil, command.UsageError("--max-upload must be positive")
+		return files.Options{}, command.UsageError("--max-upload must be positive")
 	}
+	return files.Options{MaxUpload: max, Logger: log.With("front", "files")}, nil
+}
+
+// newFilesHandler serves the files API with o, its writes charged to the
+// files cgroup of the sandboxes' parent (cgroup.Parent.Files), which the
+// worker has made: the front end joins it, and its claim keeps the parent
+// while a restarted worker takes over. Close the Parent after the handler's
+// last request and before the worker, which removes the parent.
+func newFilesHandler(c *cli.Context, o files.Options) (*files.Handler, *cgroup.Parent, error) {
+	parent, err := cgroup.Open(cgroup.Options{
+		Path:    c.String("cgroup-parent"),
+		LockDir: filepath.Join(c.String("state-dir"), "cgroup-locks"),
+		Keep:    true,
+	})
+	if err != nil {
+		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+	}
+	g, err := parent.Files()
+	if err != nil {
+		_ = parent.Close()
+		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+	}
+	o.Charge = g
 	return files.NewHandler(func(r *http.Request) (files.Root, error) {
 		s, ok := session.FromContext(r.Context())
 		if !ok {
@@ -99,7 +125,7 @@ func filesHandler(c *cli.Context, log *slog.Logger) (*files.Handler, error) {
 		}
 		uid, gid := s.HostIDs()
 		return files.Root{Dir: s.Dir(), UID: uid, GID: gid}, nil
-	}, files.Options{MaxUpload: max, Logger: log.With("front", "files")}), nil
+	}, o), parent, nil
 }
 
 // newSessions starts the session manager over the worker: its workspaces

@@ -38,6 +38,10 @@ type Options struct {
 	// daemon's error shape. Nil answers it as the handler answers its
 	// own errors: 404 if err wraps ErrNotFound, else 500.
 	LookupError func(w http.ResponseWriter, r *http.Request, err error)
+	// Charge, if set, starts the process that writes uploaded data into
+	// workspaces (see [Charger]); nil writes from the daemon itself,
+	// whose memory cgroup the pages are then charged to.
+	Charge Charger
 	// Logger receives the errors answered with 500; nil discards them.
 	Logger *slog.Logger
 }
@@ -103,6 +107,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer fsys.Close()
+	if h.o.Charge != nil {
+		fsys.ChargeTo(h.o.Charge)
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		h.get(w, r, fsys, p)

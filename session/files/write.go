@@ -66,7 +66,7 @@ func (f *FS) writeAt(ctx context.Context, dir int, name, p string, r io.Reader, 
 		if err := unix.Fchmod(fd, perm); err != nil {
 			return 0, err
 		}
-		n, err := io.Copy(file, ctxReader{ctx, r})
+		n, err := f.copy(ctx, file, r)
 		if err != nil {
 			return n, err
 		}
@@ -110,4 +110,24 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// copy writes r to the new file: through the writer process if the FS has
+// a Charger (see writer.go), else from this process.
+func (f *FS) copy(ctx context.Context, file *os.File, r io.Reader) (int64, error) {
+	if f.charge == nil {
+		return io.Copy(file, ctxReader{ctx, r})
+	}
+	if f.w == nil {
+		w, err := startWriter(f.charge)
+		if err != nil {
+			return 0, err
+		}
+		f.w = w
+	}
+	n, err := f.w.copy(ctx, int(file.Fd()), r)
+	if f.w.dead {
+		f.w = nil // reaped; the next write starts another
+	}
+	return n, err
 }
