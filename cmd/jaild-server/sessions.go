@@ -31,9 +31,13 @@ var sessionFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "session-prestart", Value: true, EnvVars: []string{"JAILD_SESSION_PRESTART"}, Usage: "keep one sandbox started on each session's workspace for its next call or job (a process, a cgroup and a few pages per idle session); false: every session call builds its sandbox"},
 }
 
-// maxUploadFlag bounds the files API's uploads (serve only: jaild mcp has
-// no files API).
-var maxUploadFlag = &cli.StringFlag{Name: "max-upload", Value: "1G", EnvVars: []string{"JAILD_MAX_UPLOAD"}, Usage: "largest PUT body of the files API (a file or a tar); beyond it 413 (the workspace's quota applies anyway: 507)"}
+// filesFlags bound the files API's transfers (serve only: jaild mcp has no
+// files API).
+var filesFlags = []cli.Flag{
+	&cli.StringFlag{Name: "max-upload", Value: "1G", EnvVars: []string{"JAILD_MAX_UPLOAD"}, Usage: "largest PUT body of the files API (a file or a tar); beyond it 413 (the workspace's quota applies anyway: 507)"},
+	&cli.StringFlag{Name: "files-min-rate", Value: "16K", EnvVars: []string{"JAILD_FILES_MIN_RATE"}, Usage: "slowest a files API transfer may send or read, in bytes per second: each 64 KiB must move within --files-stall plus 64 KiB at this rate, or the transfer is cut"},
+	&cli.DurationFlag{Name: "files-stall", Value: files.DefaultStall, EnvVars: []string{"JAILD_FILES_STALL"}, Usage: "how long a files API transfer may move nothing (see --files-min-rate)"},
+}
 
 // mcpSessionFlag chooses whether each MCP session gets a jaild session.
 var mcpSessionFlag = &cli.StringFlag{Name: "mcp-session", Value: "auto", EnvVars: []string{"JAILD_MCP_SESSION"}, Usage: `"auto": each MCP session gets a session of its own at its first tool call (files, cd, exports and background tasks carry across calls); "none": every tool call is one-shot`}
@@ -95,7 +99,14 @@ func filesOptions(c *cli.Context, log *slog.Logger) (files.Options, error) {
 	if max <= 0 {
 		return files.Options{}, command.UsageError("--max-upload must be positive")
 	}
-	return files.Options{MaxUpload: max, Logger: log.With("front", "files")}, nil
+	rate, err := command.SizeFlag(c, "files-min-rate")
+	if err != nil {
+		return files.Options{}, err
+	}
+	if rate <= 0 || c.Duration("files-stall") <= 0 {
+		return files.Options{}, command.UsageError("--files-min-rate and --files-stall must be positive")
+	}
+	return files.Options{MaxUpload: max, MinRate: rate, Stall: c.Duration("files-stall"), Logger: log.With("front", "files")}, nil
 }
 
 // newFilesHandler serves the files API with o, its writes charged to the
@@ -124,7 +135,7 @@ func newFilesHandler(c *cli.Context, o files.Options) (*files.Handler, *cgroup.P
 			return files.Root{}, errors.New("files: no session in the request's context")
 		}
 		uid, gid := s.HostIDs()
-		return files.Root{Dir: s.Dir(), UID: uid, GID: gid}, nil
+		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, Closing: s.Closing()}, nil
 	}, o), parent, nil
 }
 

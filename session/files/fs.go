@@ -20,6 +20,10 @@ type Root struct {
 	// workspace (the release of a hold on the session that keeps its
 	// workspace mounted, session.Session.Use).
 	Done func()
+	// Closing, if not nil, is closed when the holder of the workspace
+	// must let go at once (the session's removal has begun,
+	// session.Session.Closing): the Handler then cuts its transfer.
+	Closing <-chan struct{}
 }
 
 // RootOf returns the Root of the workspace mounted at dir, owned by the

@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jaild/jaild/api"
 )
@@ -33,6 +36,13 @@ type Options struct {
 	// MaxEntries bounds the entries of an archive (zero:
 	// DefaultMaxEntries); beyond it, 413.
 	MaxEntries int
+	// MinRate (bytes per second) and Stall bound how slowly a client may
+	// send or read a file or an archive: each 64 KiB must move within
+	// Stall + 64 KiB/MinRate, or the transfer is cut (the connection
+	// closed) and the session it held is free again. Zero means
+	// DefaultMinRate, DefaultStall.
+	MinRate int64
+	Stall   time.Duration
 	// LookupError writes the answer to a request whose lookup failed
 	// (no such session, another owner's, not authenticated), in the
 	// daemon's error shape. Nil answers it as the handler answers its
@@ -76,6 +86,12 @@ func NewHandler(lookup func(r *http.Request) (Root, error), o Options) *Handler 
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = DefaultMaxEntries
 	}
+	if o.MinRate <= 0 {
+		o.MinRate = DefaultMinRate
+	}
+	if o.Stall <= 0 {
+		o.Stall = DefaultStall
+	}
 	h := &Handler{lookup: lookup, o: o, log: o.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -96,6 +112,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if root.Done != nil {
 		defer root.Done()
 	}
+	// Deadlines that move with the transfer's progress, and a context
+	// that ends when the request's does or when the session's removal
+	// begins: that removal waits for this request, so the request cuts its
+	// transfer rather than wait on its client.
+	pace := newPacer(w, &h.o)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	var watch sync.WaitGroup
+	if root.Closing != nil {
+		watch.Add(1)
+		go func() {
+			defer watch.Done()
+			select {
+			case <-root.Closing:
+				cancel(errCut)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	stopCut := pace.cutOn(ctx)
+	defer func() {
+		cut := !stopCut()
+		cancel(nil)
+		watch.Wait()
+		if !cut {
+			pace.finish()
+		}
+	}()
+	r = r.WithContext(ctx)
+	w = pacedResponse{w, pace}
 	p := r.PathValue("path")
 	if _, err := Split(p); err != nil {
 		h.fail(w, r, err)
@@ -114,7 +159,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead:
 		h.get(w, r, fsys, p)
 	case http.MethodPut:
-		h.put(w, r, fsys, p)
+		h.put(w, r, fsys, p, pace)
 	case http.MethodDelete:
 		if err := fsys.Remove(r.Context(), p); err != nil {
 			h.fail(w, r, err)
@@ -172,12 +217,12 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, fsys *FS, p string
 	}
 }
 
-func (h *Handler) put(w http.ResponseWriter, r *http.Request, fsys *FS, p string) {
+func (h *Handler) put(w http.ResponseWriter, r *http.Request, fsys *FS, p string, pace *pacer) {
 	if r.ContentLength > h.o.MaxUpload {
 		h.fail(w, r, &http.MaxBytesError{Limit: h.o.MaxUpload})
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, h.o.MaxUpload)
+	body := http.MaxBytesReader(w, pacedReader{r.Body, pace}, h.o.MaxUpload)
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var err error
 	if mt == TarType {
@@ -242,6 +287,8 @@ func Status(err error) (status int, code, field string) {
 		return http.StatusBadRequest, api.CodeInvalid, "path"
 	case errors.Is(err, ErrBadTar), errors.Is(err, io.ErrUnexpectedEOF):
 		return http.StatusBadRequest, api.CodeInvalid, "body"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return http.StatusRequestTimeout, api.CodeBodyTimeout, "body"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, api.CodeCanceled, ""
 	}
