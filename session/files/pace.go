@@ -134,7 +134,9 @@ type pacedResponse struct {
 	p *pacer
 }
 
-func (w pacedResponse) Write(b []byte) (int, error) { return pacedWriter{w.ResponseWriter, w.p}.Write(b) }
+func (w pacedResponse) Write(b []byte) (int, error) {
+	return pacedWriter{w.ResponseWriter, w.p}.Write(b)
+}
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w pacedResponse) Unwrap() http.ResponseWriter { return w.ResponseWriter }
