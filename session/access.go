@@ -36,3 +36,6 @@ func (s *Session) Use() (done func(), err error) {
 // Close): a holder of Use must then stop what it does and call done, since
 // the removal waits for it.
 func (s *Session) Closing() <-chan struct{} { return s.ctx.Done() }
+
+// Size is the size of the session's workspace (its quota), in bytes.
+func (s *Session) Size() int64 { return s.ws.Size() }

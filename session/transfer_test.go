@@ -29,7 +29,7 @@ func filesServer(t *testing.T, m *session.Manager) *httptest.Server {
 			return files.Root{}, errors.New("no session")
 		}
 		uid, gid := s.HostIDs()
-		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, Closing: s.Closing()}, nil
+		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, Size: s.Size(), Closing: s.Closing()}, nil
 	}, files.Options{Stall: 10 * time.Minute})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/files/{id}/{path...}", func(w http.ResponseWriter, r *http.Request) {

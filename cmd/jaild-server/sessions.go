@@ -135,7 +135,7 @@ func newFilesHandler(c *cli.Context, o files.Options) (*files.Handler, *cgroup.P
 			return files.Root{}, errors.New("files: no session in the request's context")
 		}
 		uid, gid := s.HostIDs()
-		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, Closing: s.Closing()}, nil
+		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, Size: s.Size(), Closing: s.Closing()}, nil
 	}, o), parent, nil
 }
 

@@ -16,6 +16,9 @@ import (
 type Root struct {
 	Dir      string
 	UID, GID int
+	// Size is the workspace's size (its tmpfs quota): no download may
+	// produce more (see ErrSparse). Zero means no bound.
+	Size int64
 	// Done, if not nil, is called once the Handler is done with the
 	// workspace (the release of a hold on the session that keeps its
 	// workspace mounted, session.Session.Use).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -184,18 +185,35 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, fsys *FS, p string
 		h.fail(w, r, err)
 		return
 	}
+	max := fsys.root.Size
 	if !st.IsDir() {
+		if max > 0 && st.Size() > max {
+			h.fail(w, r, &os.PathError{Op: "read", Path: file.Name(), Err: fmt.Errorf("%w: %d bytes apparent, the workspace holds %d", ErrSparse, st.Size(), max)})
+			return
+		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		// ServeContent sends Content-Length, and serves ranges.
 		http.ServeContent(w, r, "", st.ModTime(), file)
 		return
 	}
 	if accepts(r, TarType) {
+		if max > 0 {
+			// Refused before anything is sent; WriteTar's own bound
+			// covers files that grow meanwhile.
+			n, err := TarSize(r.Context(), file)
+			if err == nil && n > max {
+				err = &os.PathError{Op: "tar", Path: file.Name(), Err: fmt.Errorf("%w: its files hold %d bytes apparent, the workspace %d", ErrSparse, n, max)}
+			}
+			if err != nil {
+				h.fail(w, r, err)
+				return
+			}
+		}
 		w.Header().Set("Content-Type", TarType)
 		if r.Method == http.MethodHead {
 			return
 		}
-		if err := WriteTar(r.Context(), file, w); err != nil {
+		if err := WriteTar(r.Context(), file, w, max); err != nil {
 			// The status is sent: cut the stream, so that the
 			// client reads a truncated archive, not a short one.
 			h.log.Warn("files: tar out failed", "path", file.Name(), "err", err)
@@ -281,7 +299,8 @@ func Status(err error) (status int, code, field string) {
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound, api.CodeFileNotFound, ""
 	case errors.Is(err, ErrIsDir), errors.Is(err, ErrNotDir), errors.Is(err, ErrExists),
-		errors.Is(err, ErrNotEmpty), errors.Is(err, ErrNotRegular), errors.Is(err, ErrTooDeep):
+		errors.Is(err, ErrNotEmpty), errors.Is(err, ErrNotRegular), errors.Is(err, ErrTooDeep),
+		errors.Is(err, ErrSparse):
 		return http.StatusConflict, api.CodeConflict, ""
 	case errors.Is(err, ErrBadPath):
 		return http.StatusBadRequest, api.CodeInvalid, "path"
