@@ -1,6 +1,7 @@
 package files_test
 
 import (
+	"archive/tar"
 	"net/http"
 	"os"
 	"strings"
@@ -52,6 +53,20 @@ func TestSparse(t *testing.T) {
 			}
 			if tc.want == http.StatusConflict && !strings.Contains(w.Body.String(), "larger than the workspace") {
 				t.Errorf("answer: %s", w.Body)
+			}
+			if tc.want == http.StatusOK && tc.tar {
+				var names []string
+				tr := tar.NewReader(w.Body)
+				for {
+					hdr, err := tr.Next()
+					if err != nil {
+						break
+					}
+					names = append(names, hdr.Name)
+				}
+				if len(names) != len(tc.files) {
+					t.Errorf("archive holds %v, want %d files", names, len(tc.files))
+				}
 			}
 		})
 	}

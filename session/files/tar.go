@@ -97,7 +97,12 @@ func TarSize(ctx context.Context, dir *os.File) (int64, error) {
 		}
 		return nil
 	}
-	return total, walk(int(dir.Fd()), dir.Name(), 0)
+	err := walk(int(dir.Fd()), dir.Name(), 0)
+	// The walk read dir's entries: rewind, for WriteTar to read them again.
+	if _, serr := unix.Seek(int(dir.Fd()), 0, io.SeekStart); err == nil && serr != nil {
+		err = &os.PathError{Op: "tar", Path: dir.Name(), Err: serr}
+	}
+	return total, err
 }
 
 // writeTree writes the entries of the directory fd, named prefix in the
