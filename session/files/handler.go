@@ -22,6 +22,12 @@ import (
 // DefaultMaxUpload is the largest PUT body if Options.MaxUpload is zero.
 const DefaultMaxUpload = 1 << 30
 
+// The headers of a file's metadata (see api.HeaderFileMode).
+const (
+	ModeHeader  = api.HeaderFileMode
+	MtimeHeader = api.HeaderFileMtime
+)
+
 // TarType is the media type of archives, in Content-Type (PUT) and Accept
 // (GET of a directory).
 const TarType = "application/x-tar"
@@ -192,6 +198,8 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, fsys *FS, p string
 			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set(ModeHeader, fmt.Sprintf("%04o", modeBits(st.Mode())))
+		w.Header().Set(MtimeHeader, st.ModTime().UTC().Format(time.RFC3339Nano))
 		// ServeContent sends Content-Length, and serves ranges.
 		http.ServeContent(w, r, "", st.ModTime(), file)
 		return
@@ -258,13 +266,31 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, fsys *FS, p string
 				mode |= fs.ModeSticky
 			}
 		}
-		_, err = fsys.Write(r.Context(), p, body, mode)
+		var mtime time.Time
+		if v := r.Header.Get(MtimeHeader); v != "" {
+			t, perr := time.Parse(time.RFC3339Nano, v)
+			if perr != nil {
+				writeError(w, http.StatusBadRequest, api.ErrorResponse{Error: MtimeHeader + " " + strconv.Quote(v) + ": want an RFC 3339 time such as 2006-01-02T15:04:05.999999999Z", Code: api.CodeInvalid, Field: MtimeHeader})
+				return
+			}
+			mtime = t
+		}
+		_, err = fsys.WriteStamped(r.Context(), p, body, mode, mtime)
 	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// modeBits are a file's permission bits and sticky bit, as chmod takes them.
+func modeBits(m fs.FileMode) uint32 {
+	b := uint32(m.Perm())
+	if m&fs.ModeSticky != 0 {
+		b |= 0o1000
+	}
+	return b
 }
 
 // accepts reports whether r's Accept header names media type mt.
