@@ -163,4 +163,3 @@ func TestCpKeepsModeAndTime(t *testing.T) {
 		}
 	}
 }
-
