@@ -428,6 +428,12 @@ func (s *Session) remove() error {
 	// network namespace the listener is in).
 	s.proxy.stop()
 	err := s.ws.Close()
+	// The jobs have ended: their output goes with the session.
+	s.mu.Lock()
+	for id := range s.jobs {
+		s.forgetJob(id)
+	}
+	s.mu.Unlock()
 	close(s.done)
 	if err != nil {
 		return fmt.Errorf("remove session %s: %w", s.id, err)
