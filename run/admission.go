@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
