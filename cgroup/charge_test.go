@@ -38,12 +38,21 @@ func TestFilesCharge(t *testing.T) {
 		t.Fatal(err)
 	}
 	const size = 32 << 20
-	cmd := exec.Command("dd", "if=/dev/zero", "of="+filepath.Join(tmp, "f"), "bs=1M", "count=32", "status=none")
+	// The data comes on stdin, after Start: on v1 the process is moved
+	// into the cgroup after it started, so only what it writes after
+	// Start has returned is sure to be charged there.
+	cmd := exec.Command("dd", "of="+filepath.Join(tmp, "f"), "bs=64K", "status=none")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := g.Start(cmd); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("dd: %v", err)
+	_, werr := in.Write(make([]byte, size))
+	in.Close()
+	if err := cmd.Wait(); err != nil || werr != nil {
+		t.Fatalf("dd: %v, %v", err, werr)
 	}
 	after, err := p.MemoryUsage()
 	if err != nil {
