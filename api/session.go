@@ -21,6 +21,17 @@ import "time"
 //
 // Another caller's session is 404, as one that does not exist.
 
+// The headers of a single file's metadata in the files API, on a GET's
+// answer and (the time) on a PUT: its permission bits in octal ("0755";
+// a PUT gives them as ?mode=) and its modification time in RFC 3339 with
+// nanoseconds. Last-Modified has whole seconds only, which makes a copy
+// look older or newer than its source to make. Archives carry both in
+// their headers (PAX records keep nanoseconds).
+const (
+	HeaderFileMode  = "X-Jaild-Mode"
+	HeaderFileMtime = "X-Jaild-Mtime"
+)
+
 // SessionRequest is the body of POST /sessions. Every field is optional.
 type SessionRequest struct {
 	// TTLSeconds is the idle time after which the session expires

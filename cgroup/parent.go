@@ -282,6 +282,12 @@ func (p *Parent) Path() string { return p.path }
 // Dirs are the parent's absolute directories.
 func (p *Parent) Dirs() []string { return p.dirs }
 
+// MemoryUsage is the memory charged to the parent: to every sandbox and
+// everything else below it.
+func (p *Parent) MemoryUsage() (int64, error) {
+	return (&Group{Mode: p.mode, Path: p.path, Dirs: p.dirs}).MemoryUsage()
+}
+
 // Child names the cgroup of the sandbox id under p.
 func (p *Parent) Child(id string) *Group {
 	g := &Group{Mode: p.mode, Path: filepath.Join(p.path, id)}
@@ -303,6 +309,9 @@ func (p *Parent) Close() error {
 	for i, f := range p.locks {
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 			continue // another jaild still uses this directory
+		}
+		if err := removeFiles(p.dirs[i]); err != nil {
+			errs = append(errs, err)
 		}
 		if err := p.rmdir(p.dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p.dirs[i], err))
@@ -336,6 +345,9 @@ func Release(lockDir string, dirs []string) error {
 			// being torn down (or its killed init, not yet reaped by a
 			// slow pid 1). Wait for it a bounded time.
 			deadline := time.Now().Add(releaseWait)
+			if err := removeFiles(d); err != nil {
+				errs = append(errs, err)
+			}
 			err := unix.Rmdir(d)
 			for errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)

@@ -114,6 +114,10 @@ type PutOptions struct {
 	// Mode is the permission bits of a file (not of an archive); zero
 	// means the daemon's default, 0644.
 	Mode fs.FileMode
+	// ModTime is a file's modification time, kept to the nanosecond;
+	// zero means the time of the write. (An archive's entries carry
+	// their own.)
+	ModTime time.Time
 }
 
 // PutFile calls PUT /sessions/{id}/files/{path}: body becomes the file at
@@ -130,7 +134,12 @@ func (c *Client) PutFile(ctx context.Context, id, path string, body io.Reader, o
 	} else if o.Mode != 0 {
 		p += "?mode=" + strconv.FormatUint(uint64(o.Mode.Perm()), 8)
 	}
-	resp, err := c.do(ctx, http.MethodPut, p, body, ctype, nil)
+	var h http.Header
+	if !o.Tar && !o.ModTime.IsZero() {
+		h = http.Header{}
+		h.Set(api.HeaderFileMtime, o.ModTime.UTC().Format(time.RFC3339Nano))
+	}
+	resp, err := c.do(ctx, http.MethodPut, p, body, ctype, h)
 	if err != nil {
 		return err
 	}
@@ -147,6 +156,10 @@ type File struct {
 	Kind string
 	// Size is the file's size, or -1 if unknown.
 	Size int64
+	// Mode and ModTime are a file's permission bits and modification
+	// time (to the nanosecond), if the daemon sent them; zero otherwise.
+	Mode    fs.FileMode
+	ModTime time.Time
 }
 
 // OpenFile calls GET /sessions/{id}/files/{path}: a file comes as its
@@ -164,6 +177,15 @@ func (c *Client) OpenFile(ctx context.Context, id, path string, tar bool) (*File
 		return nil, err
 	}
 	f := &File{Body: resp.Body, Kind: "file", Size: resp.ContentLength}
+	if m, err := strconv.ParseUint(resp.Header.Get(api.HeaderFileMode), 8, 32); err == nil {
+		f.Mode = fs.FileMode(m).Perm()
+		if m&0o1000 != 0 {
+			f.Mode |= fs.ModeSticky
+		}
+	}
+	if t, err := time.Parse(time.RFC3339Nano, resp.Header.Get(api.HeaderFileMtime)); err == nil {
+		f.ModTime = t
+	}
 	switch mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt {
 	case TarType:
 		f.Kind = "tar"

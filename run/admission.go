@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,10 +123,25 @@ func (a *Admitter) Run(ctx context.Context, req *Request) (*jail.Result, error) 
 		return nil, err
 	}
 	// The output memory is let go once the result is written when the
-	// front end keeps it (Request.KeepOutput), else when the run ends.
-	if req.KeepOutput {
+	// front end keeps it (Request.KeepOutput), else when the run ends. A
+	// background job keeps its output in the front end as it runs and
+	// after: the job takes the memory over (runInSession) and lets it go
+	// when the job is forgotten, so that jobs and runs share the one
+	// bound. A start that fails lets it go here.
+	switch {
+	case req.Background:
+		release := sync.OnceFunc(func() { a.output.release(mem) })
+		req.mu.Lock()
+		req.jobOutput = release
+		req.mu.Unlock()
+		defer func() {
+			if rel := req.takeJobOutput(); rel != nil {
+				rel()
+			}
+		}()
+	case req.KeepOutput:
 		req.holdOutput(func() { a.output.release(mem) })
-	} else {
+	default:
 		defer a.output.release(mem)
 	}
 	defer func() { <-a.slots }()

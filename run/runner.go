@@ -81,6 +81,20 @@ type Request struct {
 	mu       sync.Mutex
 	release  func()
 	released bool
+	// jobOutput releases the output memory of a background job's start:
+	// the job takes it (takeJobOutput) and lets it go once its output is
+	// no longer kept.
+	jobOutput func()
+}
+
+// takeJobOutput hands over the release of a background start's output
+// memory; nil if there is none or it was taken.
+func (r *Request) takeJobOutput() func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rel := r.jobOutput
+	r.jobOutput = nil
+	return rel
 }
 
 // owner is whose session the request may run in.

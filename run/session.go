@@ -70,8 +70,15 @@ func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, r
 		call.Shell, call.ShellPath, call.Args = req.Shell, shellOf(spec.Args, req.Shell), nil
 	}
 	if req.Background {
+		// The job holds the start's output memory until it is
+		// forgotten (see Admitter.Run); if it does not start, the
+		// memory goes back at once.
+		call.ReleaseOutput = req.takeJobOutput()
 		id, err := sess.Start(ctx, call)
 		if err != nil {
+			if call.ReleaseOutput != nil {
+				call.ReleaseOutput()
+			}
 			return nil, SessionError(err)
 		}
 		req.JobID = id

@@ -900,6 +900,65 @@ else
   skip policy_grammar "curl is not installed"
 fi
 
+# --- trust: budgets ------------------------------------------------------------
+# What the files API writes counts against the sandboxes' budget
+# (--total-memory on the parent cgroup), not the daemon's cgroup; a client
+# that stops reading a download holds neither its session's DELETE nor
+# anything else; a sparse file larger than the workspace is refused, not
+# streamed. The daemon gets a parent cgroup of its own, read before and after.
+if command -v curl > /dev/null && command -v python3 > /dev/null; then
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  CGP=/jaild-sectest-budget-$$
+  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --cgroup-parent "$CGP" --pool 0 --audit-log off \
+    --workspace-size 256M > "$T/serve-budget.log" 2>&1 &
+  BUDGET_PID=$!
+  BG_PIDS+=("$BUDGET_PID")
+  B=http://127.0.0.1:$PORT
+  for _ in $(seq 100); do curl -s -o /dev/null "$B/openapi.yaml" && break; sleep 0.1; done
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then MEMF=/sys/fs/cgroup$CGP/memory.current
+  else MEMF=/sys/fs/cgroup/memory$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' "/proc/$BUDGET_PID/cgroup" | sed 's:/$::')$CGP/memory.usage_in_bytes; fi
+  curl -s -o "$T/bsess.json" -X POST "$B/sessions" -H 'Content-Type: application/json' -d '{}' || true
+  SID=$(jget "$T/bsess.json" id)
+  head -c 96M /dev/urandom > "$T/up96"
+  before=$(cat "$MEMF" 2> /dev/null || echo 0)
+  code=$(curl -s -o "$T/bput.out" -w '%{http_code}' -T "$T/up96" "$B/sessions/$SID/files/up96" || true)
+  after=$(cat "$MEMF" 2> /dev/null || echo 0)
+  grew=$(( (after - before) >> 20 ))
+  charged() { [ "$code" = 204 ] && [ "$grew" -ge 86 ]; }
+  hcheck budget_upload_charged "PUT $code, the sandboxes' parent ($MEMF) grew by $grew MiB for 96 MiB" charged
+  curl -s -o /dev/null -X POST "$B/run" -H 'Content-Type: application/json' \
+    -d "{\"command\":\"truncate -s 1P /work/sparse && mkdir /work/d && truncate -s 1P /work/d/s\",\"session_id\":\"$SID\"}" || true
+  code=$(curl -s -m 20 -o "$T/bsparse.out" -w '%{http_code}' "$B/sessions/$SID/files/sparse" || true)
+  hcheck budget_sparse_file_refused "GET of a 1 PiB sparse file: status $code, $(head -c 200 "$T/bsparse.out" | one)" [ "$code" = 409 ]
+  code=$(curl -s -m 20 -o "$T/bsparse.out" -w '%{http_code}' -H 'Accept: application/x-tar' "$B/sessions/$SID/files/d" || true)
+  hcheck budget_sparse_tar_refused "tar of a 1 PiB sparse file: status $code, $(head -c 200 "$T/bsparse.out" | one)" [ "$code" = 409 ]
+  # A download that stops reading after its status line.
+  python3 - "$PORT" "$SID" << 'PY' > "$T/bstall.out" 2>&1 &
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.connect(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET /sessions/%s/files/up96 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % sys.argv[2].encode())
+print(s.recv(64).split(b"\r\n")[0].decode(), flush=True)
+time.sleep(60)
+PY
+  STALL_PID=$!
+  BG_PIDS+=("$STALL_PID")
+  sleep 1
+  t0=$(date +%s%N)
+  code=$(curl -s -m 30 -o /dev/null -w '%{http_code}' -X DELETE "$B/sessions/$SID" || true)
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  prompt() { [ "$code" = 204 ] && [ "$ms" -lt 5000 ]; }
+  hcheck budget_delete_not_held_by_stalled_download "DELETE: status $code after $ms ms (download: $(one < "$T/bstall.out"))" prompt
+  kill "$STALL_PID" 2> /dev/null || true
+  wait "$STALL_PID" 2> /dev/null || true
+  kill -TERM "$BUDGET_PID" 2> /dev/null || true
+  wait "$BUDGET_PID" 2> /dev/null || true
+  rm -f "$T/up96"
+else
+  skip budgets "curl or python3 is not installed"
+fi
+
 # --- nothing left behind -----------------------------------------------------
 # Processes of this binary that were not there at the start.
 sleep 0.2

@@ -21,7 +21,9 @@ func (s *Session) HostIDs() (uid, gid int) { return s.ws.HostIDs() }
 // Use holds the session for work done outside its sandboxes (a file
 // transfer): until done is called it does not expire for idleness, and
 // removing it waits, so that its workspace is not unmounted under an open
-// file. Its idle time restarts when done is called. A session being
+// file. Removal never waits on a client, though: it first closes Closing,
+// on which the holder must give up promptly (cut its transfer) and call
+// done. Its idle time restarts when done is called. A session being
 // removed gives ErrClosed.
 func (s *Session) Use() (done func(), err error) {
 	if err := s.begin(); err != nil {
@@ -29,3 +31,11 @@ func (s *Session) Use() (done func(), err error) {
 	}
 	return sync.OnceFunc(s.end), nil
 }
+
+// Closing is closed when the session's removal begins (Delete, expiry,
+// Close): a holder of Use must then stop what it does and call done, since
+// the removal waits for it.
+func (s *Session) Closing() <-chan struct{} { return s.ctx.Done() }
+
+// Size is the size of the session's workspace (its quota), in bytes.
+func (s *Session) Size() int64 { return s.ws.Size() }

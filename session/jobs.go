@@ -24,6 +24,7 @@ type Job struct {
 	stdout  *stream
 	stderr  *stream
 	done    chan struct{}
+	release func() // Call.ReleaseOutput, or nil
 
 	// Set before done is closed.
 	res     *jail.Result
@@ -101,6 +102,7 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	j := &Job{
 		id: uuid.NewString(), args: spec.Args, desc: call.Description, started: time.Now(),
 		stdout: newStream(maxOut), stderr: newStream(maxOut), done: make(chan struct{}),
+		release: call.ReleaseOutput,
 	}
 	spec.Stdout = tee(j.stdout, call.Stdout)
 	spec.Stderr = tee(j.stderr, call.Stderr)
@@ -159,8 +161,11 @@ func (s *Session) addJob(j *Job) error {
 	return nil
 }
 
-// forgetJob drops a job; s.mu is held.
+// forgetJob drops a job and gives back its output memory; s.mu is held.
 func (s *Session) forgetJob(id string) {
+	if j := s.jobs[id]; j != nil && j.release != nil {
+		j.release()
+	}
 	delete(s.jobs, id)
 	for i, x := range s.jobOrder {
 		if x == id {

@@ -41,6 +41,13 @@ type Call struct {
 	// Description is what the caller says the call is for; a background
 	// job reports it in its status. It changes nothing that runs.
 	Description string
+	// ReleaseOutput, if not nil, gives back the memory a background job's
+	// output was admitted with (twice its MaxOutput, from the daemon's
+	// output memory): Start calls it once the job's output is no longer
+	// kept, when the job is forgotten (its session's oldest ended job
+	// making room for a new one, or the session's removal). It must be
+	// safe to call more than once. Run ignores it.
+	ReleaseOutput func()
 }
 
 func (c *Call) validate() error {

@@ -128,6 +128,9 @@ type Manager struct {
 
 	stop   chan struct{}
 	reaper sync.WaitGroup
+	// removals are the expired sessions being removed; Close waits for
+	// them after the reaper has stopped.
+	removals sync.WaitGroup
 }
 
 // New starts a Manager over j, with its expiry goroutine; Close stops it.
@@ -431,6 +434,12 @@ func (s *Session) remove() error {
 	// network namespace the listener is in).
 	s.proxy.stop()
 	err := s.ws.Close()
+	// The jobs have ended: their output goes with the session.
+	s.mu.Lock()
+	for id := range s.jobs {
+		s.forgetJob(id)
+	}
+	s.mu.Unlock()
 	close(s.done)
 	if err != nil {
 		return fmt.Errorf("remove session %s: %w", s.id, err)
@@ -454,6 +463,7 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 	close(m.stop)
 	m.reaper.Wait()
+	m.removals.Wait()
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
 	for i, s := range all {
@@ -521,11 +531,17 @@ func (m *Manager) expire(now time.Time) {
 	for _, s := range lost {
 		m.dropLost(s)
 	}
+	// Each removal runs on its own: one whose sandboxes are slow to go
+	// must hold up neither the next expiry check nor the other sessions.
 	for _, s := range dead {
 		m.log.Info("session expired", "id", s.id, "owner", s.owner)
-		if err := s.remove(); err != nil {
-			m.log.Warn("removing expired session", "id", s.id, "err", err)
-		}
+		m.removals.Add(1)
+		go func() {
+			defer m.removals.Done()
+			if err := s.remove(); err != nil {
+				m.log.Warn("removing expired session", "id", s.id, "err", err)
+			}
+		}()
 	}
 }
 

@@ -26,15 +26,16 @@ var cpCommand = &cli.Command{
 	Description: `Copies between here and a session's /work, over the daemon's files API.
 PATH is /work/... or relative to /work. LOCAL "-" is stdin or stdout (a file).
 
-  jaild cp build.sh S:/work/          a file: into /work/build.sh, mode kept
+  jaild cp build.sh S:/work/          a file: into /work/build.sh, mode and time kept
   jaild cp build.sh S:bin/b.sh        a file: to that name (parents made)
   jaild cp ./src S:/work/src          a directory: its contents into /work/src
   jaild cp S:/work/out.txt .          a file: into ./out.txt
   jaild cp S:/work/dist ./dist        a directory: its contents into ./dist
 
 Directories travel as tar archives: symlinks stay symlinks (never followed,
-on either side), fifos, sockets and devices are skipped. A file over an
-existing file replaces it.
+on either side), fifos, sockets and devices are skipped. Files keep their
+mode and their modification time, to the nanosecond, both ways (as cp -p;
+setuid and setgid bits are dropped). A file over an existing file replaces it.
 
 Exit codes: 0, 1 if the daemon refused (no such session or file, workspace
 full), 125 for a bad command line or token, 119 if the daemon cannot be
@@ -146,22 +147,24 @@ func upload(ctx context.Context, cl *client.Client, src string, dst remotePath) 
 	if target == "" || strings.HasSuffix(dst.path, "/") {
 		target = path.Join(dst.path, filepath.Base(src))
 	}
-	err = putLocalFile(ctx, cl, src, dst.session, target, st.Mode())
+	err = putLocalFile(ctx, cl, src, dst.session, target, st)
 	var ae *client.APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusConflict && !strings.HasSuffix(target, "/"+filepath.Base(src)) {
 		// The name is a directory there: into it, as cp does.
-		err = putLocalFile(ctx, cl, src, dst.session, path.Join(target, filepath.Base(src)), st.Mode())
+		err = putLocalFile(ctx, cl, src, dst.session, path.Join(target, filepath.Base(src)), st)
 	}
 	return err
 }
 
-func putLocalFile(ctx context.Context, cl *client.Client, src, session, target string, mode fs.FileMode) error {
+// putLocalFile sends the file src, with its mode and its modification time
+// to the nanosecond (so that make sees the copy as old as its source).
+func putLocalFile(ctx context.Context, cl *client.Client, src, session, target string, st fs.FileInfo) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return &localError{err}
 	}
 	defer f.Close()
-	return cl.PutFile(ctx, session, target, f, &client.PutOptions{Mode: mode.Perm()})
+	return cl.PutFile(ctx, session, target, f, &client.PutOptions{Mode: st.Mode().Perm(), ModTime: st.ModTime()})
 }
 
 // download copies src to the local path dst: a file to dst (or into it if
@@ -200,6 +203,18 @@ func download(ctx context.Context, cl *client.Client, src remotePath, dst string
 	}
 	if err := out.Close(); err != nil {
 		return &localError{err}
+	}
+	// The source's mode (an executable stays one) and its time to the
+	// nanosecond, as cp -p keeps them.
+	if f.Mode != 0 {
+		if err := os.Chmod(dst, f.Mode); err != nil {
+			return &localError{err}
+		}
+	}
+	if !f.ModTime.IsZero() {
+		if err := os.Chtimes(dst, f.ModTime, f.ModTime); err != nil {
+			return &localError{err}
+		}
 	}
 	return nil
 }

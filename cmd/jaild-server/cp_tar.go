@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // writeLocalTar writes the tree at dir as a tar archive, names relative to
@@ -48,6 +49,9 @@ func writeLocalTar(dir string, w io.Writer) error {
 			hdr.Name += "/"
 		}
 		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		// PAX keeps the modification time's nanoseconds (USTAR would
+		// round it to seconds); the other times are not restored.
+		hdr.Format, hdr.AccessTime, hdr.ChangeTime = tar.FormatPAX, time.Time{}, time.Time{}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -72,7 +76,9 @@ func writeLocalTar(dir string, w io.Writer) error {
 // missing). The archive's content came from a sandbox: every name is
 // opened through an os.Root on dir, which refuses any path (a "..", an
 // absolute symlink, a symlink the archive made) that would lead out of
-// it; devices and fifos are refused, setuid bits dropped.
+// it; devices and fifos are refused, setuid bits dropped. Files and
+// directories get the entry's mode and modification time (directories
+// last, since unpacking into them changes theirs).
 func readLocalTar(r io.Reader, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -83,9 +89,19 @@ func readLocalTar(r io.Reader, dir string) error {
 	}
 	defer root.Close()
 	tr := tar.NewReader(r)
+	type dirTime struct {
+		name  string
+		mtime time.Time
+	}
+	var dirs []dirTime
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
+			for i := len(dirs) - 1; i >= 0; i-- {
+				if err := root.Chtimes(dirs[i].name, dirs[i].mtime, dirs[i].mtime); err != nil {
+					return err
+				}
+			}
 			return nil
 		}
 		if err != nil {
@@ -98,6 +114,9 @@ func readLocalTar(r io.Reader, dir string) error {
 		mode := fs.FileMode(hdr.Mode).Perm()
 		if err := unpackLocal(root, tr, hdr, name, mode); err != nil {
 			return fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
+		}
+		if hdr.Typeflag == tar.TypeDir && !hdr.ModTime.IsZero() {
+			dirs = append(dirs, dirTime{name, hdr.ModTime})
 		}
 	}
 }
@@ -128,7 +147,18 @@ func unpackLocal(root *os.Root, r io.Reader, hdr *tar.Header, name string, mode 
 			f.Close()
 			return err
 		}
-		return f.Close()
+		// The mode as given, not as the umask left it.
+		if err := f.Chmod(mode); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		if hdr.ModTime.IsZero() {
+			return nil
+		}
+		return root.Chtimes(name, hdr.ModTime, hdr.ModTime)
 	case tar.TypeSymlink:
 		if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err

@@ -10,9 +10,12 @@ import (
 	"github.com/jaild/jaild/internal/command"
 	_ "github.com/jaild/jaild/internal/inithook"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/session/files"
 )
 
 func main() {
+	// The files API's writer (see session/files), this binary re-executed.
+	files.WriterMain()
 	command.Main(
 		command.Run,
 		command.Doctor(frontEnds),

@@ -99,7 +99,7 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringSliceFlag{Name: "allowed-origin", Aliases: []string{"mcp-allowed-origin"}, EnvVars: []string{"JAILD_ALLOWED_ORIGINS", "JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin (https://app.example.com) allowed to call the API besides loopback ones (repeatable)"},
 		&cli.StringSliceFlag{Name: "allowed-host", EnvVars: []string{"JAILD_ALLOWED_HOSTS"}, Usage: "host name requests may address the daemon by, besides loopback names, IP addresses and the --listen name (repeatable; \"*\": any); against DNS rebinding"},
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running requests may take (each holds twice its max output until answered); beyond it requests queue"},
-	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag, maxUploadFlag}, command.EgressFlags, command.DaemonEgressFlags, command.ManagerFlags, profileFlags)...),
+	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, filesFlags, command.EgressFlags, command.DaemonEgressFlags, command.ManagerFlags, profileFlags)...),
 	Action:       serveAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -134,7 +134,7 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	fh, err := filesHandler(c, log)
+	filesOpts, err := filesOptions(c, log)
 	if err != nil {
 		return err
 	}
@@ -211,6 +211,11 @@ func serveAction(c *cli.Context) error {
 	} else {
 		defer pf.Close()
 	}
+	fh, filesCgroup, err := newFilesHandler(c, filesOpts)
+	if err != nil {
+		return err
+	}
+	defer filesCgroup.Close()
 
 	// The metrics exist before the policy engine, whose first load they
 	// record.

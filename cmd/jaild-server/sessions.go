@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
@@ -28,9 +31,13 @@ var sessionFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "session-prestart", Value: true, EnvVars: []string{"JAILD_SESSION_PRESTART"}, Usage: "keep one sandbox started on each session's workspace for its next call or job (a process, a cgroup and a few pages per idle session); false: every session call builds its sandbox"},
 }
 
-// maxUploadFlag bounds the files API's uploads (serve only: jaild mcp has
-// no files API).
-var maxUploadFlag = &cli.StringFlag{Name: "max-upload", Value: "1G", EnvVars: []string{"JAILD_MAX_UPLOAD"}, Usage: "largest PUT body of the files API (a file or a tar); beyond it 413 (the workspace's quota applies anyway: 507)"}
+// filesFlags bound the files API's transfers (serve only: jaild mcp has no
+// files API).
+var filesFlags = []cli.Flag{
+	&cli.StringFlag{Name: "max-upload", Value: "1G", EnvVars: []string{"JAILD_MAX_UPLOAD"}, Usage: "largest PUT body of the files API (a file or a tar); beyond it 413 (the workspace's quota applies anyway: 507)"},
+	&cli.StringFlag{Name: "files-min-rate", Value: "16K", EnvVars: []string{"JAILD_FILES_MIN_RATE"}, Usage: "slowest a files API transfer may send or read, in bytes per second: each 64 KiB must move within --files-stall plus 64 KiB at this rate, or the transfer is cut"},
+	&cli.DurationFlag{Name: "files-stall", Value: files.DefaultStall, EnvVars: []string{"JAILD_FILES_STALL"}, Usage: "how long a files API transfer may move nothing (see --files-min-rate)"},
+}
 
 // mcpSessionFlag chooses whether each MCP session gets a jaild session.
 var mcpSessionFlag = &cli.StringFlag{Name: "mcp-session", Value: "auto", EnvVars: []string{"JAILD_MCP_SESSION"}, Usage: `"auto": each MCP session gets a session of its own at its first tool call (files, cd, exports and background tasks carry across calls); "none": every tool call is one-shot`}
@@ -81,25 +88,55 @@ func sessionConfig(c *cli.Context, log *slog.Logger) (session.Config, error) {
 	return cfg, nil
 }
 
-// filesHandler is the files API of serve (session/files), mounted by the
-// server behind its authentication with the caller's session, held for the
-// request, in the request's context.
-func filesHandler(c *cli.Context, log *slog.Logger) (*files.Handler, error) {
+// filesOptions reads the flags of serve's files API (session/files), which
+// the server mounts behind its authentication with the caller's session,
+// held for the request, in the request's context.
+func filesOptions(c *cli.Context, log *slog.Logger) (files.Options, error) {
 	max, err := command.SizeFlag(c, "max-upload")
 	if err != nil {
-		return nil, err
+		return files.Options{}, err
 	}
 	if max <= 0 {
-		return nil, command.UsageError("--max-upload must be positive")
+		return files.Options{}, command.UsageError("--max-upload must be positive")
 	}
+	rate, err := command.SizeFlag(c, "files-min-rate")
+	if err != nil {
+		return files.Options{}, err
+	}
+	if rate <= 0 || c.Duration("files-stall") <= 0 {
+		return files.Options{}, command.UsageError("--files-min-rate and --files-stall must be positive")
+	}
+	return files.Options{MaxUpload: max, MinRate: rate, Stall: c.Duration("files-stall"), Logger: log.With("front", "files")}, nil
+}
+
+// newFilesHandler serves the files API with o, its writes charged to the
+// files cgroup of the sandboxes' parent (cgroup.Parent.Files), which the
+// worker has made: the front end joins it, and its claim keeps the parent
+// while a restarted worker takes over. Close the Parent after the handler's
+// last request and before the worker, which removes the parent.
+func newFilesHandler(c *cli.Context, o files.Options) (*files.Handler, *cgroup.Parent, error) {
+	parent, err := cgroup.Open(cgroup.Options{
+		Path:    c.String("cgroup-parent"),
+		LockDir: filepath.Join(c.String("state-dir"), "cgroup-locks"),
+		Keep:    true,
+	})
+	if err != nil {
+		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+	}
+	g, err := parent.Files()
+	if err != nil {
+		_ = parent.Close()
+		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+	}
+	o.Charge = g
 	return files.NewHandler(func(r *http.Request) (files.Root, error) {
 		s, ok := session.FromContext(r.Context())
 		if !ok {
 			return files.Root{}, errors.New("files: no session in the request's context")
 		}
 		uid, gid := s.HostIDs()
-		return files.Root{Dir: s.Dir(), UID: uid, GID: gid}, nil
-	}, files.Options{MaxUpload: max, Logger: log.With("front", "files")}), nil
+		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, Size: s.Size(), Closing: s.Closing()}, nil
+	}, o), parent, nil
 }
 
 // newSessions starts the session manager over the worker: its workspaces

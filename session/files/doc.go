@@ -48,6 +48,14 @@
 //     make one to a host file, and none of the above ever writes through
 //     one (writes replace, they do not modify in place).
 //
+// The bytes of a write are written by a helper process (see [Charger]) when
+// the FS has one: tmpfs pages are charged to the memory cgroup of their
+// writer, and the daemon's must not hold the sessions' files.
+//
+// A download may not produce more than the workspace holds (ErrSparse): a
+// sparse file's holes would be sent as zeros, and archive/tar writes no
+// sparse entries.
+//
 // The kernel enforces the workspace's quota: a write past it fails with
 // ENOSPC, which is ErrNoSpace (HTTP 507), and the partial file is removed.
 package files

@@ -39,6 +39,11 @@ var (
 	// refused (a device, a fifo, "..", a path through a symlink, a hard
 	// link to a name outside the archive).
 	ErrBadTar = errors.New("bad tar archive")
+	// ErrSparse: a download that would produce more bytes than the
+	// workspace can hold: a file whose apparent size is larger (a sparse
+	// file, `truncate -s 1P`), or a tree whose files add up to more. Holes
+	// cost the workspace nothing and would be sent as zeros.
+	ErrSparse = errors.New("larger than the workspace (a sparse file?)")
 	// ErrTooDeep: a directory tree nested deeper than maxDepth levels.
 	ErrTooDeep = errors.New("directory tree too deep")
 )

@@ -16,10 +16,17 @@ import (
 type Root struct {
 	Dir      string
 	UID, GID int
+	// Size is the workspace's size (its tmpfs quota): no download may
+	// produce more (see ErrSparse). Zero means no bound.
+	Size int64
 	// Done, if not nil, is called once the Handler is done with the
 	// workspace (the release of a hold on the session that keeps its
 	// workspace mounted, session.Session.Use).
 	Done func()
+	// Closing, if not nil, is closed when the holder of the workspace
+	// must let go at once (the session's removal has begun,
+	// session.Session.Closing): the Handler then cuts its transfer.
+	Closing <-chan struct{}
 }
 
 // RootOf returns the Root of the workspace mounted at dir, owned by the
@@ -59,9 +66,16 @@ const maxDepth = 256
 // FS is an open workspace. Every path it is given is relative to the
 // workspace root (/work in the sandbox); leading slashes are ignored.
 type FS struct {
-	root Root
-	fd   int // O_PATH descriptor of root.Dir
+	root   Root
+	fd     int     // O_PATH descriptor of root.Dir
+	charge Charger // nil: data is written from this process
+	w      *writer // started at the first write with a Charger
 }
+
+// ChargeTo makes f write file data from a process that c starts (see
+// [Charger]), so that the workspace's pages are charged to c's cgroup and
+// not to the caller's. One process serves all of f's writes, until Close.
+func (f *FS) ChargeTo(c Charger) { f.charge = c }
 
 // Open opens the workspace r.
 func Open(r Root) (*FS, error) {
@@ -72,8 +86,15 @@ func Open(r Root) (*FS, error) {
 	return &FS{root: r, fd: fd}, nil
 }
 
-// Close releases the workspace's descriptor.
-func (f *FS) Close() error { return unix.Close(f.fd) }
+// Close releases the workspace's descriptor and ends f's writer process.
+func (f *FS) Close() error {
+	var werr error
+	if f.w != nil {
+		werr = f.w.close()
+		f.w = nil
+	}
+	return errors.Join(unix.Close(f.fd), werr)
+}
 
 // Split checks a path given by a caller and returns its components: empty
 // for the workspace root. Empty and "." components are dropped; ".." is

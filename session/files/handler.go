@@ -4,19 +4,29 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jaild/jaild/api"
 )
 
 // DefaultMaxUpload is the largest PUT body if Options.MaxUpload is zero.
 const DefaultMaxUpload = 1 << 30
+
+// The headers of a file's metadata (see api.HeaderFileMode).
+const (
+	ModeHeader  = api.HeaderFileMode
+	MtimeHeader = api.HeaderFileMtime
+)
 
 // TarType is the media type of archives, in Content-Type (PUT) and Accept
 // (GET of a directory).
@@ -33,11 +43,22 @@ type Options struct {
 	// MaxEntries bounds the entries of an archive (zero:
 	// DefaultMaxEntries); beyond it, 413.
 	MaxEntries int
+	// MinRate (bytes per second) and Stall bound how slowly a client may
+	// send or read a file or an archive: each 64 KiB must move within
+	// Stall + 64 KiB/MinRate, or the transfer is cut (the connection
+	// closed) and the session it held is free again. Zero means
+	// DefaultMinRate, DefaultStall.
+	MinRate int64
+	Stall   time.Duration
 	// LookupError writes the answer to a request whose lookup failed
 	// (no such session, another owner's, not authenticated), in the
 	// daemon's error shape. Nil answers it as the handler answers its
 	// own errors: 404 if err wraps ErrNotFound, else 500.
 	LookupError func(w http.ResponseWriter, r *http.Request, err error)
+	// Charge, if set, starts the process that writes uploaded data into
+	// workspaces (see [Charger]); nil writes from the daemon itself,
+	// whose memory cgroup the pages are then charged to.
+	Charge Charger
 	// Logger receives the errors answered with 500; nil discards them.
 	Logger *slog.Logger
 }
@@ -72,6 +93,12 @@ func NewHandler(lookup func(r *http.Request) (Root, error), o Options) *Handler 
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = DefaultMaxEntries
 	}
+	if o.MinRate <= 0 {
+		o.MinRate = DefaultMinRate
+	}
+	if o.Stall <= 0 {
+		o.Stall = DefaultStall
+	}
 	h := &Handler{lookup: lookup, o: o, log: o.Logger}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -92,6 +119,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if root.Done != nil {
 		defer root.Done()
 	}
+	// Deadlines that move with the transfer's progress, and a context
+	// that ends when the request's does or when the session's removal
+	// begins: that removal waits for this request, so the request cuts its
+	// transfer rather than wait on its client.
+	pace := newPacer(w, &h.o)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	var watch sync.WaitGroup
+	if root.Closing != nil {
+		watch.Add(1)
+		go func() {
+			defer watch.Done()
+			select {
+			case <-root.Closing:
+				cancel(errCut)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	stopCut := pace.cutOn(ctx)
+	defer func() {
+		cut := !stopCut()
+		cancel(nil)
+		watch.Wait()
+		if !cut {
+			pace.finish()
+		}
+	}()
+	r = r.WithContext(ctx)
+	w = pacedResponse{w, pace}
 	p := r.PathValue("path")
 	if _, err := Split(p); err != nil {
 		h.fail(w, r, err)
@@ -103,11 +159,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer fsys.Close()
+	if h.o.Charge != nil {
+		fsys.ChargeTo(h.o.Charge)
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		h.get(w, r, fsys, p)
 	case http.MethodPut:
-		h.put(w, r, fsys, p)
+		h.put(w, r, fsys, p, pace)
 	case http.MethodDelete:
 		if err := fsys.Remove(r.Context(), p); err != nil {
 			h.fail(w, r, err)
@@ -132,18 +191,37 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, fsys *FS, p string
 		h.fail(w, r, err)
 		return
 	}
+	max := fsys.root.Size
 	if !st.IsDir() {
+		if max > 0 && st.Size() > max {
+			h.fail(w, r, &os.PathError{Op: "read", Path: file.Name(), Err: fmt.Errorf("%w: %d bytes apparent, the workspace holds %d", ErrSparse, st.Size(), max)})
+			return
+		}
 		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set(ModeHeader, fmt.Sprintf("%04o", modeBits(st.Mode())))
+		w.Header().Set(MtimeHeader, st.ModTime().UTC().Format(time.RFC3339Nano))
 		// ServeContent sends Content-Length, and serves ranges.
 		http.ServeContent(w, r, "", st.ModTime(), file)
 		return
 	}
 	if accepts(r, TarType) {
+		if max > 0 {
+			// Refused before anything is sent; WriteTar's own bound
+			// covers files that grow meanwhile.
+			n, err := TarSize(r.Context(), file)
+			if err == nil && n > max {
+				err = &os.PathError{Op: "tar", Path: file.Name(), Err: fmt.Errorf("%w: its files hold %d bytes apparent, the workspace %d", ErrSparse, n, max)}
+			}
+			if err != nil {
+				h.fail(w, r, err)
+				return
+			}
+		}
 		w.Header().Set("Content-Type", TarType)
 		if r.Method == http.MethodHead {
 			return
 		}
-		if err := WriteTar(r.Context(), file, w); err != nil {
+		if err := WriteTar(r.Context(), file, w, max); err != nil {
 			// The status is sent: cut the stream, so that the
 			// client reads a truncated archive, not a short one.
 			h.log.Warn("files: tar out failed", "path", file.Name(), "err", err)
@@ -165,12 +243,12 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, fsys *FS, p string
 	}
 }
 
-func (h *Handler) put(w http.ResponseWriter, r *http.Request, fsys *FS, p string) {
+func (h *Handler) put(w http.ResponseWriter, r *http.Request, fsys *FS, p string, pace *pacer) {
 	if r.ContentLength > h.o.MaxUpload {
 		h.fail(w, r, &http.MaxBytesError{Limit: h.o.MaxUpload})
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, h.o.MaxUpload)
+	body := http.MaxBytesReader(w, pacedReader{r.Body, pace}, h.o.MaxUpload)
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var err error
 	if mt == TarType {
@@ -188,13 +266,31 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, fsys *FS, p string
 				mode |= fs.ModeSticky
 			}
 		}
-		_, err = fsys.Write(r.Context(), p, body, mode)
+		var mtime time.Time
+		if v := r.Header.Get(MtimeHeader); v != "" {
+			t, perr := time.Parse(time.RFC3339Nano, v)
+			if perr != nil {
+				writeError(w, http.StatusBadRequest, api.ErrorResponse{Error: MtimeHeader + " " + strconv.Quote(v) + ": want an RFC 3339 time such as 2006-01-02T15:04:05.999999999Z", Code: api.CodeInvalid, Field: MtimeHeader})
+				return
+			}
+			mtime = t
+		}
+		_, err = fsys.WriteStamped(r.Context(), p, body, mode, mtime)
 	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// modeBits are a file's permission bits and sticky bit, as chmod takes them.
+func modeBits(m fs.FileMode) uint32 {
+	b := uint32(m.Perm())
+	if m&fs.ModeSticky != 0 {
+		b |= 0o1000
+	}
+	return b
 }
 
 // accepts reports whether r's Accept header names media type mt.
@@ -229,12 +325,15 @@ func Status(err error) (status int, code, field string) {
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound, api.CodeFileNotFound, ""
 	case errors.Is(err, ErrIsDir), errors.Is(err, ErrNotDir), errors.Is(err, ErrExists),
-		errors.Is(err, ErrNotEmpty), errors.Is(err, ErrNotRegular), errors.Is(err, ErrTooDeep):
+		errors.Is(err, ErrNotEmpty), errors.Is(err, ErrNotRegular), errors.Is(err, ErrTooDeep),
+		errors.Is(err, ErrSparse):
 		return http.StatusConflict, api.CodeConflict, ""
 	case errors.Is(err, ErrBadPath):
 		return http.StatusBadRequest, api.CodeInvalid, "path"
 	case errors.Is(err, ErrBadTar), errors.Is(err, io.ErrUnexpectedEOF):
 		return http.StatusBadRequest, api.CodeInvalid, "body"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return http.StatusRequestTimeout, api.CodeBodyTimeout, "body"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, api.CodeCanceled, ""
 	}

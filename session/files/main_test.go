@@ -7,6 +7,11 @@ import (
 	// The sandbox test's binary is re-executed as each container's
 	// init, like jaild itself.
 	_ "github.com/jaild/jaild/internal/inithook"
+	"github.com/jaild/jaild/session/files"
 )
 
-func TestMain(m *testing.M) { os.Exit(m.Run()) }
+func TestMain(m *testing.M) {
+	// The handler's writer process is this binary, re-executed.
+	files.WriterMain()
+	os.Exit(m.Run())
+}

@@ -25,6 +25,13 @@ const DefaultMode fs.FileMode = 0o644
 // written through. It returns the number of bytes written. A full
 // workspace is ErrNoSpace, and the partial file is removed.
 func (f *FS) Write(ctx context.Context, p string, r io.Reader, mode fs.FileMode) (int64, error) {
+	return f.WriteStamped(ctx, p, r, mode, time.Time{})
+}
+
+// WriteStamped is Write that gives the file the modification time mtime
+// (to the nanosecond; zero leaves the time of the write), as a copy that
+// keeps times does: make compares them.
+func (f *FS) WriteStamped(ctx context.Context, p string, r io.Reader, mode fs.FileMode, mtime time.Time) (int64, error) {
 	comps, err := Split(p)
 	if err != nil {
 		return 0, err
@@ -37,7 +44,7 @@ func (f *FS) Write(ctx context.Context, p string, r io.Reader, mode fs.FileMode)
 		return 0, err
 	}
 	defer unix.Close(dir)
-	return f.writeAt(ctx, dir, comps[len(comps)-1], rel(comps), r, mode, time.Time{})
+	return f.writeAt(ctx, dir, comps[len(comps)-1], rel(comps), r, mode, mtime)
 }
 
 // writeAt writes r to a new file in dir and renames it to name; p names it
@@ -66,7 +73,7 @@ func (f *FS) writeAt(ctx context.Context, dir int, name, p string, r io.Reader, 
 		if err := unix.Fchmod(fd, perm); err != nil {
 			return 0, err
 		}
-		n, err := io.Copy(file, ctxReader{ctx, r})
+		n, err := f.copy(ctx, file, r)
 		if err != nil {
 			return n, err
 		}
@@ -110,4 +117,24 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// copy writes r to the new file: through the writer process if the FS has
+// a Charger (see writer.go), else from this process.
+func (f *FS) copy(ctx context.Context, file *os.File, r io.Reader) (int64, error) {
+	if f.charge == nil {
+		return io.Copy(file, ctxReader{ctx, r})
+	}
+	if f.w == nil {
+		w, err := startWriter(f.charge)
+		if err != nil {
+			return 0, err
+		}
+		f.w = w
+	}
+	n, err := f.w.copy(ctx, int(file.Fd()), r)
+	if f.w.dead {
+		f.w = nil // reaped; the next write starts another
+	}
+	return n, err
 }
