@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -282,6 +281,5 @@ func peerAddr(c net.Conn) string {
 		}
 		return (&net.IPNet{IP: a.IP.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
 	}
-	p, _ := connContext(context.Background(), c).Value(peerKey{}).(string)
-	return p
+	return peerOf(c).addr
 }

@@ -272,20 +272,30 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	rc.SetReadDeadline(time.Time{})
 	spec, err := req.Spec()
 	if err != nil {
-		s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
+		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, frontEnd == "raw")
 		return nil, false
 	}
 	if req.RunInBackground && frontEnd != "run" {
 		err := &jail.InvalidError{Field: "run_in_background", Reason: "only POST /run starts background jobs"}
-		s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
+		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, true)
 		return nil, false
 	}
 	ctx := r.Context()
-	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx),
+	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx).String(),
 		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,
 		SessionID: req.SessionID, Background: req.RunInBackground, Owner: s.owner(r)}, true
+}
+
+// auditCaller names the caller of r in the audit log: the authenticated
+// caller or, for a request refused before authentication, the peer with
+// its port (which connection it was).
+func auditCaller(r *http.Request) string {
+	if id := CallerFromContext(r.Context()); !id.IsZero() {
+		return id.String()
+	}
+	return peerFromContext(r.Context(), r).addr
 }
 
 // reject answers a request refused before it became a run, counts it and
@@ -295,7 +305,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 // connection it holds idle.
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, reason string, status int, e *api.ErrorResponse) {
 	s.metrics.Rejected(reason)
-	s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), reason, status, e.Error)
+	s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), reason, status, e.Error)
 	w.Header().Set("Connection", "close")
 	writeError(w, status, e)
 }

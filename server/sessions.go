@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"mime"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
@@ -43,18 +43,8 @@ func (s *Server) mountSessions(mux *http.ServeMux) {
 	}
 }
 
-// owner is whose sessions the request may use (see ownerOf).
-func (s *Server) owner(r *http.Request) string { return ownerOf(CallerFromContext(r.Context())) }
-
-// ownerOf is the owner of a caller's sessions: the caller, without the port
-// of a TCP peer when there are no tokens (each connection has a port of its
-// own). Token names cannot hold a colon, so they are never cut.
-func ownerOf(caller string) string {
-	if host, _, err := net.SplitHostPort(caller); err == nil {
-		return host
-	}
-	return caller
-}
+// owner is whose sessions the request may use: the caller, whole.
+func (s *Server) owner(r *http.Request) caller.ID { return CallerFromContext(r.Context()) }
 
 // withSession serves next with the caller's session {id} in the request's
 // context (session.FromContext), held (Session.Use) until next returns.
@@ -170,7 +160,7 @@ func (s *Server) sessionOptions(r *http.Request, req *api.SessionRequest) (sessi
 		}
 		o.WorkspaceBytes = *req.WorkspaceBytes
 	}
-	eg, err := run.SessionEgress(s.opts.SessionEgress, s.opts.Metrics, req.Egress, CallerFromContext(r.Context()), "sessions")
+	eg, err := run.SessionEgress(s.opts.SessionEgress, s.opts.Metrics, req.Egress, CallerFromContext(r.Context()).String(), "sessions")
 	if err != nil {
 		return o, err
 	}
