@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/run"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -26,12 +27,15 @@ import (
 // against DNS rebinding (see [MCPOptions.AllowedOrigins]), a JSON-RPC error
 // for unknown methods, and killing a call's sandbox when the client that
 // made it disconnects. Authentication is the caller's: mount it behind the
-// same bearer-token check as the rest of the API.
+// same bearer-token check as the rest of the API. An MCP session is its
+// opener's ([CallerFromContext] of the request that opened it): a request
+// of anyone else that names it (GET, POST or DELETE) is answered 404.
 func NewMCPHandler(r run.Runner, opts MCPOptions) http.Handler {
 	o := opts.withDefaults()
 	h := &mcpHandler{
 		origins:    newOriginPolicy(o.AllowedOrigins),
 		posts:      map[string]context.Context{},
+		owners:     map[string]caller.ID{},
 		maxTimeout: o.MaxTimeout,
 	}
 	srv, tools := newMCPServer(r, o, h.postContext)
@@ -57,6 +61,8 @@ type mcpHandler struct {
 
 	mu    sync.Mutex
 	posts map[string]context.Context
+	// owners are who opened each MCP session, by Mcp-Session-Id.
+	owners map[string]caller.ID
 }
 
 // Close closes the MCP sessions still open, which removes their jaild
@@ -81,6 +87,19 @@ func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Del(postIDHeader)
+	who := CallerFromContext(r.Context())
+	if id := r.Header.Get(mcpSessionHeader); id != "" {
+		if !h.ownedBy(id, who) {
+			// The session id is not a credential: only who opened the
+			// MCP session may use or close it (and so its workspace).
+			// Another caller is told what a caller of an unknown id
+			// is, as the sessions API does.
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+	} else {
+		w = &sessionOpener{ResponseWriter: w, h: h, who: who}
+	}
 	rc := http.NewResponseController(w)
 	switch r.Method {
 	case http.MethodPost:
@@ -118,6 +137,70 @@ func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.sdk.ServeHTTP(w, r)
 }
+
+// mcpSessionHeader carries the MCP session id of Streamable HTTP.
+const mcpSessionHeader = "Mcp-Session-Id"
+
+// ownedBy reports whether who opened the MCP session id. An id the handler
+// did not see opened is nobody's.
+func (h *mcpHandler) ownedBy(id string, who caller.ID) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	owner, ok := h.owners[id]
+	return ok && owner == who
+}
+
+// opened records that who opened the MCP session id, and forgets the
+// sessions that have closed since (their ids are then nobody's).
+func (h *mcpHandler) opened(id string, who caller.ID) {
+	live := map[string]bool{}
+	for ss := range h.srv.Sessions() {
+		live[ss.ID()] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for old := range h.owners {
+		if !live[old] {
+			delete(h.owners, old)
+		}
+	}
+	h.owners[id] = who
+}
+
+// sessionOpener records the owner of the MCP session an answer opens,
+// before its header goes out: the client cannot use the id any sooner.
+type sessionOpener struct {
+	http.ResponseWriter
+	h    *mcpHandler
+	who  caller.ID
+	done bool
+}
+
+func (w *sessionOpener) WriteHeader(code int) {
+	if !w.done {
+		w.done = true
+		if id := w.Header().Get(mcpSessionHeader); id != "" {
+			w.h.opened(id, w.who)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *sessionOpener) Write(b []byte) (int, error) {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *sessionOpener) Flush() {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *sessionOpener) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // mcpBodyTimeout bounds how long a client may take to send a request body
 // (against slow-loris clients).

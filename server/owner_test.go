@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,3 +174,99 @@ func TestUnixCallersOwnTheirSessions(t *testing.T) {
 type okHandler struct{}
 
 func (okHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
+
+// TestMCPSessionOfAnotherToken: only the token that opened an MCP session
+// may use or close it: another token's GET, POST and DELETE with its
+// Mcp-Session-Id are 404, and its workspace survives them.
+func TestMCPSessionOfAnotherToken(t *testing.T) {
+	j := &fakeJail{open: map[string]bool{}, tmpDir: t.TempDir}
+	m, err := session.New(j, session.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	r, err := run.Chain(&FakeBase{}, run.ChainOptions{Sessions: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := ParseTokens(strings.NewReader("alice:alice-0123456789abcdef\nbob:bob-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewMCPHandler(r, MCPOptions{Sessions: m})
+	t.Cleanup(func() { h.(*mcpHandler).Close() })
+	srv, err := New(Options{Runner: r, Tokens: toks, MCP: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	url := ts.URL + "/mcp"
+	alice := map[string]string{"Authorization": "Bearer alice-0123456789abcdef"}
+	bob := map[string]string{"Authorization": "Bearer bob-0123456789abcdef"}
+
+	resp, body := post(t, context.Background(), url, "", alice, initMsg)
+	id := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || id == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := post(t, context.Background(), url, id, alice, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("initialized: %d", resp.StatusCode)
+	}
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo hi"}}}`
+	if resp, body := post(t, context.Background(), url, id, alice, call); resp.StatusCode != http.StatusOK || !strings.Contains(body, "ran in ws1") {
+		t.Fatalf("alice's call: %d %s", resp.StatusCode, body)
+	}
+	if j.openWorkspaces() != 1 {
+		t.Fatalf("%d workspaces open, want alice's", j.openWorkspaces())
+	}
+
+	for _, method := range []string{"DELETE", "GET", "POST"} {
+		t.Run("bob "+method, func(t *testing.T) {
+			var code int
+			if method == "POST" {
+				resp, _ := post(t, context.Background(), url, id, bob, call)
+				code = resp.StatusCode
+			} else {
+				code = mcpRequest(t, method, url, id, bob)
+			}
+			if code != http.StatusNotFound {
+				t.Errorf("bob's %s: %d, want 404", method, code)
+			}
+			if j.openWorkspaces() != 1 {
+				t.Errorf("after bob's %s: %d workspaces open, want alice's", method, j.openWorkspaces())
+			}
+		})
+	}
+	if resp, body := post(t, context.Background(), url, id, alice, call); resp.StatusCode != http.StatusOK || !strings.Contains(body, "ran in ws1") {
+		t.Errorf("alice's call after bob's tries: %d %s", resp.StatusCode, body)
+	}
+	if code := mcpRequest(t, "DELETE", url, id, alice); code != http.StatusNoContent {
+		t.Errorf("alice's DELETE: %d", code)
+	}
+	waitFor(t, "alice's workspace to be removed", func() bool { return j.openWorkspaces() == 0 })
+}
+
+// mcpRequest sends a GET or DELETE on an MCP session and returns the
+// status; a GET's event stream is not read.
+func mcpRequest(t *testing.T, method, url, session string, hdr map[string]string) int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
