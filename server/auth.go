@@ -190,8 +190,21 @@ type peer struct {
 // connection: for a unix socket the peer's uid from SO_PEERCRED (the kernel
 // vouches for it), else the remote address.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, peerKey{}, peerOf(c))
+	ctx = context.WithValue(ctx, peerKey{}, peerOf(c))
+	for {
+		if tc, ok := c.(*trackedConn); ok {
+			return context.WithValue(ctx, connKey{}, tc)
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return ctx
+		}
+		c = u.NetConn()
+	}
 }
+
+// connKey holds the *trackedConn of a connection Serve accepted.
+type connKey struct{}
 
 func peerOf(c net.Conn) peer {
 	for {

@@ -248,18 +248,15 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 		return nil, false
 	}
 	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	limitBody(rc, r, time.Now().Add(s.opts.BodyTimeout))
 	req, err := api.DecodeRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		var ne net.Error
 		switch {
 		case errors.As(err, &tooBig):
 			s.reject(w, r, run.RejectTooLarge, http.StatusRequestEntityTooLarge, &api.ErrorResponse{
 				Error: "request body larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes", Code: api.CodeTooLarge})
-		case errors.As(err, &ne) && ne.Timeout():
-			s.reject(w, r, run.RejectBodyTimeout, http.StatusRequestTimeout, &api.ErrorResponse{
-				Error: "request body not received within " + s.opts.BodyTimeout.String(), Code: api.CodeBodyTimeout})
+		case s.bodyTimedOut(w, r, err):
 		default:
 			s.reject(w, r, run.RejectBadJSON, http.StatusBadRequest, &api.ErrorResponse{Error: err.Error(), Code: api.CodeBadJSON})
 		}
@@ -286,6 +283,23 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx).String(),
 		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,
 		SessionID: req.SessionID, Background: req.RunInBackground, Owner: s.owner(r)}, true
+}
+
+// bodyTimedOut answers 408 and reports true if err is a request body's
+// read that timed out: behind its pace (the error says by how much), taken
+// for another peer's connection, or past BodyTimeout.
+func (s *Server) bodyTimedOut(w http.ResponseWriter, r *http.Request, err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	msg := "request body not received within " + s.opts.BodyTimeout.String()
+	var slow *slowBodyError
+	if errors.As(err, &slow) {
+		msg = slow.Error()
+	}
+	s.reject(w, r, run.RejectBodyTimeout, http.StatusRequestTimeout, &api.ErrorResponse{Error: msg, Code: api.CodeBodyTimeout})
+	return true
 }
 
 // auditCaller names the caller of r in the audit log: the authenticated

@@ -212,7 +212,7 @@ func readMCPBody(rc *http.ResponseController, r *http.Request) ([]byte, int) {
 	if r.Body == nil {
 		return nil, 0
 	}
-	_ = rc.SetReadDeadline(time.Now().Add(mcpBodyTimeout))
+	limitBody(rc, r, time.Now().Add(mcpBodyTimeout))
 	body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):

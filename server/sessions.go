@@ -87,7 +87,7 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 		return false
 	}
 	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	limitBody(rc, r, time.Now().Add(s.opts.BodyTimeout))
 	defer rc.SetReadDeadline(time.Time{})
 	err := api.Decode(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), v)
 	if err == nil {
@@ -97,6 +97,9 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 	if errors.As(err, &tooBig) {
 		s.reject(w, r, run.RejectTooLarge, http.StatusRequestEntityTooLarge, &api.ErrorResponse{
 			Error: err.Error(), Code: api.CodeTooLarge})
+		return false
+	}
+	if s.bodyTimedOut(w, r, err) {
 		return false
 	}
 	e := &api.ErrorResponse{Error: err.Error(), Code: api.CodeBadJSON}
