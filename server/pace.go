@@ -140,5 +140,5 @@ func (b *pacedBody) finish() error {
 
 // errTaken fails the body read of a request whose connection was taken
 // for another peer's.
-var errTaken = &slowBodyError{fmt.Sprintf("the server is full and this connection was closed for another client's: "+
-	"its request was still arriving after %v", staleNewConn)}
+var errTaken = &slowBodyError{"the server is full and this connection was closed for another client's: " +
+	"its request was still arriving"}
