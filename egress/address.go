@@ -35,18 +35,42 @@ var refused = []struct {
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},
 }
 
-// refusedWhy says why ip is refused, or "" if it is not. IPv4-mapped and
-// NAT64 forms of an IPv4 address are judged as that address.
+// embedded4 are the IPv6 ranges whose addresses carry an IPv4 address in
+// their last 32 bits, and so are judged as that address: whatever routes
+// them (the kernel's SIT driver, a NAT64 gateway, a SIIT translator) may
+// deliver the packet to the IPv4 address, refused or not.
+var embedded4 = []struct {
+	prefix netip.Prefix
+	name   string
+}{
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible"},           // RFC 4291 2.5.5.1
+	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped"},       // RFC 4291 2.5.5.2
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated"}, // RFC 2765 2.1, RFC 6145
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64"},              // RFC 6052 2.1
+}
+
+// refusedWhy says why ip is refused, or "" if it is not. An IPv6 address
+// that embeds an IPv4 address (see embedded4) is judged as that address;
+// NAT64's local-use prefix, 6to4 and Teredo are refused whole, as relays
+// and translators of the operator's network may reach any IPv4 address
+// they embed, and name the address they embed in the reason.
 func refusedWhy(ip netip.Addr, own *ownAddrs) string {
-	ip = ip.Unmap()
-	if ip.Is6() {
-		if p := netip.MustParsePrefix("64:ff9b::/96"); p.Contains(ip) {
+	ip = ip.WithZone("")
+	for _, e := range embedded4 {
+		if ip.Is6() && e.prefix.Contains(ip) && ip != netip.IPv6Unspecified() && ip != netip.IPv6Loopback() {
 			b := ip.As16()
-			ip = netip.AddrFrom4([4]byte(b[12:]))
+			v4 := netip.AddrFrom4([4]byte(b[12:]))
+			if why := refusedWhy(v4, own); why != "" {
+				return e.name + " form of " + v4.String() + ", " + why
+			}
+			return ""
 		}
 	}
 	for _, r := range refused {
 		if r.prefix.Contains(ip) {
+			if v4, ok := tunnelled4(ip); ok {
+				return r.why + " (embeds " + v4.String() + ")"
+			}
 			return r.why
 		}
 	}
@@ -54,6 +78,22 @@ func refusedWhy(ip netip.Addr, own *ownAddrs) string {
 		return "one of the host's own addresses"
 	}
 	return ""
+}
+
+// tunnelled4 returns the IPv4 address a 6to4 (RFC 3056: 2002:V4ADDR::/48)
+// or Teredo (RFC 4380: the client's address, inverted, in the last 32 bits
+// of 2001:0::/32) address embeds.
+func tunnelled4(ip netip.Addr) (netip.Addr, bool) {
+	b := ip.As16()
+	switch {
+	case !ip.Is6():
+		return netip.Addr{}, false
+	case b[0] == 0x20 && b[1] == 0x02:
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0:
+		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}), true
+	}
+	return netip.Addr{}, false
 }
 
 // ownAddrs are the host's addresses, read again at most every few seconds:

@@ -36,7 +36,9 @@
 //     a name made of a secret leaks nothing to any resolver), and every
 //     address it resolves to is checked: loopback, private, CGNAT,
 //     link-local (169.254.169.254), unique-local, multicast, broadcast,
-//     unspecified and the host's own addresses are refused unless the
+//     unspecified and the host's own addresses are refused, and so is every
+//     IPv6 form that embeds one (IPv4-compatible, -mapped and -translated,
+//     NAT64; 6to4, Teredo and local-use NAT64 whole), unless the
 //     operator named that address (--egress-allow 10.1.2.3:443) or a range
 //     holding it (--egress-allow-cidr). The proxy dials the checked address
 //     itself, never the name again, so a second answer (DNS rebinding)

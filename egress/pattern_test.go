@@ -2,6 +2,7 @@ package egress
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -81,5 +82,52 @@ func TestRefused(t *testing.T) {
 		if why := refusedWhy(netip.MustParseAddr(s), nil); why != "" {
 			t.Errorf("%s is refused: %s", s, why)
 		}
+	}
+}
+
+// TestRefusedEmbedded: every IPv6 form of a refused IPv4 address is
+// refused, and names the address; the same forms of a public address pass
+// where the form itself is not refused.
+func TestRefusedEmbedded(t *testing.T) {
+	tests := []struct {
+		name, addr string
+		want       string // a part of the reason; "" for allowed
+	}{
+		{"compatible loopback", "::127.0.0.1", "127.0.0.1"},
+		{"compatible loopback hex", "::7f00:1", "loopback"},
+		{"compatible metadata", "::169.254.169.254", "link-local"},
+		{"compatible private", "::10.1.2.3", "private"},
+		{"compatible public", "::8.8.8.8", ""},
+		{"mapped loopback", "::ffff:127.0.0.1", "loopback"},
+		{"mapped private", "::ffff:192.168.0.1", "private"},
+		{"mapped public", "::ffff:8.8.8.8", ""},
+		{"translated loopback", "::ffff:0:7f00:1", "127.0.0.1"},
+		{"translated loopback dotted", "::ffff:0:127.0.0.1", "loopback"},
+		{"translated metadata", "::ffff:0:a9fe:a9fe", "link-local"},
+		{"translated public", "::ffff:0:808:808", ""},
+		{"nat64 loopback", "64:ff9b::127.0.0.1", "loopback"},
+		{"nat64 metadata", "64:ff9b::a9fe:a9fe", "link-local"},
+		{"nat64 cgnat", "64:ff9b::100.64.0.1", "carrier-grade NAT"},
+		{"nat64 public", "64:ff9b::8.8.8.8", ""},
+		{"nat64 local-use", "64:ff9b:1::7f00:1", "local-use NAT64"},
+		{"nat64 local-use public", "64:ff9b:1::808:808", "local-use NAT64"},
+		{"6to4 loopback", "2002:7f00:1::1", "127.0.0.1"},
+		{"6to4 public", "2002:808:808::1", "6to4"},
+		{"teredo loopback client", "2001:0:4136:e378:8000:63bf:80ff:fffe", "127.0.0.1"},
+		{"teredo", "2001:0:4136:e378::1", "Teredo"},
+		{"unspecified", "::", "unspecified"},
+		{"loopback", "::1", "loopback"},
+		{"zone", "::ffff:0:7f00:1%eth0", "loopback"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			why := refusedWhy(netip.MustParseAddr(tt.addr), nil)
+			switch {
+			case tt.want == "" && why != "":
+				t.Errorf("%s is refused: %s", tt.addr, why)
+			case tt.want != "" && !strings.Contains(why, tt.want):
+				t.Errorf("%s: reason %q, want one naming %q", tt.addr, why, tt.want)
+			}
+		})
 	}
 }

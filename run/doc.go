@@ -12,11 +12,11 @@
 // hold the output memory until the answer is written).
 // A request that names a session (Request.SessionID) goes through the same
 // links and ends in the session manager (ChainOptions.Sessions) rather than
-// the jail: Enforce first checks that the session is the caller's (or its
-// Owner's) and gives the request the session's limits where it set none; a
-// background job (Request.Background) is admitted, decided and audited at
-// its start (verdict "started", Request.JobID), and gives its admission
-// slot back once started.
+// the jail: Enforce first checks that the session is the Owner's (compared
+// whole, see package caller) and gives the request the session's limits
+// where it set none; a background job (Request.Background) is admitted,
+// decided and audited at its start (verdict "started", Request.JobID), and
+// gives its admission slot back once started.
 // A refusal by the maxima is audited too; requests refused before they
 // become runs are audited by the front end through [AuditLog.Rejected].
 package run

@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"errors"
+	"github.com/jaild/jaild/caller"
 	"net"
 	"testing"
 	"time"
@@ -54,12 +55,12 @@ func TestJobOutputMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := m.Create(context.Background(), session.Options{Owner: "a"})
+	s, err := m.Create(context.Background(), session.Options{Owner: caller.FromToken("a")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := func(background bool) *run.Request {
-		return &run.Request{Caller: "a", SessionID: s.ID(), Background: background,
+		return &run.Request{Caller: "a", Owner: caller.FromToken("a"), SessionID: s.ID(), Background: background,
 			Spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}}
 	}
 	for i := range 2 {
@@ -78,7 +79,7 @@ func TestJobOutputMemory(t *testing.T) {
 			t.Errorf("background=%v with the output memory held by jobs: %v, want busy", background, err)
 		}
 	}
-	if err := m.Delete("a", s.ID()); err != nil {
+	if err := m.Delete(caller.FromToken("a"), s.ID()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Run(context.Background(), &run.Request{Caller: "a",

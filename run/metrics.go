@@ -32,6 +32,9 @@ const (
 const (
 	ConnReclaimed = "reclaimed_idle" // an idle connection closed to make room
 	ConnPeerLimit = "peer_limit"     // a new connection of a peer at its cap
+	// ConnSlowRequest: a connection still receiving its request, of
+	// the peer holding the most, closed to make room for another peer.
+	ConnSlowRequest = "reclaimed_receiving"
 )
 
 // Metrics are the daemon's Prometheus metrics, in a registry of their own:
@@ -117,6 +120,7 @@ func NewMetrics() *Metrics {
 	m.prestarted = newPrestartedMetric(m.reg)
 	m.conns.WithLabelValues(ConnReclaimed)
 	m.conns.WithLabelValues(ConnPeerLimit)
+	m.conns.WithLabelValues(ConnSlowRequest)
 	return m
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/session"
@@ -29,9 +30,10 @@ type Runner interface {
 type Request struct {
 	Spec *jail.Spec
 
-	// Caller is the token's name, or the peer when the daemon runs
-	// without tokens ("uid:1000", "127.0.0.1:53211"). RequestID is the
-	// front end's id of the request.
+	// Caller names the caller for the audit log and the policy: the
+	// token's name, or the peer when the daemon runs without tokens
+	// ("uid:1000", "127.0.0.1"); caller.ID's String. It is not an
+	// identity: Owner is. RequestID is the front end's id of the request.
 	Caller    string
 	RequestID string
 	// FrontEnd names the way in: "run", "raw", "mcp:bash", "mcp:execute".
@@ -53,7 +55,7 @@ type Request struct {
 	// daemon's --egress-default decides), else what it asks for.
 	Egress *api.Egress
 
-	// SessionID, if set, runs the request in that session of Caller's
+	// SessionID, if set, runs the request in that session of Owner's
 	// (see ChainOptions.Sessions): a fresh sandbox on the session's
 	// workspace, directory and environment. Background starts it as a
 	// background job of the session instead of waiting for it: the
@@ -61,10 +63,9 @@ type Request struct {
 	SessionID  string
 	Background bool
 	JobID      string
-	// Owner is whose sessions the caller may use; empty means Caller.
-	// (Without tokens the caller is the peer's address with its port,
-	// the owner the address alone.)
-	Owner string
+	// Owner is who the caller is, whose sessions it may use: compared
+	// whole with the session's owner. The zero ID owns no session.
+	Owner caller.ID
 
 	// OnAdmit, if not nil, is called once the run leaves the admission
 	// queue, before its sandbox is built: /raw then tells its client the
@@ -95,14 +96,6 @@ func (r *Request) takeJobOutput() func() {
 	rel := r.jobOutput
 	r.jobOutput = nil
 	return rel
-}
-
-// owner is whose session the request may run in.
-func (r *Request) owner() string {
-	if r.Owner != "" {
-		return r.Owner
-	}
-	return r.Caller
 }
 
 // admit marks the run admitted and calls OnAdmit.

@@ -28,7 +28,7 @@ func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) er
 	case req.SessionID == "":
 		return &jail.InvalidError{Field: "run_in_background", Reason: "a background job runs in a session: set session_id"}
 	}
-	sess, err := m.Get(req.owner(), req.SessionID)
+	sess, err := m.Get(req.Owner, req.SessionID)
 	if err != nil {
 		return SessionError(err)
 	}
@@ -60,7 +60,7 @@ func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, r
 	if m == nil || req.SessionID == "" {
 		return nil, &jail.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
 	}
-	sess, err := m.Get(req.owner(), req.SessionID)
+	sess, err := m.Get(req.Owner, req.SessionID)
 	if err != nil {
 		return nil, SessionError(err)
 	}

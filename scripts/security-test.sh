@@ -959,6 +959,96 @@ else
   skip budgets "curl or python3 is not installed"
 fi
 
+# --- trust: owners ------------------------------------------------------------
+# Two uids on the daemon's unix socket are two callers: one neither sees,
+# runs in nor removes the other's session, and each has its own quota. Two
+# tokens are two callers to MCP: one's DELETE of the other's MCP session is
+# 404, and the session's workspace survives it.
+if command -v curl > /dev/null && command -v setpriv > /dev/null; then
+  SOCK=$T/owners.sock
+  "$JAILD" serve --socket "$SOCK" --socket-group "$(id -g nobody)" --state-dir "$STATE" --pool 0 \
+    --audit-log off --max-sessions-per-caller 1 > "$T/owners.log" 2>&1 &
+  OWN_PID=$!
+  BG_PIDS+=("$OWN_PID")
+  for _ in $(seq 100); do curl -s -o /dev/null --unix-socket "$SOCK" http://jaild/healthz && break; sleep 0.1; done
+  # own_as UID METHOD PATH [BODY]: the status; the answer is in $T/own.out.
+  own_as() {
+    local uid=$1 method=$2 path=$3 body=${4:-}
+    # Made afresh for each answer, writable by the uid's curl.
+    rm -f "$T/own.out"
+    install -m 0666 /dev/null "$T/own.out"
+    setpriv --reuid="$uid" --regid="$(id -g "$uid")" --clear-groups \
+      curl -s --max-time 30 --unix-socket "$SOCK" -o "$T/own.out" -w '%{http_code}' -X "$method" \
+      ${body:+-H 'Content-Type: application/json' --data-binary "$body"} "http://jaild$path" 2> /dev/null || true
+  }
+  NOBODY=$(id -u nobody)
+  code=$(own_as 0 POST /sessions '{}')
+  ROOT_SESS=$(jget "$T/own.out" id)
+  hcheck owners_root_session "status $code: $(one < "$T/own.out")" [ "$code" = 201 -a -n "$ROOT_SESS" ]
+  if [ -n "$ROOT_SESS" ]; then
+    code=$(own_as "$NOBODY" GET /sessions)
+    unseen() { [ "$code" = 200 ] && ! grep -q "$ROOT_SESS" "$T/own.out"; }
+    hcheck owners_list_other_uid "status $code: $(one < "$T/own.out")" unseen
+    for req in "get:GET /sessions/$ROOT_SESS" "jobs:GET /sessions/$ROOT_SESS/jobs"; do
+      code=$(own_as "$NOBODY" ${req#*:})
+      hcheck "owners_other_uid_${req%%:*}" "status $code: $(one < "$T/own.out")" [ "$code" = 404 ]
+    done
+    code=$(own_as "$NOBODY" POST /run "{\"command\":\"echo $SECRET-owner\",\"session_id\":\"$ROOT_SESS\"}")
+    hcheck owners_other_uid_run_in "status $code: $(one < "$T/own.out")" [ "$code" = 404 ]
+    # root holds its one session (--max-sessions-per-caller 1): nobody's
+    # first is within its own quota.
+    code=$(own_as "$NOBODY" POST /sessions '{}')
+    NOBODY_SESS=$(jget "$T/own.out" id)
+    hcheck owners_quota_per_uid "status $code: $(one < "$T/own.out")" [ "$code" = 201 ]
+    code=$(own_as "$NOBODY" DELETE "/sessions/$ROOT_SESS")
+    hcheck owners_other_uid_delete "status $code: $(one < "$T/own.out")" [ "$code" = 404 ]
+    code=$(own_as 0 GET "/sessions/$ROOT_SESS")
+    hcheck owners_session_survives "status $code: $(one < "$T/own.out")" [ "$code" = 200 ]
+    own_as 0 DELETE "/sessions/$ROOT_SESS" > /dev/null
+    [ -z "$NOBODY_SESS" ] || own_as "$NOBODY" DELETE "/sessions/$NOBODY_SESS" > /dev/null
+  fi
+  kill -TERM "$OWN_PID" 2> /dev/null || true
+  wait "$OWN_PID" 2> /dev/null || true
+
+  # MCP sessions, over TCP with two tokens.
+  ALICE=alice-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  BOB=bob-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  printf 'alice:%s\nbob:%s\n' "$ALICE" "$BOB" > "$T/tokens"
+  chmod 0600 "$T/tokens"
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$JAILD" serve --listen "127.0.0.1:$PORT" --token-file "$T/tokens" --state-dir "$STATE" --pool 0 \
+    --audit-log off > "$T/owners-mcp.log" 2>&1 &
+  OWN_PID=$!
+  BG_PIDS+=("$OWN_PID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/healthz" && break; sleep 0.1; done
+  # mcp TOKEN METHOD [SESSION] [BODY]: the status; the answer is in
+  # $T/mcp.out, its headers in $T/mcp.hdr.
+  mcp() {
+    curl -s --max-time 60 -o "$T/mcp.out" -D "$T/mcp.hdr" -w '%{http_code}' -X "$2" "http://127.0.0.1:$PORT/mcp" \
+      -H "Authorization: Bearer $1" -H 'Accept: application/json, text/event-stream' \
+      ${3:+-H "Mcp-Session-Id: $3" -H 'Mcp-Protocol-Version: 2025-11-25'} \
+      ${4:+-H 'Content-Type: application/json' --data-binary "$4"} 2> /dev/null || true
+  }
+  mcp "$ALICE" POST "" '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sectest","version":"1"}}}' > /dev/null
+  MCP_SESS=$(tr -d '\r' < "$T/mcp.hdr" | awk -F': ' 'tolower($1) == "mcp-session-id" {print $2}')
+  mcp "$ALICE" POST "$MCP_SESS" '{"jsonrpc":"2.0","method":"notifications/initialized"}' > /dev/null
+  CALL='{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo '$SECRET'-mcp > /work/f; cat /work/f"}}}'
+  code=$(mcp "$ALICE" POST "$MCP_SESS" "$CALL")
+  wrote() { [ "$code" = 200 ] && grep -q "$SECRET-mcp" "$T/mcp.out"; }
+  hcheck owners_mcp_session "session '$MCP_SESS', status $code: $(one < "$T/mcp.out")" wrote
+  if [ -n "$MCP_SESS" ]; then
+    code=$(mcp "$BOB" DELETE "$MCP_SESS")
+    hcheck owners_mcp_delete_other_token "status $code: $(one < "$T/mcp.out")" [ "$code" = 404 ]
+    code=$(mcp "$ALICE" POST "$MCP_SESS" '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"cat /work/f"}}}')
+    hcheck owners_mcp_workspace_survives "status $code: $(one < "$T/mcp.out")" wrote
+    mcp "$ALICE" DELETE "$MCP_SESS" > /dev/null
+  fi
+  kill -TERM "$OWN_PID" 2> /dev/null || true
+  wait "$OWN_PID" 2> /dev/null || true
+else
+  skip owners "curl or setpriv is not installed"
+fi
+
 # --- nothing left behind -----------------------------------------------------
 # Processes of this binary that were not there at the start.
 sleep 0.2

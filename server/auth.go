@@ -9,11 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/run"
 	"golang.org/x/sys/unix"
 )
@@ -145,17 +146,18 @@ func (t *Tokens) Lookup(token string) (name string, ok bool) {
 
 type callerKey struct{}
 
-// withCaller returns ctx carrying the caller's identity: a token's name, or
-// the peer when the daemon runs without tokens.
-func withCaller(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, callerKey{}, name)
+// withCaller returns ctx carrying the caller's identity: a token's, or the
+// peer's when the daemon runs without tokens.
+func withCaller(ctx context.Context, id caller.ID) context.Context {
+	return context.WithValue(ctx, callerKey{}, id)
 }
 
 // CallerFromContext returns the caller the daemon authenticated for a
-// request, for handlers mounted at Options.MCP: a token's name, or the peer.
-func CallerFromContext(ctx context.Context) string {
-	s, _ := ctx.Value(callerKey{}).(string)
-	return s
+// request, for handlers mounted at Options.MCP: a token's name, or the
+// peer (a unix socket's uid, a TCP peer's address). The zero ID if none.
+func CallerFromContext(ctx context.Context) caller.ID {
+	id, _ := ctx.Value(callerKey{}).(caller.ID)
+	return id
 }
 
 type requestIDKey struct{}
@@ -172,11 +174,39 @@ func requestIDFromContext(ctx context.Context) string {
 
 type peerKey struct{}
 
+// peer is who is at the other end of a connection.
+type peer struct {
+	// addr names it in logs and in the per-peer connection cap: the
+	// remote address with its port, or "uid:N" for a unix socket.
+	addr string
+	// id is the caller it is when it shows no token: a unix socket's
+	// uid, or a TCP peer's IP address without the port (a port names one
+	// connection, not a caller: with it every new connection would be a
+	// stranger to the sessions its caller made). Zero if unknown.
+	id caller.ID
+}
+
 // connContext records who is at the other end of a connection, once per
 // connection: for a unix socket the peer's uid from SO_PEERCRED (the kernel
 // vouches for it), else the remote address.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	peer := c.RemoteAddr().String()
+	ctx = context.WithValue(ctx, peerKey{}, peerOf(c))
+	for {
+		if tc, ok := c.(*trackedConn); ok {
+			return context.WithValue(ctx, connKey{}, tc)
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return ctx
+		}
+		c = u.NetConn()
+	}
+}
+
+// connKey holds the *trackedConn of a connection Serve accepted.
+type connKey struct{}
+
+func peerOf(c net.Conn) peer {
 	for {
 		u, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
@@ -184,36 +214,37 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 		}
 		c = u.NetConn()
 	}
-	if uc, ok := c.(*net.UnixConn); ok {
-		peer = "unix"
-		if raw, err := uc.SyscallConn(); err == nil {
-			raw.Control(func(fd uintptr) {
-				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-					peer = "uid:" + strconv.FormatUint(uint64(cred.Uid), 10)
-				}
-			})
-		}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return addrPeer(c.RemoteAddr().String())
 	}
-	return context.WithValue(ctx, peerKey{}, peer)
+	p := peer{addr: "unix"}
+	if raw, err := uc.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) {
+			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+				p.id = caller.FromUID(cred.Uid)
+				p.addr = p.id.String()
+			}
+		})
+	}
+	return p
 }
 
-func peerFromContext(ctx context.Context, r *http.Request) string {
-	if p, ok := ctx.Value(peerKey{}).(string); ok {
+// addrPeer is the peer at a TCP remote address; an IPv4 peer of a
+// dual-stack listener is the same caller as on an IPv4 one.
+func addrPeer(addr string) peer {
+	p := peer{addr: addr}
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		p.id = caller.FromAddr(ap.Addr().Unmap().WithZone("").String())
+	}
+	return p
+}
+
+func peerFromContext(ctx context.Context, r *http.Request) peer {
+	if p, ok := ctx.Value(peerKey{}).(peer); ok {
 		return p
 	}
-	return r.RemoteAddr
-}
-
-// peerCaller names a caller without a token after its peer: a unix socket's
-// uid, or a TCP peer's address without the port. A port names one
-// connection, not a caller: with it, every new connection would be a
-// stranger to the sessions its caller made, and a new input to the policy's
-// decision cache.
-func peerCaller(peer string) string {
-	if host, _, err := net.SplitHostPort(peer); err == nil && net.ParseIP(host) != nil {
-		return host
-	}
-	return peer // "uid:N", "unix"
+	return addrPeer(r.RemoteAddr)
 }
 
 // authenticate puts the caller into the request context, or answers 401.
@@ -223,25 +254,36 @@ func peerCaller(peer string) string {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
+		p := peerFromContext(ctx, r)
 		if s.opts.Tokens == nil {
-			next.ServeHTTP(w, r.WithContext(withCaller(ctx, peerCaller(peerFromContext(ctx, r)))))
+			if p.id.IsZero() {
+				// Callers are told apart by their peer: one the
+				// kernel would not name must not share an identity
+				// (and sessions) with every other such peer.
+				s.log.Warn("request from an unidentified peer", "request_id", requestIDFromContext(ctx),
+					"peer", p.addr, "path", r.URL.Path)
+				s.reject(w, r, run.RejectUnauthorized, http.StatusUnauthorized,
+					&api.ErrorResponse{Error: "unauthorized", Code: api.CodeUnauthorized})
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(withCaller(ctx, p.id)))
 			return
 		}
 		name, ok := s.opts.Tokens.Lookup(bearer(r))
 		if !ok {
 			s.log.Warn("unauthorized request", "request_id", requestIDFromContext(ctx),
-				"peer", peerFromContext(ctx, r), "path", r.URL.Path)
+				"peer", p.addr, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="jaild"`)
 			// reject closes the connection: a caller without a token
 			// gets no keep-alive connection, which idle would hold one of
 			// the --max-conns places. No detail: whether the header was
 			// missing, malformed or wrong is nobody's business but the
-			// log's. The audit record names the peer.
-			s.reject(w, r.WithContext(withCaller(ctx, peerFromContext(ctx, r))), run.RejectUnauthorized,
+			// log's. The audit record names the peer (auditCaller).
+			s.reject(w, r, run.RejectUnauthorized,
 				http.StatusUnauthorized, &api.ErrorResponse{Error: "unauthorized", Code: api.CodeUnauthorized})
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(withCaller(ctx, name)))
+		next.ServeHTTP(w, r.WithContext(withCaller(ctx, caller.FromToken(name))))
 	})
 }
 

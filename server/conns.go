@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -89,6 +88,11 @@ type trackedConn struct {
 	state http.ConnState
 	since time.Time // when state was entered
 	gone  bool      // no longer counted
+	// receiving: its request's headers are read, its body not yet
+	// (StateActive until the handler has read the body or has none).
+	receiving bool
+	// taken: closed for another peer's connection while receiving.
+	taken bool
 }
 
 func (l *connLimiter) Accept() (net.Conn, error) {
@@ -128,10 +132,10 @@ func (l *connLimiter) admit(c net.Conn) (*trackedConn, error) {
 		if len(l.conns) < l.max {
 			break
 		}
-		if l.reclaimLocked("", now) {
+		if l.reclaimLocked("", now) || l.reclaimSlowLocked(peer, now) {
 			continue
 		}
-		if err := l.waitLocked(now); err != nil {
+		if err := l.waitLocked(peer, now); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -167,13 +171,52 @@ func (l *connLimiter) reclaimLocked(peer string, now time.Time) bool {
 	return true
 }
 
+// reclaimSlowLocked makes room for a connection of peer by taking the place
+// of one still receiving its request after staleNewConn, of the peer that
+// holds the most connections, if that peer holds more than peer does; it
+// reports whether there was one. Without it a few peers sending their
+// requests slowly (each within its cap) would fill the server and keep
+// every other peer out until their body timeout. The taken connection's
+// read fails at once (its deadline is moved to now), its handler answers
+// 408 saying why, and it closes. A request is taken only while it is
+// being received, never once it runs.
+func (l *connLimiter) reclaimSlowLocked(peer string, now time.Time) bool {
+	var victim *trackedConn
+	for tc := range l.conns {
+		if !l.slowLocked(tc, peer) || now.Sub(tc.since) < staleNewConn {
+			continue
+		}
+		if victim == nil || l.peers[tc.peer] > l.peers[victim.peer] ||
+			l.peers[tc.peer] == l.peers[victim.peer] && tc.since.Before(victim.since) {
+			victim = tc
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	l.log.Debug("closing a connection still receiving its request to make room", "peer", victim.peer,
+		"for", now.Sub(victim.since), "new_peer", peer)
+	victim.taken = true
+	l.removeLocked(victim)
+	_ = victim.Conn.SetReadDeadline(now)
+	l.metrics.ConnDropped(run.ConnSlowRequest)
+	return true
+}
+
+// slowLocked reports whether tc is receiving its request and its peer
+// holds more connections than peer: a connection reclaimSlowLocked may
+// take for peer's once it has been receiving for staleNewConn.
+func (l *connLimiter) slowLocked(tc *trackedConn, peer string) bool {
+	return tc.state == http.StateActive && tc.receiving && l.peers[tc.peer] > l.peers[peer]
+}
+
 // waitLocked waits, with l.mu released, until a place may have freed, a
-// new connection becomes stale, or the listener is closed.
-func (l *connLimiter) waitLocked(now time.Time) error {
+// connection becomes reclaimable for peer's, or the listener is closed.
+func (l *connLimiter) waitLocked(peer string, now time.Time) error {
 	wake := make(chan struct{})
 	l.wake = wake
 	var stale <-chan time.Time
-	if at, ok := l.nextStaleLocked(); ok {
+	if at, ok := l.nextStaleLocked(peer); ok {
 		t := time.NewTimer(at.Sub(now))
 		defer t.Stop()
 		stale = t.C
@@ -189,12 +232,13 @@ func (l *connLimiter) waitLocked(now time.Time) error {
 	return nil
 }
 
-// nextStaleLocked returns when the oldest connection in StateNew becomes
+// nextStaleLocked returns when the first connection in StateNew, or
+// receiving a request that reclaimSlowLocked may take for peer's, becomes
 // reclaimable.
-func (l *connLimiter) nextStaleLocked() (time.Time, bool) {
+func (l *connLimiter) nextStaleLocked(peer string) (time.Time, bool) {
 	var at time.Time
 	for tc := range l.conns {
-		if tc.state == http.StateNew && (at.IsZero() || tc.since.Before(at)) {
+		if (tc.state == http.StateNew || l.slowLocked(tc, peer)) && (at.IsZero() || tc.since.Before(at)) {
 			at = tc.since
 		}
 	}
@@ -267,9 +311,35 @@ func (tc *trackedConn) setState(st http.ConnState) {
 		return // Close did the accounting
 	}
 	tc.state, tc.since = st, time.Now()
+	// net/http enters StateActive once a request's headers are read.
+	tc.receiving = st == http.StateActive
 	if st == http.StateIdle {
 		l.wakeLocked()
 	}
+}
+
+// received marks tc's request as received whole (its body read, or none),
+// so that it is no longer reclaimSlowLocked's to take; it reports false if
+// it was taken before. A nil tc (a connection Serve did not accept) has
+// always received.
+func (tc *trackedConn) received() bool {
+	if tc == nil {
+		return true
+	}
+	tc.l.mu.Lock()
+	defer tc.l.mu.Unlock()
+	tc.receiving = false
+	return !tc.taken
+}
+
+// wasTaken reports whether tc was closed for another peer's connection.
+func (tc *trackedConn) wasTaken() bool {
+	if tc == nil {
+		return false
+	}
+	tc.l.mu.Lock()
+	defer tc.l.mu.Unlock()
+	return tc.taken
 }
 
 // peerAddr is who the per-peer cap counts c against: the remote IP (an
@@ -282,6 +352,5 @@ func peerAddr(c net.Conn) string {
 		}
 		return (&net.IPNet{IP: a.IP.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
 	}
-	p, _ := connContext(context.Background(), c).Value(peerKey{}).(string)
-	return p
+	return peerOf(c).addr
 }

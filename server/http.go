@@ -248,18 +248,15 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 		return nil, false
 	}
 	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	limitBody(rc, r, time.Now().Add(s.opts.BodyTimeout))
 	req, err := api.DecodeRequest(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		var ne net.Error
 		switch {
 		case errors.As(err, &tooBig):
 			s.reject(w, r, run.RejectTooLarge, http.StatusRequestEntityTooLarge, &api.ErrorResponse{
 				Error: "request body larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes", Code: api.CodeTooLarge})
-		case errors.As(err, &ne) && ne.Timeout():
-			s.reject(w, r, run.RejectBodyTimeout, http.StatusRequestTimeout, &api.ErrorResponse{
-				Error: "request body not received within " + s.opts.BodyTimeout.String(), Code: api.CodeBodyTimeout})
+		case s.bodyTimedOut(w, r, err):
 		default:
 			s.reject(w, r, run.RejectBadJSON, http.StatusBadRequest, &api.ErrorResponse{Error: err.Error(), Code: api.CodeBadJSON})
 		}
@@ -272,13 +269,13 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	rc.SetReadDeadline(time.Time{})
 	spec, err := req.Spec()
 	if err != nil {
-		s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
+		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, frontEnd == "raw")
 		return nil, false
 	}
 	if req.RunInBackground && frontEnd != "run" {
 		err := &jail.InvalidError{Field: "run_in_background", Reason: "only POST /run starts background jobs"}
-		s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
+		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, true)
 		return nil, false
 	}
@@ -287,10 +284,37 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	}
 	ctx := r.Context()
 	tf, tn, tu := req.TimeoutAsked()
-	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx),
+	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx).String(),
 		TimeoutField: tf, TimeoutValue: tn, TimeoutUnit: tu,
 		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,
 		SessionID: req.SessionID, Background: req.RunInBackground, Owner: s.owner(r)}, true
+}
+
+// bodyTimedOut answers 408 and reports true if err is a request body's
+// read that timed out: behind its pace (the error says by how much), taken
+// for another peer's connection, or past BodyTimeout.
+func (s *Server) bodyTimedOut(w http.ResponseWriter, r *http.Request, err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	msg := "request body not received within " + s.opts.BodyTimeout.String()
+	var slow *slowBodyError
+	if errors.As(err, &slow) {
+		msg = slow.Error()
+	}
+	s.reject(w, r, run.RejectBodyTimeout, http.StatusRequestTimeout, &api.ErrorResponse{Error: msg, Code: api.CodeBodyTimeout})
+	return true
+}
+
+// auditCaller names the caller of r in the audit log: the authenticated
+// caller or, for a request refused before authentication, the peer with
+// its port (which connection it was).
+func auditCaller(r *http.Request) string {
+	if id := CallerFromContext(r.Context()); !id.IsZero() {
+		return id.String()
+	}
+	return peerFromContext(r.Context(), r).addr
 }
 
 // reject answers a request refused before it became a run, counts it and
@@ -300,7 +324,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 // connection it holds idle.
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, reason string, status int, e *api.ErrorResponse) {
 	s.metrics.Rejected(reason)
-	s.audit.Rejected(CallerFromContext(r.Context()), requestIDFromContext(r.Context()), reason, status, e.Error)
+	s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), reason, status, e.Error)
 	w.Header().Set("Connection", "close")
 	writeError(w, status, e)
 }

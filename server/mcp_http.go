@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/run"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -27,12 +28,15 @@ import (
 // against DNS rebinding (see [MCPOptions.AllowedOrigins]), a JSON-RPC error
 // for unknown methods, and killing a call's sandbox when the client that
 // made it disconnects. Authentication is the caller's: mount it behind the
-// same bearer-token check as the rest of the API.
+// same bearer-token check as the rest of the API. An MCP session is its
+// opener's ([CallerFromContext] of the request that opened it): a request
+// of anyone else that names it (GET, POST or DELETE) is answered 404.
 func NewMCPHandler(r run.Runner, opts MCPOptions) http.Handler {
 	o := opts.withDefaults()
 	h := &mcpHandler{
 		origins:    newOriginPolicy(o.AllowedOrigins),
 		posts:      map[string]context.Context{},
+		owners:     map[string]caller.ID{},
 		calls:      map[callKey]*mutableWriter{},
 		maxTimeout: o.MaxTimeout,
 	}
@@ -59,6 +63,8 @@ type mcpHandler struct {
 
 	mu    sync.Mutex
 	posts map[string]context.Context
+	// owners are who opened each MCP session, by Mcp-Session-Id.
+	owners map[string]caller.ID
 	// calls are the POSTs of single calls in a session, by the call: a
 	// notifications/cancelled for one mutes and ends its POST.
 	calls map[callKey]*mutableWriter
@@ -92,6 +98,19 @@ func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Del(postIDHeader)
+	who := CallerFromContext(r.Context())
+	if id := r.Header.Get(mcpSessionHeader); id != "" {
+		if !h.ownedBy(id, who) {
+			// The session id is not a credential: only who opened the
+			// MCP session may use or close it (and so its workspace).
+			// Another caller is told what a caller of an unknown id
+			// is, as the sessions API does.
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+	} else {
+		w = &sessionOpener{ResponseWriter: w, h: h, who: who}
+	}
 	rc := http.NewResponseController(w)
 	switch r.Method {
 	case http.MethodPost:
@@ -245,6 +264,58 @@ func (w *mutableWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// ownedBy reports whether who opened the MCP session id. An id the handler
+// did not see opened is nobody's.
+func (h *mcpHandler) ownedBy(id string, who caller.ID) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	owner, ok := h.owners[id]
+	return ok && owner == who
+}
+
+// opened records that who opened the MCP session id, and forgets the
+// sessions that have closed since (their ids are then nobody's).
+func (h *mcpHandler) opened(id string, who caller.ID) {
+	live := map[string]bool{}
+	for ss := range h.srv.Sessions() {
+		live[ss.ID()] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for old := range h.owners {
+		if !live[old] {
+			delete(h.owners, old)
+		}
+	}
+	h.owners[id] = who
+}
+
+// sessionOpener records the owner of the MCP session an answer opens,
+// before its header goes out: the client cannot use the id any sooner.
+type sessionOpener struct {
+	http.ResponseWriter
+	h    *mcpHandler
+	who  caller.ID
+	done bool
+}
+
+func (w *sessionOpener) WriteHeader(code int) {
+	if !w.done {
+		w.done = true
+		if id := w.Header().Get(mcpSessionHeader); id != "" {
+			w.h.opened(id, w.who)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *sessionOpener) Write(b []byte) (int, error) {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
 func (w *mutableWriter) Flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -267,6 +338,15 @@ func writeJSONRPCError(w http.ResponseWriter, status int, id jsonrpc.ID, code in
 	_, _ = w.Write(data)
 }
 
+func (w *sessionOpener) Flush() {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *sessionOpener) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // mcpBodyTimeout bounds how long a client may take to send a request body
 // (against slow-loris clients).
 const mcpBodyTimeout = 30 * time.Second
@@ -277,7 +357,7 @@ func readMCPBody(rc *http.ResponseController, r *http.Request) ([]byte, int) {
 	if r.Body == nil {
 		return nil, 0
 	}
-	_ = rc.SetReadDeadline(time.Now().Add(mcpBodyTimeout))
+	limitBody(rc, r, time.Now().Add(mcpBodyTimeout))
 	body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):

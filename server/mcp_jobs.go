@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/session"
 )
 
@@ -77,7 +78,7 @@ func (t *mcpTools) addTaskTools(s *mcp.Server) {
 
 // caller is who made the tool call req: the caller of the HTTP request that
 // carried it (see mcpTools.post), else of ctx.
-func (t *mcpTools) caller(ctx context.Context, req *mcp.CallToolRequest) string {
+func (t *mcpTools) caller(ctx context.Context, req *mcp.CallToolRequest) caller.ID {
 	if t.post != nil {
 		if pctx, ok := t.post(req); ok {
 			return CallerFromContext(pctx)

@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
@@ -38,7 +39,7 @@ type mcpSessions struct {
 type mcpSession struct {
 	made  chan struct{} // closed once id or err is set
 	id    string
-	owner string
+	owner caller.ID
 	err   error
 }
 
@@ -47,12 +48,9 @@ func newMCPSessions(m *session.Manager, log *slog.Logger) *mcpSessions {
 }
 
 // get returns the jaild session of ss and its owner, making it (owned by
-// caller) at the first call. Concurrent first calls share one.
-func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, caller string) (id, owner string, err error) {
-	if caller == "" {
-		caller = "local" // jaild mcp over stdio: one client
-	}
-	owner = ownerOf(caller)
+// who) at the first call. Concurrent first calls share one.
+func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, who caller.ID) (id string, owner caller.ID, err error) {
+	owner = ownerOf(who)
 	s.mu.Lock()
 	e, ok := s.by[ss]
 	if !ok {
@@ -63,19 +61,19 @@ func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, caller str
 	if ok && e.owner != owner {
 		// The MCP session id is not a credential: the files and tasks of
 		// its jaild session are its owner's alone.
-		return "", "", api.Mark(errors.New("this MCP session's workspace belongs to another caller"), api.ErrNoSession)
+		return "", caller.ID{}, api.Mark(errors.New("this MCP session's workspace belongs to another caller"), api.ErrNoSession)
 	}
 	if ok {
 		select {
 		case <-e.made:
 		case <-ctx.Done():
-			return "", "", ctx.Err()
+			return "", caller.ID{}, ctx.Err()
 		}
 		return e.id, e.owner, e.err
 	}
 	opts := session.Options{Owner: e.owner}
 	if s.egress != nil {
-		opts.Egress, err = s.egress(caller)
+		opts.Egress, err = s.egress(who.String())
 	}
 	var sess *session.Session
 	if err == nil {
@@ -87,7 +85,7 @@ func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, caller str
 		delete(s.by, ss) // the next call tries again
 		s.mu.Unlock()
 		close(e.made)
-		return "", "", e.err
+		return "", caller.ID{}, e.err
 	}
 	e.id = sess.ID()
 	close(e.made)
@@ -101,11 +99,8 @@ func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, caller str
 	return e.id, e.owner, nil
 }
 
-// lookup returns the jaild session of ss if it has one, and caller owns it.
-func (s *mcpSessions) lookup(ss *mcp.ServerSession, caller string) (*session.Session, error) {
-	if caller == "" {
-		caller = "local"
-	}
+// lookup returns the jaild session of ss if it has one, and who owns it.
+func (s *mcpSessions) lookup(ss *mcp.ServerSession, who caller.ID) (*session.Session, error) {
 	s.mu.Lock()
 	e, ok := s.by[ss]
 	s.mu.Unlock()
@@ -115,7 +110,7 @@ func (s *mcpSessions) lookup(ss *mcp.ServerSession, caller string) (*session.Ses
 	if !ok || e.err != nil {
 		return nil, api.Mark(errors.New("no task: this MCP session has not started any"), api.ErrNoSession)
 	}
-	if ownerOf(caller) != e.owner {
+	if ownerOf(who) != e.owner {
 		return nil, api.Mark(errors.New("this MCP session's workspace belongs to another caller"), api.ErrNoSession)
 	}
 	sess, err := s.m.Get(e.owner, e.id)
@@ -150,6 +145,16 @@ func (s *mcpSessions) drop(ss *mcp.ServerSession) {
 		return
 	}
 	s.log.Info("mcp session closed; its jaild session is removed", "session", e.id)
+}
+
+// ownerOf is who owns the jaild sessions of who's MCP sessions: who,
+// compared whole, or, for a caller the daemon did not authenticate (jaild
+// mcp over stdio, whose one client is whoever started it), the local one.
+func ownerOf(who caller.ID) caller.ID {
+	if who.IsZero() {
+		return caller.ID{Kind: caller.Local}
+	}
+	return who
 }
 
 // wait joins the watchers: call it once every MCP session has closed.

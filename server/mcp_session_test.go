@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
@@ -139,12 +140,12 @@ func TestMCPSessions(t *testing.T) {
 	if out.Stdout != "ran in ws1\n" || out2.Stdout != "ran in ws1\n" || out3.Stdout != "ran in ws2\n" {
 		t.Errorf("workspaces: a %q, %q; b %q", out.Stdout, out2.Stdout, out3.Stdout)
 	}
-	if n := len(s.m.List("local")); n != 2 {
+	if n := len(s.m.List(caller.ID{Kind: caller.Local})); n != 2 {
 		t.Errorf("%d sessions, want 2", n)
 	}
 	closeA()
 	waitFor(t, "a's session to be removed", func() bool { return s.jail.openWorkspaces() == 1 })
-	if n := len(s.m.List("local")); n != 1 {
+	if n := len(s.m.List(caller.ID{Kind: caller.Local})); n != 1 {
 		t.Errorf("%d sessions after closing a, want 1", n)
 	}
 }
@@ -378,20 +379,23 @@ func TestMCPSessionOwner(t *testing.T) {
 	}
 	t.Cleanup(func() { cs.Close(); ss.Wait(); tools.sess.wait() })
 
-	id, owner, err := tools.sess.get(ctx, ss, "127.0.0.1:4000")
-	if err != nil || owner != "127.0.0.1" {
-		t.Fatalf("get: %q %q %v", id, owner, err)
+	me := caller.FromUID(1000)
+	id, owner, err := tools.sess.get(ctx, ss, me)
+	if err != nil || owner != me {
+		t.Fatalf("get: %q %v %v", id, owner, err)
 	}
-	if id2, _, err := tools.sess.get(ctx, ss, "127.0.0.1:4001"); err != nil || id2 != id {
-		t.Errorf("the same peer on another connection: %q, %v; want %q", id2, err, id)
+	if id2, _, err := tools.sess.get(ctx, ss, caller.FromUID(1000)); err != nil || id2 != id {
+		t.Errorf("the same uid again: %q, %v; want %q", id2, err, id)
 	}
-	if _, _, err := tools.sess.get(ctx, ss, "bob"); !errors.Is(err, api.ErrNoSession) {
-		t.Errorf("another caller: %v, want ErrNoSession", err)
+	for _, other := range []caller.ID{caller.FromUID(0), caller.FromToken("bob"), caller.FromAddr("127.0.0.1"), {}} {
+		if _, _, err := tools.sess.get(ctx, ss, other); !errors.Is(err, api.ErrNoSession) {
+			t.Errorf("%#v: %v, want ErrNoSession", other, err)
+		}
+		if _, err := tools.sess.lookup(ss, other); !errors.Is(err, api.ErrNoSession) {
+			t.Errorf("%#v's lookup: %v", other, err)
+		}
 	}
-	if _, err := tools.sess.lookup(ss, "bob"); !errors.Is(err, api.ErrNoSession) {
-		t.Errorf("another caller's lookup: %v", err)
-	}
-	if sess, err := tools.sess.lookup(ss, "127.0.0.1:4002"); err != nil || sess.ID() != id {
+	if sess, err := tools.sess.lookup(ss, me); err != nil || sess.ID() != id {
 		t.Errorf("owner's lookup: %v", err)
 	}
 }

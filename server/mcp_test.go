@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 )
@@ -922,25 +923,26 @@ func TestMCPHTTPRunContextIsTheCallsRequest(t *testing.T) {
 	var seen []string
 	f := requestRunner(func(ctx context.Context, req *run.Request) (*jail.Result, error) {
 		mu.Lock()
-		seen = append(seen, req.Caller)
+		seen = append(seen, req.RequestID)
 		mu.Unlock()
 		return &jail.Result{}, nil
 	})
 	h := NewMCPHandler(f, MCPOptions{})
-	// Stands in for the daemon's auth middleware, which puts the caller
-	// into the request's context for the audit log.
+	// Stands in for the daemon's middleware, which puts the caller and
+	// the request's id into the request's context for the audit log.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(withCaller(r.Context(), r.Header.Get("X-Caller"))))
+		ctx := withRequestID(withCaller(r.Context(), caller.FromToken("alice")), r.Header.Get("X-Request"))
+		h.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	t.Cleanup(srv.Close)
-	id := initMCPSession(t, srv.URL) // opened without X-Caller
-	for i, caller := range []string{"alice", "bob"} {
+	id := initMCPSession(t, srv.URL) // opened without X-Request
+	for i, rid := range []string{"r1", "r2"} {
 		msg := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"}}}`, 10+i)
-		if resp, body := post(t, context.Background(), srv.URL, id, map[string]string{"X-Caller": caller}, msg); resp.StatusCode != http.StatusOK {
+		if resp, body := post(t, context.Background(), srv.URL, id, map[string]string{"X-Request": rid}, msg); resp.StatusCode != http.StatusOK {
 			t.Fatalf("call: %d %s", resp.StatusCode, body)
 		}
 	}
-	if !slices.Equal(seen, []string{"alice", "bob"}) {
-		t.Errorf("runner saw callers %q, want those of each call's request", seen)
+	if !slices.Equal(seen, []string{"r1", "r2"}) {
+		t.Errorf("runner saw requests %q, want each call's own", seen)
 	}
 }

@@ -255,7 +255,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	start := time.Now()
 	rreq := &run.Request{
 		Spec:        &jail.Spec{Limits: t.opts.Limits, Command: cmd},
-		Caller:      CallerFromContext(runCtx),
+		Caller:      CallerFromContext(runCtx).String(),
 		RequestID:   requestIDFromContext(runCtx),
 		FrontEnd:    "mcp:" + tool,
 		Shell:       shell,
@@ -264,7 +264,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		Egress:      wantEgress,
 	}
 	if t.sess != nil {
-		if rreq.SessionID, rreq.Owner, err = t.sess.get(runCtx, req.Session, rreq.Caller); err != nil {
+		if rreq.SessionID, rreq.Owner, err = t.sess.get(runCtx, req.Session, CallerFromContext(runCtx)); err != nil {
 			return nil, nil, fmt.Errorf("jaild session: %w", err)
 		}
 	}

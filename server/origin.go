@@ -117,10 +117,11 @@ func (s *Server) checkOrigin(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		p := peerFromContext(r.Context(), r)
 		s.log.Warn("forbidden request", "request_id", requestIDFromContext(r.Context()),
-			"peer", peerFromContext(r.Context(), r), "host", r.Host, "origin", r.Header.Get("Origin"), "path", r.URL.Path)
-		// Before authentication: the audit record names the peer.
-		r = r.WithContext(withCaller(r.Context(), peerFromContext(r.Context(), r)))
+			"peer", p.addr, "host", r.Host, "origin", r.Header.Get("Origin"), "path", r.URL.Path)
+		// Before authentication: the audit record names the peer
+		// (auditCaller).
 		s.reject(w, r, run.RejectForbidden, http.StatusForbidden, &api.ErrorResponse{Error: msg, Code: api.CodeForbidden})
 	})
 }

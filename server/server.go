@@ -24,6 +24,8 @@ const (
 	DefaultMaxConnsPerPeer   = 64
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultBodyTimeout       = 30 * time.Second
+	DefaultMinBodyRate       = 1024
+	DefaultBodyRateGrace     = 5 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultShutdownGrace     = 10 * time.Second
@@ -128,6 +130,14 @@ type Options struct {
 	BodyTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+	// MinBodyRate is the slowest a request body may arrive, in bytes
+	// per second on average once BodyRateGrace has passed since its
+	// handler started (a body behind it is cut: 408). It applies to
+	// every body, the files API's uploads too, which BodyTimeout does
+	// not bound. Zero means DefaultMinBodyRate, negative no minimum.
+	// BodyRateGrace zero means DefaultBodyRateGrace.
+	MinBodyRate   int64
+	BodyRateGrace time.Duration
 
 	// ShutdownGrace is how long Serve lets running commands finish after
 	// its ctx is done; then it cancels them (the jail kills their
@@ -154,6 +164,10 @@ func (o *Options) setDefaults() {
 	if o.MaxConnsPerPeer == 0 {
 		o.MaxConnsPerPeer = DefaultMaxConnsPerPeer
 	}
+	if o.MinBodyRate == 0 {
+		o.MinBodyRate = DefaultMinBodyRate
+	}
+	def(&o.BodyRateGrace, DefaultBodyRateGrace)
 	def(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	def(&o.BodyTimeout, DefaultBodyTimeout)
 	def(&o.WriteTimeout, DefaultWriteTimeout)
@@ -180,7 +194,7 @@ func (o *Options) Validate() error {
 		"ReadHeaderTimeout": o.ReadHeaderTimeout, "BodyTimeout": o.BodyTimeout,
 		"WriteTimeout": o.WriteTimeout, "IdleTimeout": o.IdleTimeout,
 		"ShutdownGrace": o.ShutdownGrace, "KillWait": o.KillWait,
-		"RetryAfter": o.RetryAfter, "HealthTTL": o.HealthTTL,
+		"RetryAfter": o.RetryAfter, "HealthTTL": o.HealthTTL, "BodyRateGrace": o.BodyRateGrace,
 	} {
 		if d < 0 {
 			return fmt.Errorf("server: negative %s %v", name, d)
@@ -250,7 +264,7 @@ func New(opts Options) (*Server, error) {
 	root.HandleFunc("GET /readyz", s.handleReady)
 	root.HandleFunc("GET /openapi.yaml", handleOpenAPI)
 	root.Handle("/", s.authenticate(mux))
-	s.handler = s.track(s.withRequestID(s.checkOrigin(root)))
+	s.handler = s.track(s.paceBodies(s.withRequestID(s.checkOrigin(root))))
 
 	s.http = &http.Server{
 		Handler:           s.handler,

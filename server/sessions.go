@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"mime"
-	"net"
 	"net/http"
 	"path"
 	"sort"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
@@ -52,7 +52,7 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, in policy.Input
 	if s.opts.PolicyEngine == nil {
 		return true
 	}
-	in.Caller, in.FrontEnd = CallerFromContext(r.Context()), "http"
+	in.Caller, in.FrontEnd = CallerFromContext(r.Context()).String(), "http"
 	d := s.opts.PolicyEngine.Decide(r.Context(), requestIDFromContext(r.Context()), in)
 	if d.Allow {
 		return true
@@ -80,18 +80,8 @@ func (s *Server) decideFiles(next http.Handler) http.Handler {
 	})
 }
 
-// owner is whose sessions the request may use (see ownerOf).
-func (s *Server) owner(r *http.Request) string { return ownerOf(CallerFromContext(r.Context())) }
-
-// ownerOf is the owner of a caller's sessions: the caller, without the port
-// of a TCP peer when there are no tokens (each connection has a port of its
-// own). Token names cannot hold a colon, so they are never cut.
-func ownerOf(caller string) string {
-	if host, _, err := net.SplitHostPort(caller); err == nil {
-		return host
-	}
-	return caller
-}
+// owner is whose sessions the request may use: the caller, whole.
+func (s *Server) owner(r *http.Request) caller.ID { return CallerFromContext(r.Context()) }
 
 // withSession serves next with the caller's session {id} in the request's
 // context (session.FromContext), held (Session.Use) until next returns.
@@ -134,7 +124,7 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 		return false
 	}
 	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	limitBody(rc, r, time.Now().Add(s.opts.BodyTimeout))
 	defer rc.SetReadDeadline(time.Time{})
 	err := api.Decode(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes), v)
 	if err == nil {
@@ -144,6 +134,9 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 	if errors.As(err, &tooBig) {
 		s.reject(w, r, run.RejectTooLarge, http.StatusRequestEntityTooLarge, &api.ErrorResponse{
 			Error: err.Error(), Code: api.CodeTooLarge})
+		return false
+	}
+	if s.bodyTimedOut(w, r, err) {
 		return false
 	}
 	e := &api.ErrorResponse{Error: err.Error(), Code: api.CodeBadJSON}
@@ -217,7 +210,7 @@ func (s *Server) sessionOptions(r *http.Request, req *api.SessionRequest) (sessi
 		}
 		o.WorkspaceBytes = *req.WorkspaceBytes
 	}
-	eg, err := run.SessionEgress(s.opts.SessionEgress, s.opts.Metrics, req.Egress, CallerFromContext(r.Context()), "sessions")
+	eg, err := run.SessionEgress(s.opts.SessionEgress, s.opts.Metrics, req.Egress, CallerFromContext(r.Context()).String(), "sessions")
 	if err != nil {
 		return o, err
 	}

@@ -3,6 +3,7 @@ package session_test
 import (
 	"testing"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
@@ -14,7 +15,7 @@ import (
 func BenchmarkCall(b *testing.B) {
 	requireHost(b)
 	m, jm := newManagers(b)
-	s, err := m.Create(bg, session.Options{Owner: "bench"})
+	s, err := m.Create(bg, session.Options{Owner: caller.FromToken("bench")})
 	if err != nil {
 		b.Fatal(err)
 	}

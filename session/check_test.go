@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"errors"
+	"github.com/jaild/jaild/caller"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,8 +19,8 @@ import (
 // nothing, in a call or a job.
 func TestCheck(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
-	s := create(t, m, session.Options{Owner: "a", Env: []string{"FROM_SESSION=s"}})
-	t.Cleanup(func() { m.Delete("a", s.ID()) })
+	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Env: []string{"FROM_SESSION=s"}})
+	t.Cleanup(func() { m.Delete(caller.FromToken("a"), s.ID()) })
 	shell(t, s, "mkdir -p /work/sub && cd /work/sub && export PATH=/work/bin:$PATH")
 
 	var got *jail.Spec

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
@@ -45,7 +46,7 @@ func (e *lineEgress) Usage() jail.EgressUsage { return jail.EgressUsage{Connecti
 func TestEgress(t *testing.T) {
 	m, _ := newManagers(t)
 	var eg *lineEgress
-	s := create(t, m, session.Options{Owner: "o", Egress: func(id string) session.Egress {
+	s := create(t, m, session.Options{Owner: caller.FromToken("o"), Egress: func(id string) session.Egress {
 		eg = &lineEgress{id: id, served: make(chan struct{})}
 		return eg
 	}})
@@ -62,14 +63,14 @@ func TestEgress(t *testing.T) {
 	if u := s.Info().Egress; u == nil || u.Connections != 2 {
 		t.Errorf("Info().Egress = %+v, want 2 connections", u)
 	}
-	plain := create(t, m, session.Options{Owner: "o"})
+	plain := create(t, m, session.Options{Owner: caller.FromToken("o")})
 	if plain.Info().Egress != nil {
 		t.Error("a session without egress has counters")
 	}
 	if res := shell(t, plain, `bash -c 'exec 3<>/dev/tcp/127.0.0.1/3128' 2>/dev/null || echo refused; echo "[$HTTP_PROXY]"`); res.Stdout != "refused\n[]\n" {
 		t.Errorf("session without egress: %q", res.Stdout)
 	}
-	if err := m.Delete("o", s.ID()); err != nil {
+	if err := m.Delete(caller.FromToken("o"), s.ID()); err != nil {
 		t.Fatal(err)
 	}
 	if !eg.ended.Load() {

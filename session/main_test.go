@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
@@ -91,7 +92,7 @@ func helperSession() {
 		os.Exit(1)
 	}
 	ctx := context.Background()
-	s, err := m.Create(ctx, session.Options{Owner: "crash"})
+	s, err := m.Create(ctx, session.Options{Owner: caller.FromToken("crash")})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)

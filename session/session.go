@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -120,7 +121,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	pending  map[string]int // places reserved by Creates under way, per owner
+	pending  map[caller.ID]int // places reserved by Creates under way, per owner
 	closed   bool
 	// drainIdle, once Drain set it, is how long a session may sit idle
 	// before it is removed; Create refuses new sessions meanwhile.
@@ -144,7 +145,7 @@ func New(j Jail, cfg Config) (*Manager, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		sessions: make(map[string]*Session),
-		pending:  make(map[string]int),
+		pending:  make(map[caller.ID]int),
 		stop:     make(chan struct{}),
 	}
 	m.reaper.Add(1)
@@ -154,9 +155,10 @@ func New(j Jail, cfg Config) (*Manager, error) {
 
 // Options configure one session. The zero value is usable.
 type Options struct {
-	// Owner is who may use the session (a token's name, a unix peer);
-	// every other caller is told it does not exist.
-	Owner string
+	// Owner is who may use the session, compared whole (kind and
+	// name); every other caller is told it does not exist. Required: a
+	// session of nobody is refused.
+	Owner caller.ID
 	// TTL is the idle time after which the session expires; zero means
 	// Config.TTL. It may not exceed Config.MaxLifetime.
 	TTL time.Duration
@@ -182,7 +184,7 @@ type Options struct {
 type Session struct {
 	m        *Manager
 	id       string
-	owner    string
+	owner    caller.ID
 	ws       Workspace
 	proxy    *proxyServer // nil without egress
 	limits   jail.Limits
@@ -208,7 +210,7 @@ type Session struct {
 // Info describes a session.
 type Info struct {
 	ID      string
-	Owner   string
+	Owner   caller.ID
 	Created time.Time
 	// ExpiresAt is when the session expires if nothing runs in it from
 	// now on (while a call or job runs, the end of its maximum lifetime).
@@ -286,6 +288,8 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 
 func checkOptions(o *Options, cfg Config) (string, error) {
 	switch {
+	case o.Owner.IsZero():
+		return "", invalid("owner", "a session must have an owner")
 	case o.TTL < 0 || o.TTL > cfg.MaxLifetime:
 		return "", invalid("ttl", "%v: must be between 0 and the maximum lifetime %v", o.TTL, cfg.MaxLifetime)
 	case o.WorkspaceBytes < 0 || o.WorkspaceBytes > cfg.MaxWorkspaceBytes:
@@ -306,7 +310,7 @@ func checkOptions(o *Options, cfg Config) (string, error) {
 
 // reserve takes a place for a session of owner, or says which limit is
 // reached.
-func (m *Manager) reserve(owner string) error {
+func (m *Manager) reserve(owner caller.ID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -336,7 +340,7 @@ func (m *Manager) reserve(owner string) error {
 
 // unreserve gives a reserved place back and, if s is not nil, gives it to
 // s. It reports false if the Manager was closed meanwhile.
-func (m *Manager) unreserve(owner string, s *Session) bool {
+func (m *Manager) unreserve(owner caller.ID, s *Session) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.pending[owner]--; m.pending[owner] == 0 {
@@ -352,10 +356,10 @@ func (m *Manager) unreserve(owner string, s *Session) bool {
 // Get returns owner's session id; another owner's is ErrNotFound, and so
 // is a session whose workspace was lost (it is removed then, and the error
 // says so).
-func (m *Manager) Get(owner, id string) (*Session, error) {
+func (m *Manager) Get(owner caller.ID, id string) (*Session, error) {
 	m.mu.Lock()
 	s, ok := m.sessions[id]
-	if !ok || s.owner != owner {
+	if !ok || s.owner != owner || owner.IsZero() {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("%w: session %q", ErrNotFound, id)
 	}
@@ -381,14 +385,14 @@ func (s *Session) lost() bool {
 
 // dropLost removes a lost session, which the caller took out of the map.
 func (m *Manager) dropLost(s *Session) {
-	m.log.Warn("session lost with its workspace", "id", s.id, "owner", s.owner)
+	m.log.Warn("session lost with its workspace", "id", s.id, "owner", s.owner.String())
 	if err := s.remove(); err != nil {
 		m.log.Warn("removing lost session", "id", s.id, "err", err)
 	}
 }
 
 // List describes owner's sessions, oldest first.
-func (m *Manager) List(owner string) []Info {
+func (m *Manager) List(owner caller.ID) []Info {
 	m.mu.Lock()
 	var mine []*Session
 	for _, s := range m.sessions {
@@ -407,7 +411,7 @@ func (m *Manager) List(owner string) []Info {
 
 // Delete removes owner's session id: it kills its calls and jobs, waits for
 // their sandboxes to go, then removes its workspace and network namespace.
-func (m *Manager) Delete(owner, id string) error {
+func (m *Manager) Delete(owner caller.ID, id string) error {
 	s, err := m.Get(owner, id)
 	if err != nil {
 		return err
@@ -534,7 +538,7 @@ func (m *Manager) expire(now time.Time) {
 	// Each removal runs on its own: one whose sandboxes are slow to go
 	// must hold up neither the next expiry check nor the other sessions.
 	for _, s := range dead {
-		m.log.Info("session expired", "id", s.id, "owner", s.owner)
+		m.log.Info("session expired", "id", s.id, "owner", s.owner.String())
 		m.removals.Add(1)
 		go func() {
 			defer m.removals.Done()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
@@ -51,8 +52,8 @@ func testCarryOver(t *testing.T, m *session.Manager, sh string) {
 	if sh == "" {
 		wantSh = "/bin/sh"
 	}
-	s := create(t, m, session.Options{Owner: "a", Env: []string{"FROM_SESSION=s"}})
-	t.Cleanup(func() { m.Delete("a", s.ID()) })
+	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Env: []string{"FROM_SESSION=s"}})
+	t.Cleanup(func() { m.Delete(caller.FromToken("a"), s.ID()) })
 	steps := []struct {
 		name, script, want string
 		env                []string
@@ -123,7 +124,7 @@ func testCarryOver(t *testing.T, m *session.Manager, sh string) {
 // the session.
 func TestSurvivesBadCalls(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
-	s := create(t, m, session.Options{Owner: "a", Limits: jail.Limits{Pids: 64, Memory: 64 << 20}})
+	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Limits: jail.Limits{Pids: 64, Memory: 64 << 20}})
 	shell(t, s, "echo keep > /work/k; cd /work; export K=1")
 	// The EXIT trap reports with builtins only: the state carries over
 	// from a shell whose forks fail.
@@ -148,7 +149,7 @@ func TestSurvivesBadCalls(t *testing.T) {
 // TestQuota: the kernel stops a write at the workspace size.
 func TestQuota(t *testing.T) {
 	m, _ := newManager(t, session.Config{WorkspaceBytes: 4 << 20})
-	s := create(t, m, session.Options{Owner: "a", WorkspaceBytes: 1 << 20})
+	s := create(t, m, session.Options{Owner: caller.FromToken("a"), WorkspaceBytes: 1 << 20})
 	res := shell(t, s, "dd if=/dev/zero of=/work/big bs=64k count=64")
 	if res.ExitCode == 0 || !strings.Contains(res.Stderr, "No space left on device") {
 		t.Fatalf("dd past the quota: exit %d, %q", res.ExitCode, res.Stderr)
@@ -156,7 +157,7 @@ func TestQuota(t *testing.T) {
 	if in := s.Info(); in.WorkspaceBytes != 1<<20 || in.WorkspaceUsed < 900<<10 {
 		t.Errorf("Info: quota %d used %d", in.WorkspaceBytes, in.WorkspaceUsed)
 	}
-	if _, err := m.Create(bg, session.Options{Owner: "a", WorkspaceBytes: 8 << 20}); !jail.IsInvalid(err) {
+	if _, err := m.Create(bg, session.Options{Owner: caller.FromToken("a"), WorkspaceBytes: 8 << 20}); !jail.IsInvalid(err) {
 		t.Errorf("Create above the maximum workspace: %v", err)
 	}
 }
@@ -165,8 +166,8 @@ func TestQuota(t *testing.T) {
 // processes or ports, nor can its owner be told the other exists.
 func TestSessionsIsolated(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
-	a := create(t, m, session.Options{Owner: "alice"})
-	b := create(t, m, session.Options{Owner: "bob"})
+	a := create(t, m, session.Options{Owner: caller.FromToken("alice")})
+	b := create(t, m, session.Options{Owner: caller.FromToken("bob")})
 	shell(t, a, "echo secret > /work/s")
 	job, err := a.Start(bg, &session.Call{Shell: "cd /work && exec python3 -m http.server --bind 127.0.0.1 8000"})
 	if err != nil {
@@ -178,13 +179,13 @@ func TestSessionsIsolated(t *testing.T) {
 	if strings.Contains(res.Stdout, "secret") || strings.Contains(res.Stdout, "python") || !strings.Contains(res.Stderr, "Failed to connect") {
 		t.Errorf("b sees a's state: stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
-	if _, err := m.Get("bob", a.ID()); !errors.Is(err, session.ErrNotFound) {
+	if _, err := m.Get(caller.FromToken("bob"), a.ID()); !errors.Is(err, session.ErrNotFound) {
 		t.Errorf("bob gets alice's session: %v", err)
 	}
-	if err := m.Delete("bob", a.ID()); !errors.Is(err, session.ErrNotFound) {
+	if err := m.Delete(caller.FromToken("bob"), a.ID()); !errors.Is(err, session.ErrNotFound) {
 		t.Errorf("bob deletes alice's session: %v", err)
 	}
-	if l := m.List("bob"); len(l) != 1 || l[0].ID != b.ID() {
+	if l := m.List(caller.FromToken("bob")); len(l) != 1 || l[0].ID != b.ID() {
 		t.Errorf("List(bob) = %+v", l)
 	}
 	_ = a.Kill(job)
@@ -207,7 +208,7 @@ func waitServed(t *testing.T, s *session.Session, fetch, want string) {
 // can be read from offsets while it runs; Kill ends it with a verdict.
 func TestJobs(t *testing.T) {
 	m, _ := newManager(t, session.Config{MaxJobs: 2})
-	s := create(t, m, session.Options{Owner: "a"})
+	s := create(t, m, session.Options{Owner: caller.FromToken("a")})
 	shell(t, s, "echo page > /work/index.html")
 	id, err := s.Start(bg, &session.Call{Shell: "echo starting; cd /work && exec python3 -m http.server --bind 127.0.0.1 8000"})
 	if err != nil {
@@ -266,7 +267,7 @@ func TestJobs(t *testing.T) {
 // prestarted for the next call, and leaves nothing mounted.
 func TestDeleteWithRunningJob(t *testing.T) {
 	m, env := newManager(t, session.Config{})
-	s := create(t, m, session.Options{Owner: "a"})
+	s := create(t, m, session.Options{Owner: caller.FromToken("a")})
 	if _, err := s.Start(bg, &session.Call{Shell: "sleep 1000 & exec sleep 1000"}); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestDeleteWithRunningJob(t *testing.T) {
 	if n := len(testenv.MountsUnder(env.StateDir)); n != 2 {
 		t.Fatalf("want the workspace and netns mounted, got %v", testenv.MountsUnder(env.StateDir))
 	}
-	if err := m.Delete("a", s.ID()); err != nil {
+	if err := m.Delete(caller.FromToken("a"), s.ID()); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; !errors.Is(err, session.ErrClosed) {
@@ -304,11 +305,11 @@ func TestExpiry(t *testing.T) {
 	// The TTL leaves room for a slow machine (a cgroup v2 VM under TCG)
 	// to start the busy session's job before the session could expire.
 	m, env := newManager(t, session.Config{TTL: 3 * time.Second, MaxLifetime: 10 * time.Second, ReapInterval: 50 * time.Millisecond})
-	busy := create(t, m, session.Options{Owner: "a"})
+	busy := create(t, m, session.Options{Owner: caller.FromToken("a")})
 	if _, err := busy.Start(bg, &session.Call{Command: jail.Command{Args: []string{"sleep", "1000"}}}); err != nil {
 		t.Fatal(err)
 	}
-	idle := create(t, m, session.Options{Owner: "a"})
+	idle := create(t, m, session.Options{Owner: caller.FromToken("a")})
 	shell(t, idle, "echo x > /work/x")
 	waitPrestarted(t, idle)
 	select {
@@ -316,10 +317,10 @@ func TestExpiry(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("idle session did not expire")
 	}
-	if _, err := m.Get("a", idle.ID()); !errors.Is(err, session.ErrNotFound) {
+	if _, err := m.Get(caller.FromToken("a"), idle.ID()); !errors.Is(err, session.ErrNotFound) {
 		t.Errorf("Get after expiry: %v", err)
 	}
-	if _, err := m.Get("a", busy.ID()); err != nil {
+	if _, err := m.Get(caller.FromToken("a"), busy.ID()); err != nil {
 		t.Errorf("a session with a running job expired: %v", err)
 	}
 	select {
@@ -335,19 +336,20 @@ func TestExpiry(t *testing.T) {
 // TestLimits: sessions per owner and per daemon, and bad options.
 func TestLimits(t *testing.T) {
 	m, _ := newManager(t, session.Config{MaxSessions: 2, MaxPerOwner: 1})
-	create(t, m, session.Options{Owner: "a"})
-	if _, err := m.Create(bg, session.Options{Owner: "a"}); !errors.Is(err, session.ErrLimit) {
+	create(t, m, session.Options{Owner: caller.FromToken("a")})
+	if _, err := m.Create(bg, session.Options{Owner: caller.FromToken("a")}); !errors.Is(err, session.ErrLimit) {
 		t.Errorf("second session of a: %v", err)
 	}
-	create(t, m, session.Options{Owner: "b"})
-	if _, err := m.Create(bg, session.Options{Owner: "c"}); !errors.Is(err, session.ErrLimit) {
+	create(t, m, session.Options{Owner: caller.FromToken("b")})
+	if _, err := m.Create(bg, session.Options{Owner: caller.FromToken("c")}); !errors.Is(err, session.ErrLimit) {
 		t.Errorf("third session of the daemon: %v", err)
 	}
 	for _, o := range []session.Options{
-		{Owner: "d", Cwd: "/tmp"},
-		{Owner: "d", Env: []string{"1X=1"}},
-		{Owner: "d", TTL: 48 * time.Hour},
-		{Owner: "d", Limits: jail.Limits{Pids: 1}},
+		{Owner: caller.FromToken("d"), Cwd: "/tmp"},
+		{Owner: caller.FromToken("d"), Env: []string{"1X=1"}},
+		{Owner: caller.FromToken("d"), TTL: 48 * time.Hour},
+		{Owner: caller.FromToken("d"), Limits: jail.Limits{Pids: 1}},
+		{}, // nobody's
 	} {
 		if _, err := m.Create(bg, o); !jail.IsInvalid(err) {
 			t.Errorf("Create(%+v) = %v, want invalid", o, err)

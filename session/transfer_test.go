@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/caller"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -33,7 +34,7 @@ func filesServer(t *testing.T, m *session.Manager) *httptest.Server {
 	}, files.Options{Stall: 10 * time.Minute})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/files/{id}/{path...}", func(w http.ResponseWriter, r *http.Request) {
-		s, err := m.Get("a", r.PathValue("id"))
+		s, err := m.Get(caller.FromToken("a"), r.PathValue("id"))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
@@ -80,10 +81,10 @@ func TestStalledDownload(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		m, _ := newManager(t, session.Config{})
 		srv := filesServer(t, m)
-		s := create(t, m, session.Options{Owner: "a"})
+		s := create(t, m, session.Options{Owner: caller.FromToken("a")})
 		stallDownload(t, srv, s)
 		done := make(chan error, 1)
-		go func() { done <- m.Delete("a", s.ID()) }()
+		go func() { done <- m.Delete(caller.FromToken("a"), s.ID()) }()
 		select {
 		case err := <-done:
 			if err != nil {
@@ -99,9 +100,9 @@ func TestStalledDownload(t *testing.T) {
 		const life = 5 * time.Second
 		m, _ := newManager(t, session.Config{TTL: life, MaxLifetime: life, ReapInterval: 50 * time.Millisecond})
 		srv := filesServer(t, m)
-		stalled := create(t, m, session.Options{Owner: "a"})
+		stalled := create(t, m, session.Options{Owner: caller.FromToken("a")})
 		stallDownload(t, srv, stalled)
-		idle := create(t, m, session.Options{Owner: "a"})
+		idle := create(t, m, session.Options{Owner: caller.FromToken("a")})
 		for _, s := range []*session.Session{stalled, idle} {
 			select {
 			case <-s.Done():

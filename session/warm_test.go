@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
@@ -30,7 +31,7 @@ func waitPrestarted(t *testing.T, s *session.Session) {
 // runs in a fresh sandbox; with Config.NoPrestart no call is prestarted.
 func TestPrestartedCalls(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
-	s := create(t, m, session.Options{Owner: "a", Env: []string{"S=s"}})
+	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Env: []string{"S=s"}})
 	tests := []struct {
 		name         string
 		call         session.Call
@@ -80,7 +81,7 @@ func TestPrestartedCalls(t *testing.T) {
 
 	t.Run("NoPrestart", func(t *testing.T) {
 		m, _ := newManager(t, session.Config{NoPrestart: true})
-		s := create(t, m, session.Options{Owner: "a"})
+		s := create(t, m, session.Options{Owner: caller.FromToken("a")})
 		for range 2 {
 			if res := shell(t, s, "true"); res.Prestarted {
 				t.Errorf("a prestarted call with NoPrestart: %+v", res)
@@ -99,7 +100,7 @@ func TestPrestartedCalls(t *testing.T) {
 // visible.
 func TestPrestartIsolation(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
-	s := create(t, m, session.Options{Owner: "a", Limits: jail.Limits{Pids: 32}})
+	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Limits: jail.Limits{Pids: 32}})
 	waitPrestarted(t, s)
 	res, err := s.Run(bg, &session.Call{Shell: `sleep 1000 & b() { b | b & }; b; sleep 2`, Command: jail.Command{Timeout: 5 * time.Second}})
 	if err != nil {

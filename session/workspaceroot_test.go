@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
@@ -36,7 +37,7 @@ func TestWorkspaceRoot(t *testing.T) {
 			t.Errorf("session Close: %v", err)
 		}
 	})
-	s := create(t, m, session.Options{Owner: "me"})
+	s := create(t, m, session.Options{Owner: caller.FromToken("me")})
 	if filepath.Dir(s.Dir()) != root {
 		t.Fatalf("Dir %s, want one in %s", s.Dir(), root)
 	}
@@ -49,7 +50,7 @@ func TestWorkspaceRoot(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(s.Dir(), "sub", "f")); err != nil || string(data) != "hi\n" {
 		t.Errorf("on the host: %q, %v", data, err)
 	}
-	if err := m.Delete("me", s.ID()); err != nil {
+	if err := m.Delete(caller.FromToken("me"), s.ID()); err != nil {
 		t.Fatal(err)
 	}
 	if ents, _ := os.ReadDir(root); len(ents) > 0 {

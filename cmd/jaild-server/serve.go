@@ -86,6 +86,8 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringFlag{Name: "max-body", Value: "1M", EnvVars: []string{"JAILD_MAX_BODY"}, Usage: "largest request body (the request's stdin travels in it)"},
 		&cli.IntFlag{Name: "max-conns", Value: server.DefaultMaxConns, EnvVars: []string{"JAILD_MAX_CONNS"}, Usage: "open connections at most; a new one takes the place of the longest-idle one, or waits in the kernel's backlog"},
 		&cli.IntFlag{Name: "max-conns-per-peer", Value: server.DefaultMaxConnsPerPeer, EnvVars: []string{"JAILD_MAX_CONNS_PER_PEER"}, Usage: "open connections of one remote IP or unix-socket uid at most; beyond it the peer's longest-idle one is closed, or the new one if none is idle (0: no cap)"},
+		&cli.Int64Flag{Name: "min-body-rate", Value: server.DefaultMinBodyRate, EnvVars: []string{"JAILD_MIN_BODY_RATE"}, Usage: "slowest a request body may arrive, in bytes/s on average after --body-rate-grace; a slower one is cut with 408 (0: no minimum)"},
+		&cli.DurationFlag{Name: "body-rate-grace", Value: server.DefaultBodyRateGrace, EnvVars: []string{"JAILD_BODY_RATE_GRACE"}, Usage: "how long a request body may take before --min-body-rate applies"},
 		&cli.StringFlag{Name: "audit-log", Value: "-", EnvVars: []string{"JAILD_AUDIT_LOG"}, Usage: `file to append one JSON line per run to; "-" is stderr, "off" none`},
 		&cli.BoolFlag{Name: "audit-command", EnvVars: []string{"JAILD_AUDIT_COMMAND"}, Usage: "put each run's command in the audit log, not only its SHA-256"},
 		&cli.DurationFlag{Name: "grace", Value: server.DefaultShutdownGrace, EnvVars: []string{"JAILD_GRACE"}, Usage: "on SIGTERM, once drained, how long running commands may finish before they are killed"},
@@ -162,6 +164,15 @@ func serveAction(c *cli.Context) error {
 		return command.UsageError("--max-conns-per-peer %d: must not be negative (0: no cap)", perPeer)
 	case perPeer == 0:
 		perPeer = -1
+	}
+	minRate := c.Int64("min-body-rate")
+	switch {
+	case minRate < 0:
+		return command.UsageError("--min-body-rate %d: must not be negative (0: no minimum)", minRate)
+	case c.Duration("body-rate-grace") <= 0:
+		return command.UsageError("--body-rate-grace %v: must be positive", c.Duration("body-rate-grace"))
+	case minRate == 0:
+		minRate = -1
 	}
 	var tokens *server.Tokens
 	if path := c.String("token-file"); path != "" {
@@ -254,6 +265,8 @@ func serveAction(c *cli.Context) error {
 			ShutdownGrace:  c.Duration("grace"),
 			// Zero there is the default; no cap (--max-conns-per-peer 0) is -1.
 			MaxConnsPerPeer: perPeer,
+			MinBodyRate:     minRate, // likewise
+			BodyRateGrace:   c.Duration("body-rate-grace"),
 		},
 	}
 	if mcpOpts != nil {

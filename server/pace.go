@@ -1,0 +1,144 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+)
+
+// A request body must keep coming. A client that sends its body slowly
+// holds a connection, one of --max-conns, that never counts as idle; a few
+// hundred of them at a byte a second would keep every other client out for
+// as long as the body timeout. So every body, once the handler starts, is
+// read through a pacedBody: after Options.BodyRateGrace it must have
+// arrived at Options.MinBodyRate on average, or its read fails and the
+// handler answers 408. And when the server is full, a connection still
+// sending its request after staleNewConn may be taken for another peer's
+// (see connLimiter.reclaimSlowLocked).
+
+// slowBodyError is the error a paced body's read fails with once the body
+// falls behind, or its connection was taken for another peer's. It is a
+// timeout (net.Error) wrapping os.ErrDeadlineExceeded, as a read past a
+// deadline is, so that handlers answer it as one.
+type slowBodyError struct{ msg string }
+
+func (e *slowBodyError) Error() string   { return e.msg }
+func (e *slowBodyError) Timeout() bool   { return true }
+func (e *slowBodyError) Temporary() bool { return false }
+func (e *slowBodyError) Unwrap() error   { return os.ErrDeadlineExceeded }
+
+// pacedBody is a request body whose reads must keep up with a minimum
+// rate, by a read deadline set before each read: the n bytes read so far
+// must have come within grace + n/rate of the start.
+type pacedBody struct {
+	body  io.ReadCloser
+	rc    *http.ResponseController
+	tc    *trackedConn // nil when not served through a connLimiter
+	start time.Time
+	rate  int64 // bytes per second; 0: no minimum
+	grace time.Duration
+
+	// limit, if not zero, is a deadline the handler set for the whole
+	// body (limitBody).
+	limit time.Time
+	n     int64
+	err   error
+	done  bool
+}
+
+// paceBodies serves next with every request body paced (see pacedBody), and
+// tells the connection limiter when a request has been received whole.
+func (s *Server) paceBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tc, _ := r.Context().Value(connKey{}).(*trackedConn)
+		if r.Body == nil || r.Body == http.NoBody {
+			tc.received()
+			next.ServeHTTP(w, r)
+			return
+		}
+		b := &pacedBody{body: r.Body, rc: http.NewResponseController(w), tc: tc, start: time.Now(),
+			rate: max(s.opts.MinBodyRate, 0), grace: s.opts.BodyRateGrace}
+		defer b.finish()
+		r2 := r.WithContext(r.Context()) // a shallow copy: handlers must not modify r
+		r2.Body = b
+		next.ServeHTTP(w, r2)
+	})
+}
+
+// limitBody sets a deadline for the whole of r's body, on top of its pace.
+func limitBody(rc *http.ResponseController, r *http.Request, deadline time.Time) {
+	if b, ok := r.Body.(*pacedBody); ok {
+		b.limit = deadline
+		return
+	}
+	_ = rc.SetReadDeadline(deadline)
+}
+
+func (b *pacedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	deadline, paced := b.limit, false
+	if b.rate > 0 {
+		d := b.start.Add(b.grace + time.Duration(float64(b.n)/float64(b.rate)*float64(time.Second)))
+		if deadline.IsZero() || d.Before(deadline) {
+			deadline, paced = d, true
+		}
+	}
+	_ = b.rc.SetReadDeadline(deadline)
+	// After the deadline is set: a connection taken for another peer
+	// meanwhile has had its deadline moved to now (or sees its mark here).
+	if b.tc.wasTaken() {
+		b.err = errTaken
+		return 0, b.err
+	}
+	n, err := b.body.Read(p)
+	b.n += int64(n)
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		switch {
+		case b.tc.wasTaken():
+			b.err = errTaken
+		case paced:
+			b.err = &slowBodyError{fmt.Sprintf("request body arrived slower than %d bytes/s (%d bytes in %v)",
+				b.rate, b.n, time.Since(b.start).Round(time.Millisecond))}
+		default:
+			b.err = err
+		}
+		return n, b.err
+	case err != nil:
+		if ferr := b.finish(); ferr != nil {
+			b.err = ferr
+			return n, ferr
+		}
+	}
+	return n, err
+}
+
+func (b *pacedBody) Close() error { return b.body.Close() }
+
+// finish lifts the body's deadline and tells the connection limiter that
+// the request is received, once; it fails if the connection was taken for
+// another peer's before that.
+func (b *pacedBody) finish() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	if !b.tc.received() {
+		return errTaken
+	}
+	// net/http reads on in the background once the body is read, to
+	// notice a client that goes away: a deadline left would end that read
+	// and so cancel the request as if the client had gone.
+	_ = b.rc.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// errTaken fails the body read of a request whose connection was taken
+// for another peer's.
+var errTaken = &slowBodyError{"the server is full and this connection was closed for another client's: " +
+	"its request was still arriving"}
