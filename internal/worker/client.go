@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/internal/fdpass"
 	"io"
 	"log/slog"
 	"net"
@@ -578,7 +579,7 @@ func receiveListener(ctx context.Context, conn *net.UnixConn, eg *jail.Egress) (
 	if n == 0 {
 		return nil, nil, io.ErrUnexpectedEOF
 	}
-	fds, perr := parseRights(oob[:oobn])
+	fds, perr := fdpass.Parse(oob[:oobn])
 	if b[0] != egressMark {
 		for _, fd := range fds {
 			unix.Close(fd)

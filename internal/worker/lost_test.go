@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/internal/fdpass"
 	"net"
 	"os"
 	"testing"
@@ -33,7 +34,7 @@ func TestDeadWorkerDownOrLost(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			fds, err := parseRights(oob[:oobn])
+			fds, err := fdpass.Parse(oob[:oobn])
 			if err != nil || len(fds) == 0 {
 				return fmt.Errorf("run message: %v %w", fds, err)
 			}

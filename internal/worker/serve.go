@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/internal/fdpass"
 	"io"
 	"log/slog"
 	"math/bits"
@@ -108,7 +109,7 @@ func Serve(ctx context.Context, ctl *net.UnixConn, base Runner, ws Workspaces, l
 			}
 			return fmt.Errorf("read control connection: %w", err)
 		}
-		fds, perr := parseRights(oob[:oobn])
+		fds, perr := fdpass.Parse(oob[:oobn])
 		if perr == nil && flags&unix.MSG_CTRUNC != 0 {
 			perr = errors.New("descriptors truncated")
 		}
@@ -299,22 +300,6 @@ func fdConn(fd int) (*net.UnixConn, error) {
 		return nil, fmt.Errorf("run socket: %w", err)
 	}
 	return nc.(*net.UnixConn), nil
-}
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for i := range msgs {
-		got, err := unix.ParseUnixRights(&msgs[i])
-		if err != nil {
-			return fds, err
-		}
-		fds = append(fds, got...)
-	}
-	return fds, nil
 }
 
 // serveRun serves one run: fds are its socket and the descriptors flags

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/internal/fdpass"
 	"net"
 	"os"
 	"sync"
@@ -125,7 +126,7 @@ func receiveWorkspaceListener(conn *net.UnixConn) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	fds, err := parseRights(oob[:oobn])
+	fds, err := fdpass.Parse(oob[:oobn])
 	if err == nil && (n != 1 || b[0] != egressMark || len(fds) != 1 || flags&unix.MSG_CTRUNC != 0) {
 		err = fmt.Errorf("proxy listener message of %d bytes with %d descriptors", n, len(fds))
 	}

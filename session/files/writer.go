@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/internal/fdpass"
 	"io"
 	"os"
 	"os/exec"
@@ -90,7 +91,7 @@ func serveWriter(sock int) int {
 		}
 		switch buf[0] {
 		case 'f':
-			fds, err := parseRights(oob[:oobn])
+			fds, err := fdpass.Parse(oob[:oobn])
 			if err != nil || len(fds) != 1 {
 				return 2
 			}
@@ -141,22 +142,6 @@ func errnoOf(err error) unix.Errno {
 		return errno
 	}
 	return unix.EIO
-}
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for i := range msgs {
-		f, err := unix.ParseUnixRights(&msgs[i])
-		if err != nil {
-			return nil, err
-		}
-		fds = append(fds, f...)
-	}
-	return fds, nil
 }
 
 // writer is the daemon's end of a running writer process.
