@@ -140,7 +140,9 @@ func TestShellEach(t *testing.T) {
 	if st := e.Status(); st.Shell != ShellEach {
 		t.Fatalf("shell mode %q, want each detected", st.Shell)
 	}
-	sh := func(src string) Input { return Input{Command: "/bin/sh", Args: []string{"-c", src}, Shell: &Shell{Source: src}} }
+	sh := func(src string) Input {
+		return Input{Command: "/bin/sh", Args: []string{"-c", src}, Shell: &Shell{Source: src}}
+	}
 	for _, tc := range []struct {
 		name   string
 		in     Input
