@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,10 +28,43 @@ var ErrUnavailable = errors.New("sandboxes are unavailable for a moment, try aga
 var ErrDenied = errors.New("policy denied the command")
 
 // DeniedError is a policy's refusal, with the message the caller gets
-// ("Command not allowed: rm", "Policy deny-all is active: ...").
-type DeniedError struct{ Message string }
+// ("Command not allowed: rm", "Policy deny-all is active: ...") and what
+// the policy said of it.
+type DeniedError struct {
+	Message string
+	// Reasons are the policy's own explanations; none when it gives none.
+	Reasons []string
+	// DeniedCommand is the simple command of a shell string that was
+	// refused; empty for an argv request or when no one command was.
+	DeniedCommand string
+}
 
-func (e *DeniedError) Error() string { return e.Message }
+// Denial is what the wire carries of e beside the message; nil when the
+// policy said nothing more.
+func (e *DeniedError) Denial() *Denial {
+	if e.DeniedCommand == "" && len(e.Reasons) == 0 {
+		return nil
+	}
+	return &Denial{Reasons: e.Reasons, DeniedCommand: e.DeniedCommand}
+}
+
+// Error is Message, then a line "refused: <command>" and a line
+// "reason: <reason>" per reason, if any: the first line is always the
+// message alone.
+func (e *DeniedError) Error() string {
+	if e.DeniedCommand == "" && len(e.Reasons) == 0 {
+		return e.Message
+	}
+	var b strings.Builder
+	b.WriteString(e.Message)
+	if e.DeniedCommand != "" {
+		b.WriteString("\nrefused: " + e.DeniedCommand)
+	}
+	for _, r := range e.Reasons {
+		b.WriteString("\nreason: " + r)
+	}
+	return b.String()
+}
 
 // Is makes errors.Is(err, ErrDenied) true.
 func (e *DeniedError) Is(target error) bool { return target == ErrDenied }

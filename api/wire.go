@@ -123,8 +123,10 @@ type Response struct {
 //
 // A policy denial has the policy-runner convention's shape, and still the
 // code every other error has: {"error":"policy_denied","message":"Command
-// not allowed: rm","code":"policy_denied"}. Other errors carry their
-// message in Error and no Message; Text returns the message of either.
+// not allowed: rm","code":"policy_denied"}, with reasons and
+// denied_command added when the policy explains itself. Other errors carry
+// their message in Error and no Message; Text returns the message of
+// either.
 type ErrorResponse struct {
 	// Error is the message, or for a policy denial the word
 	// "policy_denied" (the convention's error name).
@@ -136,6 +138,20 @@ type ErrorResponse struct {
 	Code string `json:"code"`
 	// Field names the request field at fault, for Code "invalid".
 	Field string `json:"field,omitempty"`
+	// Denial is what the policy said of a denial, if anything; Message
+	// ends with it too, a line each (see DeniedError.Error). A pointer,
+	// so that ErrorResponse stays comparable.
+	*Denial
+}
+
+// Denial explains a policy denial: its fields are in the 403 body and
+// /raw's error event, beside the message.
+type Denial struct {
+	// Reasons are the policy's own explanations.
+	Reasons []string `json:"reasons,omitempty"`
+	// DeniedCommand is the simple command of a shell string that was
+	// refused, as argv in shell words.
+	DeniedCommand string `json:"denied_command,omitempty"`
 }
 
 // Text is the message for a human: Message when there is one, else Error.
@@ -162,7 +178,7 @@ func NewErrorResponse(code, message string) *ErrorResponse {
 //	{"event":"stdout","data_b64":"..."}
 //	{"event":"stderr","data_b64":"..."}
 //	{"event":"exit","exitCode":0, ...Verdict}
-//	{"event":"error","message":"...","code":"..."}
+//	{"event":"error","message":"...","code":"...", "reasons":[...], "denied_command":"..."}
 //
 // exit and error are final: exactly one of them ends every stream that
 // started.
@@ -176,6 +192,8 @@ type Event struct {
 	*Verdict
 	Message string `json:"message,omitempty"`
 	Code    string `json:"code,omitempty"`
+	// Denial explains a policy denial, as in ErrorResponse.
+	*Denial
 }
 
 // Event kinds.

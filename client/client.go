@@ -237,7 +237,9 @@ func (c *Client) Raw(ctx context.Context, req *api.Request, stdout, stderr io.Wr
 			}
 			return &ev, nil
 		case api.EventError:
-			return nil, &APIError{ErrorResponse: *api.NewErrorResponse(ev.Code, ev.Message)}
+			e := api.NewErrorResponse(ev.Code, ev.Message)
+			e.Denial = ev.Denial
+			return nil, &APIError{ErrorResponse: *e}
 		}
 		// start, and kinds added later, carry nothing to act on.
 	}

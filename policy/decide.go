@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,15 +40,36 @@ type Decision struct {
 	Result Result
 	// Message is the denial for the caller, in the policy-runner
 	// convention's words; empty when Result is Allowed.
-	Message  string
-	Shadow   bool
-	Revision string
+	Message string
+	// Reasons say why a Denied request was denied: the policy's own
+	// messages (ReasonsQuery, DenyQuery), and in the ShellEach mode
+	// jaild's for what it refuses before asking. Empty otherwise, and when
+	// the set gives none.
+	Reasons []string
+	// DeniedCommand is the simple command of a denied shell string that
+	// was refused, as argv (see Command.String): in the ShellEach mode the
+	// first the policy denied; in the ShellWhole mode the first the policy
+	// denies when the string is that command alone. Empty in argv mode and
+	// when no command is refused on its own (a pattern over several, a
+	// construct that is not a command).
+	DeniedCommand string
+	Shadow        bool
+	Revision      string
 	// Input is what the policy saw.
 	Input *Input
 	Eval  time.Duration
 	// Cached is true when the answer is the set's earlier one to the same
 	// input (see decisioncache.go).
 	Cached bool
+}
+
+// answer is a decision's outcome, as the cache keeps it.
+type answer struct {
+	result  Result
+	message string
+	reasons []string
+	denied  string
+	cached  bool
 }
 
 // Decide completes in (see Complete) and evaluates the policy on it. id is
@@ -60,7 +82,8 @@ func (e *Engine) Decide(ctx context.Context, id string, in Input) Decision {
 	if st.set != nil {
 		d.Revision = st.set.revision
 	}
-	d.Result, d.Message, d.Cached = e.decide(ctx, st, &in)
+	a := e.decide(ctx, st, &in)
+	d.Result, d.Message, d.Reasons, d.DeniedCommand, d.Cached = a.result, a.message, slices.Clone(a.reasons), a.denied, a.cached
 	d.Eval = time.Since(start)
 	d.Allow = d.Result == Allowed || d.Shadow
 	if e.opts.Observer != nil {
@@ -72,48 +95,64 @@ func (e *Engine) Decide(ctx context.Context, id string, in Input) Decision {
 	return d
 }
 
-func (e *Engine) decide(ctx context.Context, st *state, in *Input) (Result, string, bool) {
+func (e *Engine) decide(ctx context.Context, st *state, in *Input) answer {
 	name := in.Command
 	if in.Shell != nil {
 		name = in.Shell.Source
 	}
 	if st.err != nil {
-		return DenyAll, "Policy deny-all is active: " + st.err.Error(), false
+		return answer{result: DenyAll, message: "Policy deny-all is active: " + st.err.Error()}
 	}
 	if in.Action != "" && in.Action != ActionRun {
-		r, msg := decideAction(ctx, st.set, in)
-		return r, msg, false
+		return decideAction(ctx, st.set, in)
 	}
 	if err := Complete(in, e.opts.Resolver); err != nil {
 		var pe *ParseError
 		if errors.As(err, &pe) {
-			return Unparsed, err.Error(), false
+			return answer{result: Unparsed, message: err.Error()}
 		}
-		return Unresolved, err.Error(), false
+		return answer{result: Unresolved, message: err.Error()}
 	}
+	if in.Shell != nil && st.shell == ShellEach {
+		return st.decideEach(ctx, in)
+	}
+	a := st.ask(ctx, in, name)
+	return a
+}
+
+// ask evaluates Query on in (completed), through the set's cache; a deny
+// comes with the set's reasons. name is what the messages call the
+// request.
+func (st *state) ask(ctx context.Context, in *Input, name string) answer {
 	v := in.value()
 	cache := st.cache
 	var h int
 	if cache != nil && in.size() <= maxCachedInput {
 		h = v.Hash()
-		if r, msg, ok := cache.get(v, h); ok {
-			return r, msg, true
+		if a, ok := cache.get(v, h); ok {
+			a.cached = true
+			return a
 		}
 	} else {
 		cache = nil
 	}
 	rs, err := st.set.query.Eval(ctx, rego.EvalParsedInput(v))
 	if err != nil {
-		return EvalError, fmt.Sprintf("Policy evaluation failed for '%s': %s", name, unrewrite(err.Error())), false
+		return answer{result: EvalError, message: fmt.Sprintf("Policy evaluation failed for '%s': %s", name, unrewrite(err.Error()))}
 	}
-	r, msg := Allowed, ""
+	a := answer{result: Allowed}
 	if !rs.Allowed() { // only a single boolean true allows
-		r, msg = Denied, "Command not allowed: "+name
+		a = answer{result: Denied, message: "Command not allowed: " + name, reasons: st.set.explain(ctx, v)}
+		if in.Shell != nil {
+			// The cache keeps the whole answer: find the refused command
+			// before putting it.
+			a.denied = st.refusedAlone(ctx, in)
+		}
 	}
 	if cache != nil {
-		cache.put(v, h, r, msg)
+		cache.put(v, h, a)
 	}
-	return r, msg, false
+	return a
 }
 
 // ActionQuery decides the requests that are not runs (Input.Action):
@@ -124,7 +163,7 @@ func (e *Engine) decide(ctx context.Context, st *state, in *Input) (Result, stri
 const ActionQuery = "data.sandbox.main.allow_action"
 
 // decideAction evaluates ActionQuery on in.
-func decideAction(ctx context.Context, s *set, in *Input) (Result, string) {
+func decideAction(ctx context.Context, s *set, in *Input) answer {
 	if in.Args == nil {
 		in.Args = []string{}
 	}
@@ -135,16 +174,17 @@ func decideAction(ctx context.Context, s *set, in *Input) (Result, string) {
 	if in.File != "" {
 		what += " " + in.File
 	}
-	rs, err := s.action.Eval(ctx, rego.EvalParsedInput(in.value()))
+	v := in.value()
+	rs, err := s.action.Eval(ctx, rego.EvalParsedInput(v))
 	switch {
 	case err != nil:
-		return EvalError, fmt.Sprintf("Policy evaluation failed for '%s': %s", what, unrewrite(err.Error()))
+		return answer{result: EvalError, message: fmt.Sprintf("Policy evaluation failed for '%s': %s", what, unrewrite(err.Error()))}
 	case len(rs) == 0: // undefined: the set does not decide actions
-		return Allowed, ""
+		return answer{result: Allowed}
 	case !rs.Allowed():
-		return Denied, "Not allowed by policy: " + what
+		return answer{result: Denied, message: "Not allowed by policy: " + what, reasons: s.explain(ctx, v)}
 	}
-	return Allowed, ""
+	return answer{result: Allowed}
 }
 
 // decisionLog writes one JSON line per decision. Lines are written whole
@@ -164,6 +204,8 @@ type logLine struct {
 	Allow     bool      `json:"allow"`
 	Shadow    bool      `json:"shadow,omitempty"`
 	Message   string    `json:"message,omitempty"`
+	Reasons   []string  `json:"reasons,omitempty"`
+	Denied    string    `json:"denied_command,omitempty"`
 	Revision  string    `json:"revision,omitempty"`
 	EvalUS    float64   `json:"eval_us"`
 	Cached    bool      `json:"cached,omitempty"`
@@ -184,6 +226,7 @@ func (l *decisionLog) write(id string, d *Decision) {
 	line, err := json.Marshal(logLine{
 		Time: time.Now().UTC(), RequestID: id, Caller: in.Caller, Input: &in,
 		Result: d.Result, Allow: d.Allow, Shadow: d.Shadow, Message: d.Message,
+		Reasons: d.Reasons, Denied: d.DeniedCommand,
 		Revision: d.Revision, EvalUS: float64(d.Eval.Nanoseconds()) / 1e3, Cached: d.Cached,
 	})
 	if err != nil {

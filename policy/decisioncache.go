@@ -33,29 +33,28 @@ type decisionCache struct {
 }
 
 type cachedDecision struct {
-	input   ast.Value
-	result  Result
-	message string
+	input ast.Value
+	a     answer // its reasons are shared: never modified
 }
 
-func (c *decisionCache) get(v ast.Value, h int) (Result, string, bool) {
+func (c *decisionCache) get(v ast.Value, h int) (answer, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, d := range c.m[h] {
 		if d.input.Compare(v) == 0 {
-			return d.result, d.message, true
+			return d.a, true
 		}
 	}
-	return "", "", false
+	return answer{}, false
 }
 
-func (c *decisionCache) put(v ast.Value, h int, r Result, msg string) {
+func (c *decisionCache) put(v ast.Value, h int, a answer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || c.n >= maxDecisions {
 		c.m, c.n = make(map[int][]cachedDecision), 0
 	}
-	c.m[h] = append(c.m[h], cachedDecision{input: v, result: r, message: msg})
+	c.m[h] = append(c.m[h], cachedDecision{input: v, a: a})
 	c.n++
 }
 

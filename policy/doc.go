@@ -19,7 +19,14 @@
 //
 // In shell mode the command string is parsed (mvdan.cc/sh) into every
 // simple command it would run, so that a policy can require each to be
-// allowed and deny what it cannot see (Shell.Dynamic); see ParseShell.
+// allowed and deny what it cannot see (Shell.Dynamic); see ParseShell. A
+// set written for argv requests is asked about each command instead
+// (ShellEach), and jaild refuses what is dynamic itself.
+//
+// A deny explains itself when the set does: Decision.Reasons are its
+// ReasonsQuery and DenyQuery messages, asked only after a deny, and
+// Decision.DeniedCommand the shell string's simple command refused
+// (explain.go).
 //
 // Two caches keep a decision cheap, each exact: Root's resolutions, valid
 // while the directories and files they depend on are unchanged

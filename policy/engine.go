@@ -45,6 +45,9 @@ type Options struct {
 	Dir string
 	// Mode is Enforce when empty.
 	Mode Mode
+	// Shell says who decides the commands of a shell string (ShellMode);
+	// ShellAuto when empty.
+	Shell ShellMode
 	// Resolver resolves commands to files; nil resolves on the host as a
 	// sandbox over the host's /usr would (NewRoot("/")).
 	Resolver Resolver
@@ -106,6 +109,8 @@ type state struct {
 	// missing is the error of the last load when it found no directory
 	// and kept this set, the last good one.
 	missing error
+	// shell is the set's ShellMode: ShellWhole or ShellEach.
+	shell ShellMode
 }
 
 // Open loads opts.Dir and starts watching it. A set that fails to load is
@@ -121,6 +126,9 @@ func Open(opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	opts.Mode = mode
+	if opts.Shell, err = ParseShellMode(string(opts.Shell)); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
 	if opts.Resolver == nil {
 		opts.Resolver = NewRoot("/")
 	}
@@ -157,6 +165,9 @@ func (e *Engine) Close() error {
 type Status struct {
 	Dir  string `json:"dir"`
 	Mode Mode   `json:"mode"`
+	// Shell is the active set's ShellMode (ShellWhole or ShellEach);
+	// empty in deny-all.
+	Shell ShellMode `json:"shell_mode,omitempty"`
 	// Revision is the active set's: a hash of its files' paths and
 	// contents. Empty in deny-all.
 	Revision string `json:"revision,omitempty"`
@@ -176,7 +187,7 @@ func (e *Engine) Status() Status {
 	if st.err != nil {
 		s.DenyAll, s.Error = true, st.err.Error()
 	} else {
-		s.Revision, s.Files = st.set.revision, len(st.set.files)
+		s.Revision, s.Files, s.Shell = st.set.revision, len(st.set.files), st.shell
 	}
 	if st.missing != nil {
 		s.Error = st.missing.Error()
@@ -208,6 +219,7 @@ func (e *Engine) reload() {
 	}
 	st := &state{set: s, err: err, loaded: time.Now()}
 	if err == nil {
+		st.shell = shellMode(e.opts.Shell, s.modules)
 		if st.nondet = nondeterministic(s.modules); st.nondet == "" {
 			st.cache = &decisionCache{}
 		}
@@ -217,7 +229,7 @@ func (e *Engine) reload() {
 	case err != nil:
 		e.log.Error("policy deny-all: the policy set does not load", "dir", e.opts.Dir, "err", err)
 	case prev == nil || prev.set == nil || prev.set.revision != s.revision:
-		args := []any{"dir", e.opts.Dir, "revision", s.revision, "files", len(s.files), "mode", e.opts.Mode}
+		args := []any{"dir", e.opts.Dir, "revision", s.revision, "files", len(s.files), "mode", e.opts.Mode, "shell_mode", st.shell}
 		if st.nondet != "" {
 			args = append(args, "decisions_cached", false, "because", st.nondet)
 		}

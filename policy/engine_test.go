@@ -28,7 +28,7 @@ func fakeRoot(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range []string{"date", "echo", "rm", "busybox", "env", "dash", "cat", "id", "git", "curl", "uname"} {
+	for _, p := range []string{"date", "echo", "rm", "busybox", "env", "dash", "bash", "cat", "id", "git", "curl", "uname"} {
 		if err := os.WriteFile(filepath.Join(dir, "usr/bin", p), []byte("#!/bin/true "+p+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,9 @@ type set struct {
 	query    rego.PreparedEvalQuery
 	network  rego.PreparedEvalQuery // NetworkQuery
 	action   rego.PreparedEvalQuery // ActionQuery
-	modules  map[string]*ast.Module // rewritten, for the tester
+	// explainers are ReasonsQuery and DenyQuery.
+	explainers []rego.PreparedEvalQuery
+	modules    map[string]*ast.Module // rewritten, for the tester
 }
 
 // loadDir parses every .rego file under dir, recursively, rewrites it for
@@ -104,6 +106,9 @@ func loadDir(ctx context.Context, dir string) (*set, error) {
 	s.action, err = rego.New(rego.Query(ActionQuery), rego.Compiler(c)).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s: %s", ActionQuery, unrewrite(err.Error()))
+	}
+	if s.explainers, err = prepareExplain(ctx, c); err != nil {
+		return nil, fmt.Errorf("prepare %s: %s", ReasonsQuery, unrewrite(err.Error()))
 	}
 	return s, nil
 }

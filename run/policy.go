@@ -33,7 +33,7 @@ func (d *decider) Run(ctx context.Context, req *Request) (*jail.Result, error) {
 	}
 	dec := d.engine.Decide(ctx, req.RequestID, policyInput(req, req.Spec, ""))
 	if !dec.Allow {
-		return nil, &api.DeniedError{Message: dec.Message}
+		return nil, deniedError(&dec)
 	}
 	return d.next.Run(ctx, req)
 }
@@ -49,10 +49,16 @@ func sessionCheck(e *policy.Engine, req *Request) func(context.Context, *jail.Sp
 	return func(ctx context.Context, spec *jail.Spec, workspace string) error {
 		dec := e.Decide(ctx, req.RequestID, policyInput(req, spec, workspace))
 		if !dec.Allow {
-			return &api.DeniedError{Message: dec.Message}
+			return deniedError(&dec)
 		}
 		return nil
 	}
+}
+
+// deniedError is the refusal of a denied decision, with what the policy
+// said of it.
+func deniedError(d *policy.Decision) error {
+	return &api.DeniedError{Message: d.Message, Reasons: d.Reasons, DeniedCommand: d.DeniedCommand}
 }
 
 // policyInput is what the policy sees of req run as s (req.Spec, or a

@@ -128,7 +128,7 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		if status == http.StatusInternalServerError {
 			s.log.Error("run failed", "request_id", st.requestID, "err", err)
 		}
-		st.emitLocked(&api.Event{Event: api.EventError, Message: e.Text(), Code: e.Code})
+		st.emitLocked(&api.Event{Event: api.EventError, Message: e.Text(), Code: e.Code, Denial: e.Denial})
 		return
 	}
 	v := api.VerdictOf(res)
@@ -385,6 +385,10 @@ func (s *Server) classify(err error, requestID string) (int, *api.ErrorResponse)
 	var ie *jail.InvalidError
 	if errors.As(err, &ie) {
 		e.Field = api.FieldOf(ie)
+	}
+	var de *api.DeniedError
+	if errors.As(err, &de) {
+		e.Denial = de.Denial()
 	}
 	if o.Code == api.CodeCanceled && s.draining.Load() {
 		e.Code, e.Error = api.CodeShuttingDown, "the server is shutting down: run killed"

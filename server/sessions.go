@@ -57,7 +57,7 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, in policy.Input
 	if d.Allow {
 		return true
 	}
-	s.writeRunError(w, r, &api.DeniedError{Message: d.Message}, false)
+	s.writeRunError(w, r, &api.DeniedError{Message: d.Message, Reasons: d.Reasons, DeniedCommand: d.DeniedCommand}, false)
 	return false
 }
 

@@ -17,9 +17,14 @@ import (
 var policyFlags = []cli.Flag{
 	&cli.StringFlag{Name: "policy-dir", EnvVars: []string{"JAILD_POLICY_DIR", "POLICY_DIR"}, Usage: "directory of .rego files deciding data.sandbox.main.allow before every run; a set that does not load denies everything (default: none, every command allowed)"},
 	&cli.StringFlag{Name: "policy-mode", Value: string(policy.Enforce), EnvVars: []string{"JAILD_POLICY_MODE"}, Usage: `"enforce", or "shadow": log what the policy would deny and run it anyway`},
+	policyShellModeFlag,
 	&cli.StringFlag{Name: "decision-log", EnvVars: []string{"JAILD_DECISION_LOG"}, Usage: `file to append one JSON line per policy decision to ("-": stderr)`},
 	&cli.BoolFlag{Name: "decision-log-env", EnvVars: []string{"JAILD_DECISION_LOG_ENV"}, Usage: "put env values in the decision log (redacted otherwise: env is where callers put secrets)"},
 }
+
+// policyShellModeFlag is who decides the simple commands of a shell string.
+var policyShellModeFlag = &cli.StringFlag{Name: "policy-shell-mode", Value: string(policy.ShellAuto), EnvVars: []string{"JAILD_POLICY_SHELL_MODE"},
+	Usage: `shell strings: "whole" (the set decides the parse, input.shell), "each" (jaild asks data.sandbox.main.allow per simple command, as argv, and refuses anything dynamic: for sets written for argv requests), or "auto": each for a set that routes on data.sandbox[input.command] and never reads input.shell`}
 
 // openPolicy opens the --policy-dir engine, or returns nil without one.
 // A set that fails to load is no error: the engine starts in deny-all and
@@ -34,6 +39,10 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 	if err != nil {
 		return nil, nil, command.UsageError("--policy-mode: %v", err)
 	}
+	shell, err := policy.ParseShellMode(c.String("policy-shell-mode"))
+	if err != nil {
+		return nil, nil, command.UsageError("--policy-shell-mode: %v", err)
+	}
 	var dlog io.WriteCloser
 	switch path := c.String("decision-log"); path {
 	case "":
@@ -46,7 +55,7 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 		}
 		dlog = f
 	}
-	opts := policy.Options{Dir: dir, Mode: mode, Logger: log.With("part", "policy"), LogEnv: c.Bool("decision-log-env"), Observer: obs}
+	opts := policy.Options{Dir: dir, Mode: mode, Shell: shell, Logger: log.With("part", "policy"), LogEnv: c.Bool("decision-log-env"), Observer: obs}
 	if dlog != nil {
 		opts.DecisionLog = dlog
 	}
@@ -84,7 +93,7 @@ func healthOfPolicy(e *policy.Engine) func() (string, bool) {
 		if st.DenyAll {
 			return "deny-all: " + st.Error, false
 		}
-		h := fmt.Sprintf("ok %s (%s, %d files)", st.Revision, st.Mode, st.Files)
+		h := fmt.Sprintf("ok %s (%s, %d files, shell %s)", st.Revision, st.Mode, st.Files, st.Shell)
 		if st.Error != "" { // the directory is missing: the last good set stays
 			h += "; reload failed, keeping this revision: " + st.Error
 		}

@@ -80,7 +80,9 @@ var policyEvalCommand = &cli.Command{
 does (resolves the command on this host, hashes it, parses a shell string) and
 evaluates data.sandbox.main.allow. Prints the decision as JSON: allow, result
 (allow, deny, deny_all, eval_error, resolve_error, parse_error), the message a
-caller would get, the set's revision, and the input the policy saw.
+caller would get with the policy's reasons (data.sandbox.main.reasons and
+deny) and, for a shell string, the command refused, the set's revision, and
+the input the policy saw.
 
 The input takes the fields of the policy's input: command, args, env, cwd,
 caller, front_end, session_id, limits, background, and for shell mode shell,
@@ -92,6 +94,7 @@ Exit status: 0 allowed; 1 denied (whatever the reason); 2 the set does not
 load; 125 usage error (no input, input not JSON).`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "input", Aliases: []string{"i"}, Usage: `file holding the input document, "-" for stdin (required; may follow DIR)`},
+		policyShellModeFlag,
 	},
 	Action:       policyEvalAction,
 	OnUsageError: command.OnUsageError,
@@ -113,14 +116,18 @@ func policyEvalAction(c *cli.Context) error {
 	if err != nil {
 		return command.UsageError("--input: %v", err)
 	}
-	e, err := policy.Open(policy.Options{Dir: dir, NoWatch: true})
+	shell, err := policy.ParseShellMode(c.String("policy-shell-mode"))
+	if err != nil {
+		return command.UsageError("--policy-shell-mode: %v", err)
+	}
+	e, err := policy.Open(policy.Options{Dir: dir, Shell: shell, NoWatch: true})
 	if err != nil {
 		return command.UsageError("%v", err)
 	}
 	defer e.Close()
 	d := e.Decide(c.Context, "", in)
 	out, err := json.MarshalIndent(evalOutput{
-		Allow: d.Allow, Result: d.Result, Message: d.Message,
+		Allow: d.Allow, Result: d.Result, Message: d.Message, Reasons: d.Reasons, DeniedCommand: d.DeniedCommand, ShellMode: e.Status().Shell,
 		Revision: d.Revision, EvalUS: float64(d.Eval.Nanoseconds()) / 1e3, Input: d.Input,
 	}, "", "  ")
 	if err != nil {
@@ -137,12 +144,16 @@ func policyEvalAction(c *cli.Context) error {
 }
 
 type evalOutput struct {
-	Allow    bool          `json:"allow"`
-	Result   policy.Result `json:"result"`
-	Message  string        `json:"message,omitempty"`
-	Revision string        `json:"revision,omitempty"`
-	EvalUS   float64       `json:"eval_us"`
-	Input    *policy.Input `json:"input"`
+	Allow   bool          `json:"allow"`
+	Result  policy.Result `json:"result"`
+	Message string        `json:"message,omitempty"`
+	Reasons []string      `json:"reasons,omitempty"`
+	// DeniedCommand is the shell string's refused command.
+	DeniedCommand string           `json:"denied_command,omitempty"`
+	ShellMode     policy.ShellMode `json:"shell_mode,omitempty"`
+	Revision      string           `json:"revision,omitempty"`
+	EvalUS        float64          `json:"eval_us"`
+	Input         *policy.Input    `json:"input"`
 }
 
 // evalArgs reads DIR and --input from what the flag parser left: urfave/cli

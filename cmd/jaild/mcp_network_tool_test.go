@@ -71,9 +71,10 @@ func TestMCPNetworkTool(t *testing.T) {
 	if res.IsError || out["exitCode"] != 0.0 || len(out["stdout"].(string)) < 10 {
 		t.Errorf("date: isError %v, %v %s", res.IsError, out, textOf(res))
 	}
-	// Denied: nothing runs, the convention's words.
+	// Denied: nothing runs, the convention's words, then the policy's
+	// reasons.
 	res, _ = callTool("run_network_tool", map[string]any{"executable": "rm", "args": []string{"-rf", "/work"}})
-	if !res.IsError || textOf(res) != "Command not allowed: rm" {
+	if !res.IsError || textOf(res) != "Command not allowed: rm\nreason: rm: no package sandbox.rm allows it" {
 		t.Errorf("rm: isError %v, %q", res.IsError, textOf(res))
 	}
 	// More than a MiB of output, from args the example's echo allows:

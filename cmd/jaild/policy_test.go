@@ -103,6 +103,7 @@ func TestPolicyEval(t *testing.T) {
 		stdin      string
 		wantCode   int
 		wantResult string
+		wantOut    string
 		check      func(t *testing.T, in map[string]any)
 	}{
 		{name: "allowed from a file", args: []string{dir, "--input", inputFile}, wantResult: "allow",
@@ -128,6 +129,11 @@ func TestPolicyEval(t *testing.T) {
 					t.Errorf("shell commands %v, want date,rm", names)
 				}
 			}},
+		// The router is the convention's, written for argv: each simple
+		// command is asked about in turn.
+		{name: "shell each", args: []string{dir, "--input", "-"}, stdin: `{"shell":"date && date"}`, wantResult: "allow", wantOut: `"shell_mode": "each"`},
+		{name: "shell each denied", args: []string{dir, "--input", "-"}, stdin: `{"shell":"date; rm -rf /"}`, wantCode: 1, wantResult: "deny", wantOut: `"denied_command": "rm -rf /"`},
+		{name: "shell whole", args: []string{"--policy-shell-mode", "whole", dir, "--input", "-"}, stdin: `{"shell":"date"}`, wantCode: 1, wantResult: "deny", wantOut: `"shell_mode": "whole"`},
 		{name: "unresolvable", args: []string{dir, "--input", "-"}, stdin: `{"command":"no-such-command-jaild"}`, wantCode: 1, wantResult: "resolve_error"},
 		{name: "set does not load", args: []string{noLoad, "--input", "-"}, stdin: `{"command":"date"}`, wantCode: 2, wantResult: "deny_all"},
 		{name: "no input", args: []string{dir}, wantCode: api.ExitUsage},
@@ -161,6 +167,9 @@ func TestPolicyEval(t *testing.T) {
 			}
 			if (d.Revision == "") != (tt.wantResult == "deny_all") {
 				t.Errorf("revision %q with result %q", d.Revision, d.Result)
+			}
+			if !strings.Contains(string(out), tt.wantOut) {
+				t.Errorf("output does not have %s:\n%s", tt.wantOut, out)
 			}
 			if tt.check != nil {
 				tt.check(t, d.Input)

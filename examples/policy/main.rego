@@ -2,7 +2,8 @@
 # routed to the package named after its command (sandbox.curl for curl),
 # whose allow decides; its allow_env must also hold if the caller forwards
 # any env. In shell mode every command of the parsed string must be allowed
-# that way, nothing in it may be dynamic, and no blocked pattern may match.
+# that way, nothing in it may be dynamic; in either, no blocked pattern may
+# match. reasons says why a request is denied, for the caller.
 package sandbox.main
 
 default allow := false
@@ -12,6 +13,7 @@ allow if {
 	not input.shell
 	command_allowed(input)
 	env_allowed(input)
+	count(data.sandbox.main.blocked.reasons) == 0
 }
 
 # shell mode: /run with "command", MCP bash.
@@ -58,3 +60,45 @@ shell_command_allowed(c) if {
 env_allowed(c) if count(object.keys(c.env)) == 0
 
 env_allowed(c) if data.sandbox[c.command].allow_env with input as c
+
+# Why a request is denied. jaild asks this only after a deny, and returns
+# it with the denial (the 403 body, /raw's error event, the MCP tool error,
+# the decision log); it never decides.
+reasons contains r if some r in data.sandbox.main.blocked.reasons
+
+reasons contains refusal(input) if {
+	not input.shell
+	not command_allowed(input)
+}
+
+reasons contains refusal(c) if {
+	some sc in input.shell.commands
+	c := object.union(input, sc)
+	not shell_command_allowed(c)
+}
+
+reasons contains sprintf("not decidable before it runs: %s", [r]) if {
+	input.shell.dynamic
+	some r in input.shell.reasons
+}
+
+reasons contains "the shell string runs no command" if count(input.shell.commands) == 0
+
+reasons contains sprintf("env %s: sandbox.%s does not allow it (allow_env)", [concat(",", sort(object.keys(input.env))), input.command]) if {
+	not env_allowed(input)
+}
+
+refusal(c) := sprintf("%s: %s can be changed by the sandbox before it runs", [c.command, c.path]) if {
+	c.writable
+} else := sprintf("%s: not a program in the sandbox, and not an allowed builtin", [c.command]) if {
+	c.path == ""
+} else := sprintf("%s: no package sandbox.%s allows it", [c.command, c.command]) if {
+	not has_package(c)
+} else := sprintf("%s: resolves to %s, which is not a file named %s", [c.command, c.path, c.command]) if {
+	not named_as_command(c)
+} else := sprintf("%s: sandbox.%s does not allow the arguments %v", [c.command, c.command, c.args])
+
+# A command package has an allow (false by default); its tests do not.
+has_package(c) if {
+	_ := data.sandbox[c.command].allow with input as c
+}
