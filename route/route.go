@@ -330,8 +330,9 @@ func (rt *Router) newProxy() *httputil.ReverseProxy {
 }
 
 // forwardError answers a forwarded request that got no answer: 410 if the
-// peer could not be reached (it is gone, and its sessions with it), 503 if
-// it was reached and failed (the caller may retry).
+// peer could not be reached (it is gone, and its sessions with it), 502 if
+// it was reached and failed. Not 503: balancers retry 503 elsewhere
+// (HAProxy retry-on 503), and the peer may have run the command already.
 func (rt *Router) forwardError(w http.ResponseWriter, r *http.Request, err error) {
 	f := r.Context().Value(forwardKey{}).(*forwarding)
 	if r.Context().Err() != nil {
@@ -343,9 +344,8 @@ func (rt *Router) forwardError(w http.ResponseWriter, r *http.Request, err error
 		return
 	}
 	rt.log.Warn("forwarding to the session's node failed", "session", f.id, "node", f.target.Addr.String(), "err", err)
-	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, &api.ErrorResponse{
-		Error: fmt.Sprintf("the node that holds session %s did not answer: retry", f.id), Code: api.CodeUnavailable})
+	writeError(w, http.StatusBadGateway, &api.ErrorResponse{
+		Error: fmt.Sprintf("the node that holds session %s failed to answer; the call may or may not have run", f.id), Code: api.CodeUnavailable})
 }
 
 // forwardedValue is the ForwardedHeader of a request forwarded at t on
