@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,6 +93,35 @@ func TestFleetE2E(t *testing.T) {
 		if code, data, _ := bob.do("GET", "/sessions/"+body.id, ""); code != 404 {
 			t.Errorf("bob reads alice's session: %d %s", code, data)
 		}
+	})
+
+	t.Run("hop", func(t *testing.T) {
+		// A session call served by its node and forwarded once, side by
+		// side, interleaved (docs/fleet.md has the figures).
+		owner := nodeOf(t, nodes, files.node)
+		var other *fleetNode
+		for _, n := range nodes {
+			if n != owner {
+				other = n
+			}
+		}
+		direct := &lbCaller{t: t, url: owner.d.url, token: ta}
+		via := &lbCaller{t: t, url: other.d.url, token: ta}
+		var local, forwarded []time.Duration
+		for range 15 {
+			for _, c := range []struct {
+				c *lbCaller
+				d *[]time.Duration
+			}{{direct, &local}, {via, &forwarded}} {
+				start := time.Now()
+				if out, node := c.c.runPath(files.id, "echo x"); out != "x" || node != owner.instance {
+					t.Fatalf("call: %q on %s", out, node)
+				}
+				*c.d = append(*c.d, time.Since(start))
+			}
+		}
+		t.Logf("session call (echo x): local median %v p90 %v; forwarded once median %v p90 %v",
+			quantile(local, 0.5), quantile(local, 0.9), quantile(forwarded, 0.5), quantile(forwarded, 0.9))
 	})
 
 	outer := t // what a subtest starts for the rest of the test
@@ -546,4 +576,10 @@ func (c *lbCaller) mcpBash(s *mcpSession, command string) string {
 		c.t.Errorf("MCP bash %q: %d %v", command, code, out)
 	}
 	return stdout
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))].Round(10 * time.Microsecond)
 }
