@@ -125,6 +125,7 @@ var outcomes = []struct {
 	// code) takes the first row of a code, and a command not found is
 	// what jaild run and remote report with 127.
 	{isErr(ErrNoSession), Outcome{CodeNotFound, VerdictNotFound, 404, ExitUsage}},
+	{isErr(ErrSessionLost), Outcome{CodeSessionLost, VerdictNotFound, 410, ExitUsage}},
 	{isErr(ErrLimit), Outcome{CodeLimit, VerdictRejected, 409, ExitUsage}},
 	{isErr(jail.ErrNotExecutable), Outcome{CodeNotExecutable, VerdictNotExecutable, 422, ExitNotExecutable}},
 	// A run ended by its caller, or by the daemon closing under it.

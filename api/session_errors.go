@@ -13,6 +13,10 @@ var (
 	// ErrLimit: a maximum number of sessions (per daemon, per caller) or
 	// of jobs per session is reached.
 	ErrLimit = errors.New("limit reached")
+	// ErrSessionLost: the session's node (in a fleet, the daemon that
+	// created it) is gone, and its workspace with it: unlike
+	// ErrNoSession, the caller had it until then, and must start anew.
+	ErrSessionLost = errors.New("session lost with its node")
 )
 
 // Mark gives err the identity of kind for errors.Is, keeping err's own

@@ -221,6 +221,7 @@ const (
 	CodeBusy             = "busy"                   // 429: admission queue full or wait expired
 	CodeShuttingDown     = "shutting_down"          // 503: the daemon is stopping
 	CodeDraining         = "draining"               // 503: the daemon takes no new sessions or one-shot runs; retry elsewhere
+	CodeSessionLost      = "session_lost"           // 410: the node that held the session is gone, and the session's workspace with it
 	CodeUnavailable      = "unavailable"            // 503: the daemon's worker is restarting; see Retry-After
 	CodeCanceled         = "canceled"               // 503: the run was cancelled
 	CodeNotRoot          = "not_root"               // 500: the daemon cannot build sandboxes

@@ -183,6 +183,14 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("daemon answered %d %s: %s (%s)", e.Status, http.StatusText(e.Status), e.Text(), e.Code)
 }
 
+// IsSessionLost reports whether err is the daemon's answer that the
+// session's node is gone (410 session_lost, in a fleet): its workspace and
+// files are lost, and retrying cannot help; create a new session.
+func IsSessionLost(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == api.CodeSessionLost
+}
+
 // Run calls POST /run.
 func (c *Client) Run(ctx context.Context, req *api.Request) (*api.Response, error) {
 	resp, err := c.post(ctx, "/run", req)

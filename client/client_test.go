@@ -1,14 +1,17 @@
 package client_test
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/client"
 )
 
@@ -74,5 +77,30 @@ func TestReadCAFile(t *testing.T) {
 	}
 	if _, err := client.ReadCAFile(filepath.Join(dir, "missing")); err == nil {
 		t.Error("ReadCAFile of a missing file succeeded")
+	}
+}
+
+// TestSessionLost: a fleet's 410 session_lost reaches the caller as such,
+// with the daemon's message.
+func TestSessionLost(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusGone)
+		w.Write([]byte(`{"error":"the node that held session S is gone (unreachable): its workspace and files are lost; create a new session","code":"session_lost"}`))
+	}))
+	defer srv.Close()
+	c, err := client.New(client.Options{Server: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Run(context.Background(), &api.Request{Command: "true", SessionID: "S"})
+	if !client.IsSessionLost(err) || !strings.Contains(err.Error(), "create a new session") {
+		t.Errorf("Run in a lost session: %v", err)
+	}
+	if api.CodeOutcome(api.CodeSessionLost).Status != http.StatusGone {
+		t.Errorf("session_lost outcome %+v", api.CodeOutcome(api.CodeSessionLost))
+	}
+	if _, err := c.Run(context.Background(), &api.Request{Command: "true"}); client.IsSessionLost(errors.New("x")) || err == nil {
+		t.Errorf("IsSessionLost of another error")
 	}
 }

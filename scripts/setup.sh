@@ -20,7 +20,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-pkgs=(libseccomp-dev libc6-dev pkg-config iproute2 procps psmisc jq python3 curl runc bubblewrap hyperfine busybox-static ca-certificates)
+pkgs=(libseccomp-dev libc6-dev pkg-config iproute2 procps psmisc jq python3 curl runc bubblewrap hyperfine busybox-static ca-certificates haproxy)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do

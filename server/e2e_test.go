@@ -127,6 +127,9 @@ type e2eInstall struct {
 	*testenv.Install
 	bin    string
 	marker string // unique per install, for finding its processes
+	// wrap, if set, is the command serve runs jaild under (nsenter into
+	// a network namespace): it must exec jaild in its own process.
+	wrap []string
 }
 
 func newE2EInstall(t *testing.T, bin string) *e2eInstall {
@@ -211,6 +214,9 @@ func (in *e2eInstall) serve(t *testing.T, args ...string) *daemon {
 		full = append(full, "--listen", "127.0.0.1:0")
 	}
 	d.cmd = exec.Command(in.bin, full...)
+	if in.wrap != nil {
+		d.cmd = exec.Command(in.wrap[0], append(append(in.wrap[1:len(in.wrap):len(in.wrap)], in.bin), full...)...)
+	}
 	d.cmd.Env = in.env()
 	var notJSON syncBuffer
 	d.cmd.Stderr = &lineWriter{fn: func(line []byte) {

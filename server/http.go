@@ -262,6 +262,16 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 		}
 		return nil, false
 	}
+	if id := r.PathValue("id"); id != "" {
+		// POST /sessions/{id}/run and /raw: the path names the session.
+		if req.SessionID != "" && req.SessionID != id {
+			err := &jail.InvalidError{Field: "session_id", Reason: "differs from the session in the path"}
+			s.audit.Rejected(CallerFromContext(r.Context()).String(), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
+			s.writeRunError(w, r, err, frontEnd == "raw")
+			return nil, false
+		}
+		req.SessionID = id
+	}
 	// The body was read to its end. Lift the deadline again: the server
 	// keeps reading the connection in the background to notice a client
 	// that goes away, and a deadline hitting that read would cancel the

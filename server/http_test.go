@@ -709,7 +709,7 @@ func TestOpenAPI(t *testing.T) {
 	}
 	for _, code := range []string{api.CodeInvalid, api.CodeBadJSON, api.CodeUnauthorized, api.CodeTooLarge,
 		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeNotExecutable, api.CodeLimit, api.CodeBusy,
-		api.CodeShuttingDown, api.CodeUnavailable, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal, api.CodeFileNotFound, api.CodeConflict, api.CodeNoSpace} {
+		api.CodeShuttingDown, api.CodeUnavailable, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal, api.CodeFileNotFound, api.CodeConflict, api.CodeNoSpace, api.CodeSessionLost} {
 		if !regexp.MustCompile(`enum: \[[^]]*\b` + code + `\b`).Match(doc) {
 			t.Errorf("openapi.yaml does not list error code %s", code)
 		}

@@ -99,6 +99,9 @@ type MCPOptions struct {
 	// argument. Nil, with Egress and Sessions: the sessions' calls have
 	// none.
 	SessionEgress func(caller string) (func(sessionID string) session.Egress, error)
+	// SessionID, if not nil, mints MCP session ids (in a fleet: ids that
+	// name this daemon, see package route); nil means the SDK's.
+	SessionID func() string
 	// Logger receives one line per tool call (never its output) and the
 	// SDK's messages; nil discards them.
 	Logger *slog.Logger
@@ -206,6 +209,7 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *m
 		// Tools only: no logging capability (the SDK's historical default),
 		// since jaild logs on its own side, never into the model's context.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		GetSessionID: o.SessionID,
 	})
 	if slices.Contains(o.Tools, ToolBash) {
 		mcp.AddTool(s, &mcp.Tool{

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
+	"github.com/jaild/jaild/route"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
@@ -107,6 +109,15 @@ type Options struct {
 
 	// Logger gets the server's own events; nil discards them.
 	Logger *slog.Logger
+
+	// Fleet, if not nil, routes each authenticated request for a
+	// session to the daemon that holds it (see package route, and
+	// fleet.go). Its ids must be the ones the Sessions manager and the
+	// MCP handler mint (session.Config.NewID, MCPOptions.SessionID).
+	Fleet *route.Router
+	// TrustedProxies are the load balancers whose X-Forwarded-For names
+	// the caller (see realPeer); from any other peer it is ignored.
+	TrustedProxies []netip.Prefix
 
 	// MaxBodyBytes bounds a request body (413 beyond it).
 	MaxBodyBytes int64
@@ -263,8 +274,8 @@ func New(opts Options) (*Server, error) {
 	root.HandleFunc("GET /livez", s.handleLive)
 	root.HandleFunc("GET /readyz", s.handleReady)
 	root.HandleFunc("GET /openapi.yaml", handleOpenAPI)
-	root.Handle("/", s.authenticate(mux))
-	s.handler = s.track(s.paceBodies(s.withRequestID(s.checkOrigin(root))))
+	root.Handle("/", s.authenticate(s.routed(mux)))
+	s.handler = s.track(s.paceBodies(s.withRequestID(s.realPeer(s.checkOrigin(root)))))
 
 	s.http = &http.Server{
 		Handler:           s.handler,

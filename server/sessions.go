@@ -33,6 +33,11 @@ func (s *Server) mountSessions(mux *http.ServeMux) {
 	mux.HandleFunc("GET /sessions/{id}", s.getSession)
 	mux.HandleFunc("PATCH /sessions/{id}", s.patchSession)
 	mux.HandleFunc("DELETE /sessions/{id}", s.deleteSession)
+	// A call in the session, as POST /run and /raw with session_id: the
+	// id in the path lets whatever routes requests (package route, a
+	// balancer) find the session without reading the body.
+	mux.HandleFunc("POST /sessions/{id}/run", s.handleRun)
+	mux.HandleFunc("POST /sessions/{id}/raw", s.handleRaw)
 	mux.HandleFunc("GET /sessions/{id}/jobs", s.listJobs)
 	mux.HandleFunc("GET /sessions/{id}/jobs/{job}", s.getJob)
 	mux.HandleFunc("DELETE /sessions/{id}/jobs/{job}", s.killJob)

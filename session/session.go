@@ -59,6 +59,10 @@ type Config struct {
 	NoPrestart bool
 	// Logger receives warnings; nil discards them.
 	Logger *slog.Logger
+	// NewID, if not nil, mints session ids (in a fleet: ids that name
+	// this daemon, see package route); nil means random uuids. Ids must
+	// be unique, unguessable, URL-path safe and at most 128 bytes.
+	NewID func() string
 }
 
 func (c Config) withDefaults() Config {
@@ -260,6 +264,9 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 		return nil, fmt.Errorf("create session: %w", err)
 	}
 	id := uuid.NewString()
+	if m.cfg.NewID != nil {
+		id = m.cfg.NewID()
+	}
 	var proxy *proxyServer
 	if opts.Egress != nil {
 		ln := ws.TakeProxyListener()

@@ -101,7 +101,7 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringSliceFlag{Name: "allowed-origin", Aliases: []string{"mcp-allowed-origin"}, EnvVars: []string{"JAILD_ALLOWED_ORIGINS", "JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin (https://app.example.com) allowed to call the API besides loopback ones (repeatable)"},
 		&cli.StringSliceFlag{Name: "allowed-host", EnvVars: []string{"JAILD_ALLOWED_HOSTS"}, Usage: "host name requests may address the daemon by, besides loopback names, IP addresses and the --listen name (repeatable; \"*\": any); against DNS rebinding"},
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running requests may take (each holds twice its max output until answered); beyond it requests queue"},
-	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, filesFlags, command.EgressFlags, command.DaemonEgressFlags, command.ManagerFlags, profileFlags)...),
+	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, filesFlags, command.EgressFlags, command.DaemonEgressFlags, command.ManagerFlags, profileFlags, fleetFlags)...),
 	Action:       serveAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -136,6 +136,14 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// In a fleet, the ids of sessions and MCP sessions name this daemon.
+	fleet, trustedProxies, err := fleetOptions(c, maxBody, log)
+	if err != nil {
+		return err
+	}
+	if fleet != nil {
+		sessCfg.NewID = fleet.NewID
+	}
 	filesOpts, err := filesOptions(c, log)
 	if err != nil {
 		return err
@@ -149,6 +157,9 @@ func serveAction(c *cli.Context) error {
 		o, err := serveMCPOptions(c, max, log)
 		if err != nil {
 			return err
+		}
+		if fleet != nil {
+			o.SessionID = fleet.NewID
 		}
 		mcpOpts = &o
 	}
@@ -267,6 +278,8 @@ func serveAction(c *cli.Context) error {
 			MaxConnsPerPeer: perPeer,
 			MinBodyRate:     minRate, // likewise
 			BodyRateGrace:   c.Duration("body-rate-grace"),
+			Fleet:           fleet,
+			TrustedProxies:  trustedProxies,
 		},
 	}
 	if mcpOpts != nil {
