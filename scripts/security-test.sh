@@ -379,6 +379,16 @@ print("proxy", __import__("os").environ.get("HTTPS_PROXY"))'
   }
   check egress_metadata_refused "$DETAIL" meta_refused
   check egress_denials_counted "$DETAIL" [ "$(jget "$J" egress_denied)" = 2 ]
+  # IPv6 forms that embed a refused IPv4 address (RFC 4291's compatible
+  # and mapped, RFC 6145's translated, RFC 6052's NAT64) are that address.
+  jrun egress_embedded_v4 --egress-allow compat.test:80 --egress-allow transl.test:80 --egress-allow nat64.test:80 \
+    --egress-resolve compat.test=::127.0.0.1 --egress-resolve transl.test=::ffff:0:7f00:1 \
+    --egress-resolve nat64.test=64:ff9b::a9fe:a9fe \
+    --shell 'for h in compat transl nat64; do curl -s -w " %{http_code}\n" http://$h.test/; done'
+  embedded_refused() {
+    [ "$(grep -c 'is refused: .* form of \(127.0.0.1, loopback\|169.254.169.254, link-local\).* 403$' <<< "$(paste -d' ' - - <<< "$OUT")")" = 3 ]
+  }
+  check egress_embedded_v4_refused "$DETAIL" embedded_refused
 else
   skip egress "no jaild-server next to $JAILD, or no python3"
 fi
