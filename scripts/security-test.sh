@@ -1059,6 +1059,83 @@ else
   skip owners "curl or setpriv is not installed"
 fi
 
+# --- trust: a daemon under attack ------------------------------------------
+# Slow request bodies from many connections of a few peers must not lock a
+# fresh peer out (a minimum body rate, and a full server makes room); and
+# when the sandbox worker dies, requests still waiting in the queue wait for
+# the new worker instead of failing.
+if command -v curl > /dev/null && [ -x /usr/bin/python3 ]; then
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 0 --max-concurrent 1 --queue-wait 60s \
+    --max-conns 64 --audit-log off > "$T/stress.log" 2>&1 &
+  SERVE_PID=$!
+  BG_PIDS+=("$SERVE_PID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  # 64 connections (16 from each of four loopback addresses) trickle a
+  # body a byte every half second; then a fifth address asks /healthz.
+  python3 - "$PORT" > "$T/trickle.out" 2>&1 << 'PY' &
+import socket, sys, time
+port = int(sys.argv[1])
+socks = []
+for host in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"):
+    for _ in range(16):
+        s = socket.socket()
+        s.bind((host, 0))
+        s.settimeout(1)
+        try:
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+            socks.append(s)
+        except OSError:
+            s.close()
+end = time.time() + 20
+cut = 0
+while time.time() < end and socks:
+    for s in list(socks):
+        try:
+            s.sendall(b" ")
+        except OSError:
+            socks.remove(s); cut += 1
+    time.sleep(0.5)
+print("cut", cut, "left", len(socks))
+PY
+  TRICKLE=$!
+  BG_PIDS+=("$TRICKLE")
+  sleep 3
+  start=$(date +%s%N)
+  code=$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.9 --max-time 15 "http://127.0.0.1:$PORT/healthz" || true)
+  ms=$((($(date +%s%N) - start) / 1000000))
+  hcheck stress_fresh_peer_served "healthz from a fresh peer: status $code after ${ms} ms" [ "$code" = 200 ]
+  wait "$TRICKLE" 2> /dev/null || true
+  # Tricklers are cut with a reason well before the 20 s they would take.
+  trickled() { grep -q '^cut \([1-9][0-9]*\) left 0$' "$T/trickle.out"; }
+  hcheck stress_slow_bodies_cut "$(one < "$T/trickle.out")" trickled
+
+  # One slot: a long run holds it, a second waits in the queue; the
+  # worker (the daemon's child) is killed. The held run fails; the queued
+  # one runs on the new worker. HOLD marks the held command's process.
+  HOLD=30.$$
+  api() { curl -s -o "$T/$1.out" -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/run" -H 'Content-Type: application/json' -d "$2" 2> /dev/null || true; }
+  api held "{\"command\":\"sleep $HOLD\",\"timeout_seconds\":60}" > "$T/held.code" &
+  HELD=$!
+  for _ in $(seq 100); do pgrep -P "$SERVE_PID" > /dev/null && [ -n "$(pgrep -x -f "sleep $HOLD" || true)" ] && break; sleep 0.1; done
+  api queued '{"command":"echo after the restart"}' > "$T/queued.code" &
+  QUEUED=$!
+  sleep 1
+  worker=
+  for p in $(pgrep -P "$SERVE_PID"); do
+    grep -q 'worker' "/proc/$p/cmdline" 2> /dev/null && worker=$p
+  done
+  if [ -n "$worker" ]; then kill -KILL "$worker"; fi
+  wait "$HELD" "$QUEUED" 2> /dev/null || true
+  queued_ran() { [ "$(cat "$T/queued.code")" = 200 ] && grep -q 'after the restart' "$T/queued.out"; }
+  hcheck stress_queued_run_survives_worker_death "worker ${worker:-not found}; queued: $(cat "$T/queued.code") $(one < "$T/queued.out"); held: $(cat "$T/held.code")" queued_ran
+  kill -TERM "$SERVE_PID" 2> /dev/null || true
+  wait "$SERVE_PID" 2> /dev/null || true
+else
+  skip stress "curl or python3 is not installed"
+fi
+
 # --- nothing left behind -----------------------------------------------------
 # Processes of this binary that were not there at the start.
 sleep 0.2

@@ -46,6 +46,7 @@ type pacedBody struct {
 	limit time.Time
 	n     int64
 	err   error
+	eof   bool // the body was read to its end
 	done  bool
 }
 
@@ -110,6 +111,7 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 		}
 		return n, b.err
 	case err != nil:
+		b.eof = errors.Is(err, io.EOF)
 		if ferr := b.finish(); ferr != nil {
 			b.err = ferr
 			return n, ferr
@@ -128,6 +130,15 @@ func (b *pacedBody) finish() error {
 		return nil
 	}
 	b.done = true
+	if !b.eof {
+		// Cut short (too slow, its connection taken, a read error) or
+		// left unread by the handler: net/http would read the rest to
+		// discard it, at the client's pace and without a deadline,
+		// keeping the connection. A deadline now makes it give up and
+		// close the connection instead.
+		_ = b.rc.SetReadDeadline(time.Now())
+		return nil
+	}
 	if !b.tc.received() {
 		return errTaken
 	}

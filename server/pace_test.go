@@ -1,9 +1,11 @@
 package server_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +82,12 @@ func TestSlowBodiesDoNotLockOut(t *testing.T) {
 		}
 		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		// And the connection is closed, not kept while net/http reads
+		// the rest of the body at the client's pace.
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("trickling connection %d: still open after its 408 (%v)", i, err)
+		}
 		switch {
 		case resp.StatusCode != http.StatusRequestTimeout:
 			t.Errorf("trickling connection %d: %d %s, want 408", i, resp.StatusCode, data)
