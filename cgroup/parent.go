@@ -205,18 +205,27 @@ func (p *Parent) openV2(opts Options) error {
 // itself into the leaf "<own>/daemon"; otherwise "/jaild". A delegated
 // cgroup shared with other processes (a shell in a unit, say) cannot enable
 // controllers for its children, and jaild does not move processes it did
-// not start. leaf is jaild's own leaf, or empty when it stays where it is.
+// not start, except in a container's own cgroup tree (see [v2Self.owned]):
+// there it moves every other process into the leaf "/init", as
+// docker-in-docker's entrypoint does, since they are all the container's.
+// leaf is jaild's own leaf, or empty when it stays where it is.
 func autoV2Parent() (group, leaf string, err error) {
-	own, err := ownPaths()
+	s, err := ownV2Self()
 	if err != nil {
 		return "", "", err
 	}
-	self := own[""]
-	if filepath.Base(self) == "daemon" && delegated(filepath.Join(Root, filepath.Dir(self))) {
-		// Already moved, e.g. jaild restarted in its unit.
+	self := s.group
+	if b := filepath.Base(self); (b == "daemon" || (b == "init" && s.owned)) && s.delegated(filepath.Dir(self)) {
+		// Already moved, e.g. jaild restarted in its unit, or a one-shot
+		// run started in a container after its daemon made the move.
 		return filepath.Join(filepath.Dir(self), "sandboxes"), self, nil
 	}
-	if self == "/" || !delegated(filepath.Join(Root, self)) || !alone(filepath.Join(Root, self)) {
+	switch {
+	case self == "/" && s.owned:
+		if err := emptyInto(Root, filepath.Join(Root, "init")); err != nil {
+			return "", "", err
+		}
+	case self == "/" || !s.delegated(self) || !alone(filepath.Join(Root, self)):
 		return "/" + DefaultName, "", nil
 	}
 	leaf = filepath.Join(self, "daemon")
@@ -230,6 +239,79 @@ func autoV2Parent() (group, leaf string, err error) {
 		return "", "", fmt.Errorf("move jaild into %s: %w", leaf, err)
 	}
 	return filepath.Join(self, "sandboxes"), leaf, nil
+}
+
+// v2Self is where jaild is on a v2 host.
+type v2Self struct {
+	// group is jaild's cgroup as a path below Root.
+	group string
+	// owned says that the cgroup tree mounted at Root is a container's
+	// own: jaild runs in a cgroup namespace other than the host's (the
+	// initial one), the mount shows that namespace's root, and it is
+	// writable. Every process in that tree is the container's, so the
+	// tree is as good as delegated to it. A host never passes: its
+	// processes are in the initial cgroup namespace.
+	owned bool
+}
+
+func ownV2Self() (v2Self, error) {
+	group, nsRootMount, err := ownV2()
+	if err != nil {
+		return v2Self{}, err
+	}
+	owned := nsRootMount && PrivateNamespace() && unix.Access(filepath.Join(Root, "cgroup.procs"), unix.W_OK) == nil
+	return v2Self{group: group, owned: owned}, nil
+}
+
+// delegated reports whether jaild may manage the subtree of group: the
+// root of a container's own tree, or a cgroup systemd delegated.
+func (s v2Self) delegated(group string) bool {
+	return (group == "/" && s.owned) || delegated(filepath.Join(Root, group))
+}
+
+// initCgroupNS is the inode of the host's (initial) cgroup namespace, a
+// constant of the kernel (PROC_CGROUP_INIT_INO).
+const initCgroupNS = 0xEFFFFFFB
+
+// PrivateNamespace reports whether jaild runs in a cgroup namespace of its
+// own (a container's), not the host's.
+func PrivateNamespace() bool {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/cgroup", &st); err != nil {
+		return false // no cgroup namespaces: the kernel predates them
+	}
+	return st.Ino != initCgroupNS
+}
+
+// emptyInto moves every process of the cgroup dir but jaild into the
+// cgroup dir leaf, which it creates, until none is left: a process may
+// fork while the list is read. Processes that exit meanwhile are skipped.
+func emptyInto(dir, leaf string) error {
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", leaf, err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	for range 100 {
+		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return fmt.Errorf("list processes of %s: %w", dir, err)
+		}
+		moved := 0
+		for _, pid := range strings.Fields(string(data)) {
+			if pid == self {
+				continue
+			}
+			err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(pid), 0)
+			if err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("move process %s into %s: %w", pid, leaf, err)
+			}
+			moved++
+		}
+		if moved == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("move processes of %s into %s: they keep forking", dir, leaf)
 }
 
 // Settle makes, on a v2 host, the move into the leaf "<own>/daemon" that
