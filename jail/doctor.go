@@ -49,6 +49,8 @@ func Check() []Finding {
 		}
 	}
 
+	fs = append(fs, checkRlimits())
+
 	fsys, _ := os.ReadFile("/proc/filesystems")
 	overlay := strings.Contains(string(fsys), "\toverlay\n")
 	if !overlay {
