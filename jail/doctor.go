@@ -47,6 +47,7 @@ func Check() []Finding {
 		if mode == cgroup.V2 {
 			add("cgroup delegation", true, false, "%s", cgroup.DescribeV2Placement())
 		}
+		fs = append(fs, checkContainer(mode))
 	}
 
 	fs = append(fs, checkRlimits())
