@@ -444,7 +444,7 @@ func DescribeV2Placement() string {
 		return fmt.Sprintf("jaild runs in %s; sandboxes go to %s", self, filepath.Join(filepath.Dir(self), "sandboxes"))
 	}
 	if self == "/" && s.owned {
-		return "the container's own cgroup tree (private cgroup namespace, writable): jaild moves its other processes into /init and itself into /daemon, sandboxes go to /sandboxes"
+		return "the container's own cgroup tree (mounted from jaild's cgroup, writable): jaild moves its other processes into /init and itself into /daemon, sandboxes go to /sandboxes"
 	}
 	if self != "/" && s.delegated(self) {
 		if alone(filepath.Join(Root, self)) {

@@ -135,19 +135,18 @@ func ownHierarchies() ([]hierarchy, error) {
 	return hierarchies(cg, mi)
 }
 
-// ownV2 is the calling process's cgroup on a v2 host as a path below Root
-// (what libcontainer's v2 manager and containerd's cgroup2 take), and
-// whether the cgroup file system there shows the hierarchy from this
-// process's cgroup namespace root (mountinfo root "/").
-func ownV2() (group string, nsRootMount bool, err error) {
+// ownV2 is the calling process's cgroup on a v2 host as a path below Root:
+// what libcontainer's v2 manager and containerd's cgroup2 take, whatever
+// part of the hierarchy the mount at Root shows.
+func ownV2() (group string, err error) {
 	hs, err := ownHierarchies()
 	if err != nil {
-		return "", false, err
+		return "", err
 	}
 	for _, h := range hs {
 		if h.Key == "" && h.Mountpoint == Root {
-			return cleanGroup(strings.TrimPrefix(h.Dir, Root)), path.Clean(h.Root) == "/", nil
+			return cleanGroup(strings.TrimPrefix(h.Dir, Root)), nil
 		}
 	}
-	return "", false, fmt.Errorf("%w: no cgroup2 mount at %s", ErrUnavailable, Root)
+	return "", fmt.Errorf("%w: no cgroup2 mount at %s", ErrUnavailable, Root)
 }

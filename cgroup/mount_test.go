@@ -3,9 +3,15 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // mountinfoOf writes mountinfo lines for a cgroup v1 hierarchy per entry of
@@ -150,5 +156,56 @@ func TestOwnV2Dir(t *testing.T) {
 				t.Errorf("group %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestEmptyInto moves two processes out of a cgroup into a leaf, as jaild
+// does with a container's processes on v2 (here in the hybrid host's
+// unified hierarchy, or in a v2 host's root), and leaves jaild itself.
+func TestEmptyInto(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	base := filepath.Join(Root, "unified")
+	if mode, _ := Detect(); mode == V2 {
+		base = Root
+	}
+	if _, err := os.Stat(filepath.Join(base, "cgroup.procs")); err != nil {
+		t.Skipf("no cgroup2 hierarchy: %v", err)
+	}
+	dir := filepath.Join(base, "jaild-cgtest-empty-"+strconv.Itoa(os.Getpid()))
+	leaf := filepath.Join(dir, "init")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*exec.Cmd
+	t.Cleanup(func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+		_ = unix.Rmdir(leaf)
+		if err := unix.Rmdir(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	for range 2 {
+		p := exec.Command("sleep", "300")
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(p.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := emptyInto(dir, leaf); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTrim(t, filepath.Join(dir, "cgroup.procs")); got != "" {
+		t.Errorf("%s still holds %q", dir, got)
+	}
+	if got := strings.Fields(readTrim(t, filepath.Join(leaf, "cgroup.procs"))); len(got) != 2 {
+		t.Errorf("%s holds %q, want the two sleeps", leaf, got)
 	}
 }

@@ -246,20 +246,23 @@ type v2Self struct {
 	// group is jaild's cgroup as a path below Root.
 	group string
 	// owned says that the cgroup tree mounted at Root is a container's
-	// own: jaild runs in a cgroup namespace other than the host's (the
-	// initial one), the mount shows that namespace's root, and it is
-	// writable. Every process in that tree is the container's, so the
+	// own: the mount shows jaild's cgroup as its root (a private cgroup
+	// namespace, or a runtime that mounted the container's cgroup), that
+	// cgroup is not the hierarchy's real root (the kernel gives every
+	// cgroup but the real root a cgroup.type file), and the mount is
+	// writable. Every process in such a tree is the container's, so the
 	// tree is as good as delegated to it. A host never passes: its
-	// processes are in the initial cgroup namespace.
+	// processes see the real root at Root.
 	owned bool
 }
 
 func ownV2Self() (v2Self, error) {
-	group, nsRootMount, err := ownV2()
+	group, err := ownV2()
 	if err != nil {
 		return v2Self{}, err
 	}
-	owned := nsRootMount && PrivateNamespace() && unix.Access(filepath.Join(Root, "cgroup.procs"), unix.W_OK) == nil
+	_, err = os.Stat(filepath.Join(Root, "cgroup.type"))
+	owned := group == "/" && err == nil && unix.Access(filepath.Join(Root, "cgroup.procs"), unix.W_OK) == nil
 	return v2Self{group: group, owned: owned}, nil
 }
 
