@@ -48,7 +48,8 @@ type Parent struct {
 // Options configure [Open].
 type Options struct {
 	// Path overrides the parent's placement: a path relative to jaild's
-	// own cgroup on v1, an absolute cgroup path on v2. Empty means
+	// own cgroup on v1, an absolute path below /sys/fs/cgroup on v2.
+	// Empty means
 	// automatic (see the package doc), with DefaultName.
 	Path string
 	// LockDir holds the lock files whose shared flocks mark the users of
