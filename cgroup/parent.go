@@ -247,13 +247,12 @@ type v2Self struct {
 	// group is jaild's cgroup as a path below Root.
 	group string
 	// owned says that the cgroup tree mounted at Root is a container's
-	// own: the mount shows jaild's cgroup as its root (a private cgroup
-	// namespace, or a runtime that mounted the container's cgroup), that
-	// cgroup is not the hierarchy's real root (the kernel gives every
-	// cgroup but the real root a cgroup.type file), and the mount is
-	// writable. Every process in such a tree is the container's, so the
-	// tree is as good as delegated to it. A host never passes: its
-	// processes see the real root at Root.
+	// own: the mount shows a cgroup that is not the hierarchy's real root
+	// (the kernel gives every cgroup but the real root a cgroup.type
+	// file), as a private cgroup namespace or a runtime that mounted the
+	// container's cgroup does, and it is writable. Every process in such
+	// a tree is the container's, so the tree is as good as delegated to
+	// it. A host never passes: it mounts the real root at Root.
 	owned bool
 }
 
@@ -263,7 +262,7 @@ func ownV2Self() (v2Self, error) {
 		return v2Self{}, err
 	}
 	_, err = os.Stat(filepath.Join(Root, "cgroup.type"))
-	owned := group == "/" && err == nil && unix.Access(filepath.Join(Root, "cgroup.procs"), unix.W_OK) == nil
+	owned := err == nil && unix.Access(filepath.Join(Root, "cgroup.procs"), unix.W_OK) == nil
 	return v2Self{group: group, owned: owned}, nil
 }
 

@@ -159,7 +159,7 @@ run oom --memory 64M -- tail /dev/zero
 run pids --pids 32 --shell 'for i in $(seq 64); do sleep 5 & done; wait'
 run timeout --timeout 1s --shell 'while :; do :; done'
 # A sandbox the host looks at while it runs (see probe below).
-run probe --timeout 30s -- sleep "$PROBE"
+run probe --timeout 10m -- sleep "$PROBE"
 cat /proc/self/cgroup > $out/cgroup-after.txt
 EOF
 
@@ -186,6 +186,11 @@ probe() {
 		f=/sys/fs/cgroup/memory$(dirname "$p")/memory.limit_in_bytes
 	fi
 	echo "  sandbox $pid in $p; budget file $f"
+	# On v2 a container's own tree is delegated: the leaf move, sandboxes
+	# in /sandboxes of the container's cgroup.
+	if [ $v2 = 1 ] && [ $variant = cgroupns ] && [[ $p != "$CG/$variant/sandboxes/"* ]]; then
+		bad "probe: sandbox in $p, want it in $CG/$variant/sandboxes (the leaf move)"
+	fi
 	[ "$(cat "$f" 2> /dev/null)" = $want ] || bad "probe: $f is '$(cat "$f" 2>&1)', want $want: the budget is not where the sandbox is"
 }
 
