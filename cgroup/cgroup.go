@@ -95,27 +95,30 @@ func ownPaths() (map[string]string, error) {
 
 // v1Dirs lists, for every mounted v1 hierarchy, the absolute directory of
 // rel nested under the calling process's own cgroup in that hierarchy: the
-// same place libcontainer's v1 manager puts a relative path.
+// same place libcontainer's v1 manager puts a relative path (it too
+// resolves the own cgroup through mountinfo's root, see mount.go). The
+// unified hierarchy of a hybrid host is the exception, as in libcontainer:
+// it has no controllers, and libcontainer puts a relative path at its root.
 func v1Dirs(rel string) ([]string, error) {
-	own, err := ownPaths()
+	hs, err := ownHierarchies()
 	if err != nil {
 		return nil, err
 	}
+	return v1DirsOf(hs, rel), nil
+}
+
+func v1DirsOf(hs []hierarchy, rel string) []string {
 	var dirs []string
-	for ctrl, p := range own {
-		mnt := filepath.Join(Root, ctrl)
-		if ctrl == "" {
-			// The unified hierarchy of a hybrid host: it has no
-			// controllers, but libcontainer still makes the cgroup
-			// there, so it has to be removed there too.
-			mnt = filepath.Join(Root, "unified")
-		}
-		if _, err := os.Stat(mnt); err != nil {
+	for _, h := range hs {
+		if h.Key == "" {
+			// libcontainer still makes the cgroup there, so it has
+			// to be removed there too.
+			dirs = append(dirs, filepath.Join(h.Mountpoint, rel))
 			continue
 		}
-		dirs = append(dirs, filepath.Join(mnt, p, rel))
+		dirs = append(dirs, filepath.Join(h.Dir, rel))
 	}
-	return dirs, nil
+	return dirs
 }
 
 // isDir reports whether d is an existing directory.
@@ -432,19 +435,22 @@ func MissingControllers(mode Mode, want ...string) []string {
 // DescribeV2Placement says where sandboxes would go on a v2 host, without
 // moving anything.
 func DescribeV2Placement() string {
-	own, err := ownPaths()
+	s, err := ownV2Self()
 	if err != nil {
 		return err.Error()
 	}
-	self := own[""]
-	if filepath.Base(self) == "daemon" && delegated(filepath.Join(Root, filepath.Dir(self))) {
-		return fmt.Sprintf("jaild runs in %s; sandboxes go to %s/sandboxes", self, filepath.Dir(self))
+	self := s.group
+	if b := filepath.Base(self); (b == "daemon" || (b == "init" && s.owned)) && s.delegated(filepath.Dir(self)) {
+		return fmt.Sprintf("jaild runs in %s; sandboxes go to %s", self, filepath.Join(filepath.Dir(self), "sandboxes"))
 	}
-	if self != "/" && delegated(filepath.Join(Root, self)) {
+	if self == "/" && s.owned {
+		return "the container's own cgroup tree (mounted from jaild's cgroup, writable): jaild moves its other processes into /init and itself into /daemon, sandboxes go to /sandboxes"
+	}
+	if self != "/" && s.delegated(self) {
 		if alone(filepath.Join(Root, self)) {
 			return fmt.Sprintf("delegated cgroup %s: jaild moves into %s/daemon, sandboxes go to %s/sandboxes", self, self, self)
 		}
 		return fmt.Sprintf("delegated cgroup %s holds other processes; sandboxes go to /%s", self, DefaultName)
 	}
-	return fmt.Sprintf("cgroup %s is not delegated (systemd Delegate=yes); sandboxes go to /%s", self, DefaultName)
+	return fmt.Sprintf("cgroup %s is not delegated (systemd Delegate=yes, or a container's private cgroup namespace); sandboxes go to /%s", self, DefaultName)
 }

@@ -9,17 +9,26 @@
 // package only reads it, and removes it when its owner is gone. So every
 // cgroup has one owner at a time.
 //
-// Placement differs by mode:
+// jaild's own cgroup in each hierarchy is found as libcontainer finds it:
+// the path in /proc/self/cgroup, taken relative to the root that
+// /proc/self/mountinfo gives for the hierarchy's mount (a container without
+// a cgroup namespace may see its own cgroup mounted as the whole tree; see
+// mount.go). Placement differs by mode:
 //
 //   - cgroup v1 (and hybrid): the parent is nested under jaild's own cgroup in
 //     every hierarchy ("<own>/jaild"), so jaild never writes outside what it
-//     was given.
+//     was given; in a hybrid host's unified hierarchy, which has no
+//     controllers, it is "/jaild", where libcontainer puts it.
 //   - cgroup v2: if jaild runs in a delegated cgroup (systemd Delegate=yes,
 //     which marks it with the trusted.delegate xattr) it moves itself into the
 //     leaf "<own>/daemon" and puts sandboxes under "<own>/sandboxes": the
 //     no-internal-processes rule forbids enabling controllers for children of
-//     a cgroup that holds processes. Otherwise the parent is "/jaild" at the
-//     root of the hierarchy. An explicit parent path overrides both.
+//     a cgroup that holds processes. A container's own tree (jaild at the root
+//     of the mount, which is not the hierarchy's real root) counts as
+//     delegated, and there jaild also moves the container's other processes,
+//     into "/init". Otherwise the parent is "/jaild" at the root of the
+//     mount. An explicit parent path overrides all of these. v2 paths are
+//     below /sys/fs/cgroup, as the mount shows the hierarchy.
 //
 // [Parent.Warm] hides most of the kernel's wait on the first move of a
 // process into a cgroup after a quiet spell (an RCU grace period), which

@@ -48,7 +48,8 @@ type Parent struct {
 // Options configure [Open].
 type Options struct {
 	// Path overrides the parent's placement: a path relative to jaild's
-	// own cgroup on v1, an absolute cgroup path on v2. Empty means
+	// own cgroup on v1, an absolute path below /sys/fs/cgroup on v2.
+	// Empty means
 	// automatic (see the package doc), with DefaultName.
 	Path string
 	// LockDir holds the lock files whose shared flocks mark the users of
@@ -205,18 +206,27 @@ func (p *Parent) openV2(opts Options) error {
 // itself into the leaf "<own>/daemon"; otherwise "/jaild". A delegated
 // cgroup shared with other processes (a shell in a unit, say) cannot enable
 // controllers for its children, and jaild does not move processes it did
-// not start. leaf is jaild's own leaf, or empty when it stays where it is.
+// not start, except in a container's own cgroup tree (see [v2Self.owned]):
+// there it moves every other process into the leaf "/init", as
+// docker-in-docker's entrypoint does, since they are all the container's.
+// leaf is jaild's own leaf, or empty when it stays where it is.
 func autoV2Parent() (group, leaf string, err error) {
-	own, err := ownPaths()
+	s, err := ownV2Self()
 	if err != nil {
 		return "", "", err
 	}
-	self := own[""]
-	if filepath.Base(self) == "daemon" && delegated(filepath.Join(Root, filepath.Dir(self))) {
-		// Already moved, e.g. jaild restarted in its unit.
+	self := s.group
+	if b := filepath.Base(self); (b == "daemon" || (b == "init" && s.owned)) && s.delegated(filepath.Dir(self)) {
+		// Already moved, e.g. jaild restarted in its unit, or a one-shot
+		// run started in a container after its daemon made the move.
 		return filepath.Join(filepath.Dir(self), "sandboxes"), self, nil
 	}
-	if self == "/" || !delegated(filepath.Join(Root, self)) || !alone(filepath.Join(Root, self)) {
+	switch {
+	case self == "/" && s.owned:
+		if err := emptyInto(Root, filepath.Join(Root, "init")); err != nil {
+			return "", "", err
+		}
+	case self == "/" || !s.delegated(self) || !alone(filepath.Join(Root, self)):
 		return "/" + DefaultName, "", nil
 	}
 	leaf = filepath.Join(self, "daemon")
@@ -230,6 +240,81 @@ func autoV2Parent() (group, leaf string, err error) {
 		return "", "", fmt.Errorf("move jaild into %s: %w", leaf, err)
 	}
 	return filepath.Join(self, "sandboxes"), leaf, nil
+}
+
+// v2Self is where jaild is on a v2 host.
+type v2Self struct {
+	// group is jaild's cgroup as a path below Root.
+	group string
+	// owned says that the cgroup tree mounted at Root is a container's
+	// own: the mount shows a cgroup that is not the hierarchy's real root
+	// (the kernel gives every cgroup but the real root a cgroup.type
+	// file), as a private cgroup namespace or a runtime that mounted the
+	// container's cgroup does, and it is writable. Every process in such
+	// a tree is the container's, so the tree is as good as delegated to
+	// it. A host never passes: it mounts the real root at Root.
+	owned bool
+}
+
+func ownV2Self() (v2Self, error) {
+	group, err := ownV2()
+	if err != nil {
+		return v2Self{}, err
+	}
+	_, err = os.Stat(filepath.Join(Root, "cgroup.type"))
+	owned := err == nil && unix.Access(filepath.Join(Root, "cgroup.procs"), unix.W_OK) == nil
+	return v2Self{group: group, owned: owned}, nil
+}
+
+// delegated reports whether jaild may manage the subtree of group: the
+// root of a container's own tree, or a cgroup systemd delegated.
+func (s v2Self) delegated(group string) bool {
+	return (group == "/" && s.owned) || delegated(filepath.Join(Root, group))
+}
+
+// initCgroupNS is the inode of the host's (initial) cgroup namespace, a
+// constant of the kernel (PROC_CGROUP_INIT_INO).
+const initCgroupNS = 0xEFFFFFFB
+
+// PrivateNamespace reports whether jaild runs in a cgroup namespace of its
+// own (a container's), not the host's.
+func PrivateNamespace() bool {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/cgroup", &st); err != nil {
+		return false // no cgroup namespaces: the kernel predates them
+	}
+	return st.Ino != initCgroupNS
+}
+
+// emptyInto moves every process of the cgroup dir but jaild into the
+// cgroup dir leaf, which it creates, until none is left: a process may
+// fork while the list is read. Processes that exit meanwhile are skipped.
+func emptyInto(dir, leaf string) error {
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", leaf, err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	for range 100 {
+		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return fmt.Errorf("list processes of %s: %w", dir, err)
+		}
+		moved := 0
+		for _, pid := range strings.Fields(string(data)) {
+			if pid == self {
+				continue
+			}
+			err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(pid), 0)
+			if err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("move process %s into %s: %w", pid, leaf, err)
+			}
+			moved++
+		}
+		if moved == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("move processes of %s into %s: they keep forking", dir, leaf)
 }
 
 // Settle makes, on a v2 host, the move into the leaf "<own>/daemon" that

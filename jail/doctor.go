@@ -47,7 +47,10 @@ func Check() []Finding {
 		if mode == cgroup.V2 {
 			add("cgroup delegation", true, false, "%s", cgroup.DescribeV2Placement())
 		}
+		fs = append(fs, checkContainer(mode))
 	}
+
+	fs = append(fs, checkRlimits())
 
 	fsys, _ := os.ReadFile("/proc/filesystems")
 	overlay := strings.Contains(string(fsys), "\toverlay\n")

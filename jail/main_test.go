@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "helper-teardown" {
 		helperTeardown() // never returns
 	}
+	if len(os.Args) > 1 && os.Args[1] == "helper-nofile" {
+		helperNofile() // never returns
+	}
 	os.Exit(m.Run())
 }
 

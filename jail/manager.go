@@ -89,6 +89,7 @@ type Manager struct {
 	// limitsHook, if set (by tests), runs before a started sandbox's
 	// limits are set; its error fails the setting.
 	limitsHook func() error
+	rlimits    []configs.Rlimit // every sandbox's (see sandboxRlimits)
 
 	// workspaces is the workspace root (real path); defaultWorkspaces
 	// says it is <stateDir>/workspaces, which NewWorkspace makes.
@@ -147,6 +148,7 @@ func New(cfg Config) (*Manager, error) {
 		teardowns:  newTeardowns(cfg.TeardownBacklog),
 		log:        cfg.Logger,
 	}
+	m.rlimits, _ = sandboxRlimits()
 	m.workspaces, m.defaultWorkspaces = workspaces, defWS
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
@@ -424,10 +426,7 @@ func (m *Manager) containerConfig(id string, hostID int, l Limits, ws *Workspace
 			"/sys/firmware", "/sys/devices/virtual/powercap",
 		},
 		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
-		Rlimits: []configs.Rlimit{
-			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
-			{Type: unix.RLIMIT_NOFILE, Hard: 4096, Soft: 4096},
-		},
+		Rlimits:       m.rlimits,
 		Cgroups: &cgroups.Cgroup{
 			Path: m.parent.Child(id).Path,
 			Resources: &cgroups.Resources{
