@@ -57,3 +57,14 @@ func (w *Warm) Handover(cmd *Command) (*Result, error) {
 
 // Destroy destroys the sandbox.
 func (w *Warm) Destroy() error { return w.w.sb.Destroy() }
+
+// PrestartCounts reports how many sandboxes a workspace made WithPrestart
+// has ready and how many it keeps.
+func PrestartCounts(w *Workspace) (ready, want int) {
+	w.pre.mu.Lock()
+	defer w.pre.mu.Unlock()
+	return len(w.pre.ready), w.pre.want
+}
+
+// HotWindow is how long a hot workspace keeps its extra sandboxes.
+const HotWindow = hotWindow

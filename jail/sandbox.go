@@ -455,7 +455,7 @@ func (s *sandbox) Destroy() error {
 		// sandbox): the next sweep or the workspace's Close finishes
 		// the job.
 		if s.slot != nil {
-			s.slot.f.Close()
+			s.slot.keep()
 		}
 		s.c = nil
 		return fmt.Errorf("destroy sandbox %s: %w", s.id, err)
@@ -466,7 +466,7 @@ func (s *sandbox) Destroy() error {
 		s.proxy.Close()
 		if err := removeNetNS(s.netns); err != nil {
 			// Keep the record: the next sweep retries.
-			s.slot.f.Close()
+			s.slot.keep()
 			s.c = nil
 			return fmt.Errorf("destroy sandbox %s: %w", s.id, err)
 		}

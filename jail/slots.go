@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/jaild/jaild/cgroup"
@@ -62,8 +63,43 @@ type member struct {
 // sweep tells an orphan from a live sandbox without trusting pids.
 type slot struct {
 	n    int
+	dir  string
 	path string
 	f    *os.File
+}
+
+// held marks the slots this process holds, per slot dir. Another open of a
+// held slot's file could not take its flock anyway (flocks belong to open
+// file descriptions), so acquireSlot skips them without a syscall: with
+// thousands of sessions each holding one, a sandbox's uid range would
+// otherwise cost an open, a flock and a close per live session.
+var held struct {
+	sync.Mutex
+	dirs map[string][]bool // dir -> slotCount marks
+}
+
+// isHeld reports whether this process holds slot n of dir.
+func isHeld(dir string, n int) bool {
+	held.Lock()
+	defer held.Unlock()
+	marks := held.dirs[dir]
+	return marks != nil && marks[n]
+}
+
+// markHeld records that this process holds (or no longer holds) slot n of
+// dir.
+func markHeld(dir string, n int, on bool) {
+	held.Lock()
+	defer held.Unlock()
+	if held.dirs == nil {
+		held.dirs = make(map[string][]bool)
+	}
+	marks := held.dirs[dir]
+	if marks == nil {
+		marks = make([]bool, slotCount)
+		held.dirs[dir] = marks
+	}
+	marks[n] = on
 }
 
 func (s *slot) hostID() int { return slotBase + s.n*slotSize }
@@ -82,6 +118,9 @@ func acquireSlot(dir string, rec *record, sweep func(*record) error) (*slot, err
 	}
 	for _, orphans := range []bool{false, true} {
 		for n := 0; n < slotCount; n++ {
+			if isHeld(dir, n) {
+				continue
+			}
 			s, old, err := lockSlot(dir, n)
 			if err != nil {
 				return nil, err
@@ -108,6 +147,7 @@ func acquireSlot(dir string, rec *record, sweep func(*record) error) (*slot, err
 				s.release()
 				return nil, fmt.Errorf("write slot %d: %w", n, err)
 			}
+			markHeld(dir, n, true)
 			return s, nil
 		}
 	}
@@ -138,7 +178,7 @@ func lockSlot(dir string, n int) (*slot, *record, error) {
 			f.Close()
 			continue
 		}
-		s := &slot{n: n, path: p, f: f}
+		s := &slot{n: n, dir: dir, path: p, f: f}
 		data, err := io.ReadAll(f)
 		if err != nil || len(data) == 0 {
 			return s, nil, nil
@@ -180,8 +220,19 @@ func (s *slot) release() {
 		return
 	}
 	_ = os.Remove(s.path)
+	s.keep()
+}
+
+// keep closes a held slot's file but leaves its record: the flock goes, and
+// the next sweep (or a slot allocation that needs the range) tears down
+// what the record names.
+func (s *slot) keep() {
+	if s.f == nil {
+		return
+	}
 	s.f.Close()
 	s.f = nil
+	markHeld(s.dir, s.n, false)
 }
 
 // sweepSlots tears down every sandbox whose owner has died and whose record

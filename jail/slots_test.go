@@ -73,3 +73,44 @@ func TestAbandoned(t *testing.T) {
 		}
 	}
 }
+
+// TestAcquireSlotSkipsHeld: the slots this process holds are skipped
+// without touching their files, and a released one is taken again.
+func TestAcquireSlotSkipsHeld(t *testing.T) {
+	dir := t.TempDir()
+	sweep := func(*record) error { return nil }
+	take := func(id string) *slot {
+		t.Helper()
+		s, err := acquireSlot(dir, &record{ID: id}, sweep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.release)
+		return s
+	}
+	a, b := take("a"), take("b")
+	if a.n != 0 || b.n != 1 || !isHeld(dir, 0) || !isHeld(dir, 1) {
+		t.Fatalf("took slots %d and %d (held %v %v); want 0 and 1, both held", a.n, b.n, isHeld(dir, 0), isHeld(dir, 1))
+	}
+	// A held slot's file is not opened: were it, its missing file would
+	// be created again.
+	if err := os.Remove(filepath.Join(dir, "0")); err != nil {
+		t.Fatal(err)
+	}
+	if c := take("c"); c.n != 2 {
+		t.Errorf("with 0 and 1 held, took %d; want 2", c.n)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "0")); !os.IsNotExist(err) {
+		t.Errorf("held slot 0's file was opened again: %v", err)
+	}
+	b.release()
+	if d := take("d"); d.n != 1 {
+		t.Errorf("after releasing 1, took %d; want 1", d.n)
+	}
+	// Given up with its record kept (for the sweep), it is no longer
+	// this process's.
+	a.keep()
+	if isHeld(dir, 0) {
+		t.Error("slot 0 still marked held after keep")
+	}
+}

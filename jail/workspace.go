@@ -303,7 +303,7 @@ func (w *Workspace) Close() error {
 func (w *Workspace) release(teardown error) {
 	if teardown != nil {
 		w.m.log.Warn("tearing down workspace", "id", w.id, "err", teardown)
-		w.slot.f.Close()
+		w.slot.keep()
 	} else {
 		w.slot.release()
 	}

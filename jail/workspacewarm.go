@@ -34,14 +34,28 @@ func WithPrestart(l Limits) WorkspaceOption {
 	return func(o *workspaceOptions) { o.prestart = &l }
 }
 
-// prestarted keeps a workspace's next sandbox started.
+// Prestart counts: an idle workspace keeps one sandbox started; one whose
+// runs come back to back or at once keeps up to hotPrestart, until it has
+// been idle for hotWindow.
+const (
+	hotPrestart = 3
+	hotWindow   = 2 * time.Second
+)
+
+// prestarted keeps a workspace's next sandboxes started: one while the
+// workspace is idle, more while its runs come faster than one sandbox is
+// built (see take).
 type prestarted struct {
 	w      *Workspace
 	limits Limits
 
 	mu       sync.Mutex
-	ready    *warm
-	building chan struct{} // closed when the build under way ends; nil if none
+	ready    []*warm
+	building int           // builds under way
+	built    chan struct{} // closed (and replaced) when a build ends
+	want     int           // sandboxes to keep: 1, or hotPrestart while hot
+	lastTake time.Time
+	cool     *time.Timer // brings want back to 1 after hotWindow
 	closed   bool
 	wg       sync.WaitGroup // builds and teardowns
 
@@ -49,86 +63,147 @@ type prestarted struct {
 }
 
 func newPrestarted(w *Workspace, l Limits) *prestarted {
-	p := &prestarted{w: w, limits: l.WithDefaults()}
+	p := &prestarted{w: w, limits: l.WithDefaults(), want: 1, built: make(chan struct{})}
 	p.mu.Lock()
 	p.startLocked()
 	p.mu.Unlock()
 	return p
 }
 
-// startLocked starts building the next sandbox, unless one is ready or
-// being built. p.mu is held.
+// startLocked starts the builds that bring the ready and building
+// sandboxes up to want. p.mu is held.
 func (p *prestarted) startLocked() {
-	if p.closed || p.ready != nil || p.building != nil {
-		return
+	for !p.closed && len(p.ready)+p.building < p.want {
+		p.building++
+		p.wg.Add(1)
+		go p.build()
 	}
-	done := make(chan struct{})
-	p.building = done
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		w, err := p.w.m.startWaiting(p.limits, p.w, true)
-		p.mu.Lock()
-		p.building = nil
-		close(done)
-		switch {
-		case err != nil:
-			p.mu.Unlock()
-			// The next run starts another attempt: a broken host is
-			// not hammered, one build per run at most.
-			p.w.m.log.Warn("prestarting a workspace sandbox", "workspace", p.w.id, "err", err)
-			return
-		case p.closed:
-			p.mu.Unlock()
-			w.destroy()
-			return
-		}
-		p.ready = w
-		p.mu.Unlock()
-	}()
 }
 
-// take hands out the waiting sandbox; the caller starts building the next
+// build builds one sandbox and makes it ready.
+func (p *prestarted) build() {
+	defer p.wg.Done()
+	w, err := p.w.m.startWaiting(p.limits, p.w, true)
+	p.mu.Lock()
+	p.building--
+	close(p.built)
+	p.built = make(chan struct{})
+	switch {
+	case err != nil:
+		p.mu.Unlock()
+		// The next run starts another attempt: a broken host is not
+		// hammered, one build per run at most.
+		p.w.m.log.Warn("prestarting a workspace sandbox", "workspace", p.w.id, "err", err)
+		return
+	case p.closed || len(p.ready) >= p.want:
+		// Closed, or cooled down while it was built.
+		p.mu.Unlock()
+		w.destroy()
+		return
+	}
+	p.ready = append(p.ready, w)
+	p.mu.Unlock()
+}
+
+// take hands out a waiting sandbox; the caller starts building the next
 // (replace) once its run ends, see replaceLater. If none is ready but one is
 // being built, it waits for that one: never longer than building a fresh
 // one would take, and a run whose caller gives up meanwhile still gets its
 // sandbox, killed at once, and a Canceled result, as a fresh one's would
 // be. nil: none, and the next is being built.
+//
+// A run that finds none ready, or comes within hotWindow of the previous
+// one while another is still being built, makes the workspace hot: it
+// keeps hotPrestart sandboxes until it has been idle for hotWindow, so that
+// runs back to back or at once find one ready more often than one build
+// per run would allow. Idle, it keeps one.
 func (p *prestarted) take() *warm {
 	p.mu.Lock()
-	if p.ready == nil && p.building != nil && !p.closed {
-		building := p.building
+	now := time.Now()
+	if len(p.ready) == 0 || (p.building > 0 && now.Sub(p.lastTake) < hotWindow) {
+		p.heatLocked()
+	}
+	p.lastTake = now
+	if len(p.ready) == 0 && p.building > 0 && !p.closed {
+		built := p.built
 		p.mu.Unlock()
-		<-building
+		<-built
 		p.mu.Lock()
 	}
 	defer p.mu.Unlock()
-	w := p.ready
-	p.ready = nil
+	var w *warm
+	if n := len(p.ready); n > 0 {
+		w = p.ready[n-1]
+		p.ready = p.ready[:n-1]
+	}
 	if w == nil {
 		p.startLocked()
+	}
+	if p.cool != nil {
+		p.cool.Reset(hotWindow)
 	}
 	return w
 }
 
-// replace starts building the next sandbox, unless one is ready or being
-// built.
+// heatLocked raises want to hotPrestart and arms the timer that lowers it
+// again. p.mu is held.
+func (p *prestarted) heatLocked() {
+	if p.closed || p.want == hotPrestart {
+		return
+	}
+	p.want = hotPrestart
+	if p.cool == nil {
+		p.cool = time.AfterFunc(hotWindow, p.coolDown)
+	}
+}
+
+// coolDown brings want back to 1 once no run has come for hotWindow, and
+// destroys the ready sandboxes beyond it.
+func (p *prestarted) coolDown() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	if wait := hotWindow - time.Since(p.lastTake); wait > 0 {
+		p.cool.Reset(wait)
+		p.mu.Unlock()
+		return
+	}
+	p.want = 1
+	var surplus []*warm
+	if len(p.ready) > 1 {
+		surplus = append(surplus, p.ready[1:]...)
+		p.ready = p.ready[:1]
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	defer p.wg.Done()
+	for _, w := range surplus {
+		w.destroy()
+	}
+}
+
+// replace starts building the next sandboxes, up to want.
 func (p *prestarted) replace() {
 	p.mu.Lock()
 	p.startLocked()
 	p.mu.Unlock()
 }
 
-// close stops building, destroys the waiting sandbox and waits for builds
+// close stops building, destroys the waiting sandboxes and waits for builds
 // and teardowns under way.
 func (p *prestarted) close() {
 	p.mu.Lock()
 	p.closed = true
-	w := p.ready
+	ready := p.ready
 	p.ready = nil
+	if p.cool != nil {
+		p.cool.Stop()
+	}
 	p.mu.Unlock()
 	p.wg.Wait()
-	if w != nil {
+	for _, w := range ready {
 		w.destroy()
 	}
 }
@@ -336,5 +411,5 @@ func (w *Workspace) Prestarted() bool {
 	}
 	w.pre.mu.Lock()
 	defer w.pre.mu.Unlock()
-	return w.pre.ready != nil
+	return len(w.pre.ready) > 0
 }

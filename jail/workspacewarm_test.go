@@ -261,3 +261,25 @@ func TestWorkspacePrestartProxy(t *testing.T) {
 		t.Errorf("prestarted %v: %q (stderr %q); a fresh sandbox: %q", res.Prestarted, res.Stdout, res.Stderr, fresh.Stdout)
 	}
 }
+
+// TestWorkspacePrestartHot: runs back to back make a workspace keep more
+// than one sandbox started, and an idle one goes back to one, destroying
+// the others.
+func TestWorkspacePrestartHot(t *testing.T) {
+	m := newManager(t)
+	ws := newPrestartWorkspace(t, m, jail.Limits{})
+	for range 3 {
+		wsRun(t, ws, &jail.Spec{Command: jail.Command{Args: []string{"true"}}})
+	}
+	if _, want := jail.PrestartCounts(ws); want < 2 {
+		t.Fatalf("after runs back to back, keeps %d sandboxes; want more than one", want)
+	}
+	waitFor(t, 20*time.Second, "more than one ready sandbox", func() bool { r, _ := jail.PrestartCounts(ws); return r > 1 })
+	waitFor(t, 4*jail.HotWindow+20*time.Second, "one ready sandbox once idle", func() bool {
+		r, want := jail.PrestartCounts(ws)
+		return r == 1 && want == 1
+	})
+	if res := wsRun(t, ws, &jail.Spec{Command: jail.Command{Args: []string{"true"}}}); !res.Prestarted {
+		t.Errorf("after cooling down, a run was not prestarted: %+v", res)
+	}
+}

@@ -14,6 +14,12 @@
 #   policy           issue 10's: scripts/bench-policy.sh --daemon, after the
 #                    table (the router example's decisions, and POST /run
 #                    with and without it, paced, in alternating rounds)
+#   density          "with N live sessions": a fresh `jaild serve` filled
+#                    with idle sessions (BENCH_DENSITY counts), at each count
+#                    the session create rate, one-shot req/s at 1 and 4
+#                    connections, a paced pooled one-shot, calls back to back
+#                    and 4 at once in one session, and the memory per idle
+#                    session (scripts/sessionbench -density)
 #
 # Each one-shot tool is measured twice: one worker (latency p50/p99) and two
 # workers (sandboxes/s). Every level is a scripts/loadgen run (HTTP, or -exec
@@ -33,8 +39,9 @@
 # 20, quick 4), BENCH_PACED_N (paced requests, default 200, quick 40),
 # BENCH_ROUNDS (rounds of every measurement, interleaved; medians printed;
 # default 1), BENCH_SERVE_ARGS (more flags for jaild serve), BENCH_TOOLS
-# (which to run, default "serve jaild runc bwrap unshare policy"), BENCH_GO=1 (also
-# the Go benchmarks of ./jail).
+# (which to run, default "serve jaild runc bwrap unshare policy density"),
+# BENCH_DENSITY (the idle session counts, default 0,250,500,1000,2000; quick
+# 0,250), BENCH_GO=1 (also the Go benchmarks of ./jail).
 # Needs root. Installs what is missing with apt: runc bubblewrap
 # busybox-static jq (wrk is not needed: scripts/loadgen drives the daemon).
 # Everything it makes (daemon, state, cgroups, runc containers) is removed on
@@ -51,7 +58,8 @@ else
   SECS=${BENCH_SECS:-20} PACED_N=${BENCH_PACED_N:-200}
 fi
 ROUNDS=${BENCH_ROUNDS:-1}
-WANT=" ${BENCH_TOOLS:-serve jaild runc bwrap unshare policy} "
+WANT=" ${BENCH_TOOLS:-serve jaild runc bwrap unshare policy density} "
+if [ "${BENCH_QUICK:-0}" = 1 ]; then DENSITY=${BENCH_DENSITY:-0,250}; else DENSITY=${BENCH_DENSITY:-0,250,500,1000,2000}; fi
 
 die() { echo "bench: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (jaild and runc build namespaces and cgroups)"
@@ -111,6 +119,10 @@ cleanup() {
       sleep 0.2
     done
     [ ! -d "$CG" ] || echo "bench: could not remove $CG" >&2
+  fi
+  # The density level's memory cgroup, if an interrupt left it.
+  if [ -n "${MEMCG:-}" ] && [ -d "$MEMCG" ]; then
+    find "$MEMCG" -depth -type d -exec rmdir {} + 2> /dev/null || true
   fi
   rm -rf --one-file-system "$T"
 }
@@ -423,6 +435,45 @@ if [[ $WANT == *" policy "* ]]; then
     pol=(BENCH_N=5000 BENCH_ROUNDS=3 BENCH_REQS=100)
   fi
   env "${pol[@]}" JAILD="$JAILD" "$REPO/scripts/bench-policy.sh" --daemon || echo "bench: the policy benchmark failed" >&2
+fi
+
+if [[ $WANT == *" density "* ]]; then
+  echo
+  echo "== with N live sessions ($DENSITY idle sessions; scripts/sessionbench -density)"
+  dens_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2> /dev/null ||
+    echo 18081)
+  dens_max=$(($(tr , '\n' <<< "$DENSITY" | sort -n | tail -1) + 64))
+  printf 'bench:%s\n' "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" > "$T/dens.tokens"
+  chmod 0600 "$T/dens.tokens"
+  # The daemon in a memory cgroup of its own (v1; nested in it, its
+  # sandboxes' cgroups): its charge per idle session is the memory figure.
+  MEMCG=
+  if [ "$CGMODE" = v1 ] && [ -d /sys/fs/cgroup/memory ]; then
+    MEMCG=/sys/fs/cgroup/memory/jaild-bench-density.$$
+    mkdir -p "$MEMCG"
+  fi
+  in_cg "$MEMCG"
+  # shellcheck disable=SC2086 # BENCH_SERVE_ARGS is a list of flags
+  "${IN_CG[@]}" "$JAILD" serve --listen "127.0.0.1:$dens_port" --state-dir "$STATE" --token-file "$T/dens.tokens" --audit-log off \
+    --max-sessions "$dens_max" --max-sessions-per-caller "$dens_max" ${BENCH_SERVE_ARGS:-} > "$T/serve-density.log" 2>&1 &
+  DAEMON_PID=$!
+  for _ in $(seq 150); do
+    curl -fsS "http://127.0.0.1:$dens_port/healthz" > /dev/null 2>&1 && break
+    kill -0 "$DAEMON_PID" 2> /dev/null || break
+    sleep 0.1
+  done
+  go build -o "$T/sessionbench" ./scripts/sessionbench || die "scripts/sessionbench does not build"
+  "$T/sessionbench" -url "http://127.0.0.1:$dens_port" -token-file "$T/dens.tokens" -density "$DENSITY" \
+    -secs "${SECS}s" -n 20 ${MEMCG:+-memcg "$MEMCG"} 2> /dev/null || echo "bench: the density benchmark failed: $(tail -c 300 "$T/serve-density.log")" >&2
+  stop_daemon
+  if [ -n "$MEMCG" ]; then
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+      find "$MEMCG" -depth -type d -exec rmdir {} + 2> /dev/null || true
+      [ -d "$MEMCG" ] || break
+      sleep 0.5
+    done
+    [ ! -d "$MEMCG" ] || echo "bench: could not remove $MEMCG" >&2
+  fi
 fi
 
 if [ "${BENCH_GO:-0}" = 1 ]; then

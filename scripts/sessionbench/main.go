@@ -27,6 +27,8 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -58,6 +60,11 @@ func main() {
 		gapFlag   = flag.Duration("gap", 0, "untimed pause before each call of the interleaved comparison (0..10s)")
 		asJSON    = flag.Bool("json", false, "print one JSON object per row")
 		breakdown = flag.Bool("breakdown", false, "instead: where a shell call in a session spends its extra time (the session's sandbox, the state report)")
+		density   = flag.String("density", "", "instead: with this many idle sessions live (ascending, e.g. 0,500,2000), the create rate, one-shot throughput, paced pooled and in-session latency")
+		secs      = flag.Duration("secs", 5*time.Second, "with -density: how long each throughput level runs")
+		memcg     = flag.String("memcg", "", "with -density: the daemon's memory cgroup directory, for the memory per idle session")
+		hold      = flag.Duration("hold", 0, "with -density: how long to keep the sessions after the last level (to profile the daemon)")
+		pidList   = flag.String("pids", "", "with -density: the daemon's pids (comma-separated), for its RSS if -memcg is not given")
 	)
 	flag.Parse()
 	if *n < 1 || *n > 10000 || *sessions < 1 || *sessions > 64 || *calls < 1 || *calls > 1000 || *warmup < 0 || *warmup > 1000 ||
@@ -69,6 +76,22 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	run := run
+	if *density != "" {
+		levels, err := parseLevels(*density)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sessionbench:", err)
+			os.Exit(2)
+		}
+		o := densityOpts{levels: levels, secs: *secs, n: *n, memcg: *memcg, hold: *hold}
+		for _, f := range strings.Split(*pidList, ",") {
+			if p, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+				o.pids = append(o.pids, p)
+			}
+		}
+		run = func(ctx context.Context, base, tokenFile string, _, _, _, _ int) ([]Row, error) {
+			return runDensity(ctx, base, tokenFile, o)
+		}
+	}
 	if *breakdown {
 		run = func(ctx context.Context, base, tokenFile string, n, _, _, warmup int) ([]Row, error) {
 			return runBreakdown(ctx, base, tokenFile, n, warmup)

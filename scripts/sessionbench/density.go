@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/client"
+)
+
+// densityOpts are the -density mode's settings.
+type densityOpts struct {
+	levels []int
+	secs   time.Duration // per throughput level
+	n      int           // calls per latency measurement
+	memcg  string        // a cgroup v1 memory dir or v2 dir holding the daemon; "" for none
+	pids   []int         // the daemon's processes, for their RSS
+	hold   time.Duration // after the last level, before the sessions go
+}
+
+// parseLevels reads "0,250,500".
+func parseLevels(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 0 || v > 10000 || (len(out) > 0 && v < out[len(out)-1]) {
+			return nil, fmt.Errorf("-density: %q: ascending session counts 0..10000", s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// runDensity fills the daemon with idle sessions level by level and, at
+// each level, measures what a caller sees: the session create rate, one-shot
+// throughput (1 and 4 connections), a paced pooled one-shot, calls back to
+// back and 4 at once in one session, and the memory per idle session. Every
+// session it made is deleted at the end.
+func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]Row, error) {
+	c, err := newClient(base, tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	var idle []string
+	defer func() {
+		// Deleted 4 at a time: the daemon tears each down in the worker.
+		deleteAll(c, idle)
+	}()
+	var rows []Row
+	var mem0 int64
+	for li, level := range o.levels {
+		t0 := time.Now()
+		for len(idle) < level {
+			s, err := c.CreateSession(ctx, &api.SessionRequest{})
+			if err != nil {
+				return rows, fmt.Errorf("create idle session %d: %w", len(idle), err)
+			}
+			idle = append(idle, s.ID)
+		}
+		fill := time.Since(t0)
+		// The prestarted sandboxes of the last sessions are still being
+		// built: let them settle, as idle sessions would.
+		settle(ctx, 2*time.Second)
+		mem := memUsage(o.memcg, o.pids)
+		if li == 0 {
+			mem0 = mem
+		}
+		pre := fmt.Sprintf("@%d ", level)
+		r, err := densityLevel(ctx, c, o)
+		if err != nil {
+			return rows, fmt.Errorf("at %d sessions: %w", level, err)
+		}
+		for i := range r {
+			r[i].Name = pre + r[i].Name
+		}
+		if n := level - prevLevel(o.levels, li); n > 0 {
+			r = append(r, Row{Name: pre + "fill: sessions/s (" + strconv.Itoa(n) + ")", Calls: n,
+				Mean: float64(n) / fill.Seconds()})
+		}
+		if level > 0 && mem > 0 {
+			r = append(r, Row{Name: pre + "memory per idle session, KiB", Calls: level,
+				Mean: float64(mem-mem0) / 1024 / float64(level)})
+		}
+		rows = append(rows, r...)
+		printRows(r)
+	}
+	if o.hold > 0 {
+		fmt.Fprintf(os.Stderr, "holding %d sessions for %v\n", len(idle), o.hold)
+		settle(ctx, o.hold)
+	}
+	return rows, nil
+}
+
+func prevLevel(levels []int, i int) int {
+	if i == 0 {
+		return 0
+	}
+	return levels[i-1]
+}
+
+func settle(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// densityLevel measures one level.
+func densityLevel(ctx context.Context, c *client.Client, o densityOpts) ([]Row, error) {
+	var rows []Row
+	// Session create and delete, 20 probes one after the other.
+	var creates, deletes []time.Duration
+	probes := make([]string, 0, 20)
+	t0 := time.Now()
+	for range 20 {
+		t := time.Now()
+		s, err := c.CreateSession(ctx, &api.SessionRequest{})
+		if err != nil {
+			deleteAll(c, probes)
+			return nil, fmt.Errorf("create a session: %w", err)
+		}
+		creates = append(creates, time.Since(t))
+		probes = append(probes, s.ID)
+	}
+	createWall := time.Since(t0)
+	sess := probes[0]
+	settle(ctx, 500*time.Millisecond)
+	oneShot := &api.Request{Command: "true"}
+	inSession := &api.Request{Command: "true", SessionID: sess}
+
+	// A paced pooled one-shot, and back-to-back calls in one session.
+	var paced, b2b []time.Duration
+	for range o.n {
+		settle(ctx, 100*time.Millisecond)
+		d, err := call(ctx, c, oneShot)
+		if err != nil {
+			return nil, err
+		}
+		paced = append(paced, d)
+	}
+	settle(ctx, 300*time.Millisecond)
+	for range o.n {
+		d, err := call(ctx, c, inSession)
+		if err != nil {
+			return nil, err
+		}
+		b2b = append(b2b, d)
+	}
+	// 4 calls at once in one session, o.n/2 rounds.
+	var four []time.Duration
+	var mu sync.Mutex
+	for range max(o.n/2, 1) {
+		settle(ctx, 300*time.Millisecond)
+		var wg sync.WaitGroup
+		var ferr atomic.Value
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := call(ctx, c, inSession)
+				if err != nil {
+					ferr.Store(err)
+				}
+				mu.Lock()
+				four = append(four, d)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if err, _ := ferr.Load().(error); err != nil {
+			return nil, err
+		}
+	}
+	// Throughput, one-shot, 1 and 4 connections.
+	var tput []Row
+	for _, conns := range []int{1, 4} {
+		n, lat, err := flatOut(ctx, c, oneShot, conns, o.secs)
+		if err != nil {
+			return nil, err
+		}
+		r := row(fmt.Sprintf("one-shot req/s, %d connection(s)", conns), lat)
+		r.Mean = float64(n) / o.secs.Seconds()
+		tput = append(tput, r)
+	}
+	t0 = time.Now()
+	for _, id := range probes {
+		t := time.Now()
+		if err := c.DeleteSession(ctx, id); err != nil {
+			return nil, fmt.Errorf("delete session %s: %w", id, err)
+		}
+		deletes = append(deletes, time.Since(t))
+	}
+	rows = append(rows,
+		Row{Name: "session create: sessions/s (20 serial)", Calls: 20, Mean: 20 / createWall.Seconds()},
+		row("POST /sessions", creates),
+		row("DELETE /sessions/{id}", deletes),
+		row(`paced pooled one-shot (100 ms apart)`, paced),
+		row("session, back to back", b2b),
+		row("session, 4 at once", four),
+	)
+	p := rows[3].P50MS
+	rows = append(rows,
+		Row{Name: "  back to back p50 / paced pooled p50 (x)", Mean: rows[4].P50MS / p},
+		Row{Name: "  4 at once p50 / paced pooled p50 (x)", Mean: rows[5].P50MS / p})
+	return append(rows, tput...), nil
+}
+
+// flatOut posts req from conns clients back to back for d.
+func flatOut(ctx context.Context, c *client.Client, req *api.Request, conns int, d time.Duration) (int, []time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		lat  []time.Duration
+		ferr error
+		wg   sync.WaitGroup
+	)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				x, err := call(ctx, c, req)
+				mu.Lock()
+				if err != nil && ctx.Err() == nil && ferr == nil {
+					ferr = err
+				}
+				if err == nil {
+					lat = append(lat, x)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return len(lat), lat, ferr
+}
+
+func deleteAll(c *client.Client, ids []string) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_ = c.DeleteSession(context.Background(), id)
+		}()
+	}
+	wg.Wait()
+}
+
+// memUsage is the memory charged to the daemon's cgroup (pages, kernel
+// objects, tmpfs, its sandboxes'), or else the RSS of its processes; 0 if
+// neither is known.
+func memUsage(cg string, pids []int) int64 {
+	if cg != "" {
+		for _, f := range []string{"memory.usage_in_bytes", "memory.current"} {
+			if b, err := os.ReadFile(cg + "/" + f); err == nil {
+				v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				return v
+			}
+		}
+	}
+	var sum int64
+	for _, p := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				v, _ := strconv.ParseInt(f[1], 10, 64)
+				sum += v * 1024
+			}
+		}
+	}
+	return sum
+}
+
+func printRows(rows []Row) {
+	for _, r := range rows {
+		fmt.Fprintf(os.Stderr, "%-52s %6d %8.2f %8.2f %8.2f\n", r.Name, r.Calls, r.P50MS, r.P99MS, r.Mean)
+	}
+}
