@@ -52,6 +52,10 @@ type Config struct {
 	MaxJobTimeout time.Duration
 	// ReapInterval is how often expiry is checked.
 	ReapInterval time.Duration
+	// WorkDir is where the sandboxes mount the session's workspace: their
+	// working directory and HOME, as the jail's (jail.Config.WorkDir).
+	// Empty means jail.DefaultDir.
+	WorkDir string
 	// NoPrestart: every call and job of a session builds its sandbox.
 	// False (the default): each session keeps one sandbox started on its
 	// workspace, with the session's limits, for its next call or job
@@ -88,6 +92,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.WorkDir == "" {
+		c.WorkDir = jail.DefaultDir
+	}
 	return c
 }
 
@@ -102,6 +109,11 @@ func (c Config) Validate() error {
 		return invalid("max job timeout", "%v exceeds %v", c.MaxJobTimeout, jail.MaxTimeout)
 	case c.WorkspaceBytes < 0 || c.MaxWorkspaceBytes < 0:
 		return invalid("workspace bytes", "must not be negative")
+	}
+	if c.WorkDir != "" {
+		if err := jail.ValidateWorkDir(c.WorkDir); err != nil {
+			return err
+		}
 	}
 	c = c.withDefaults()
 	switch {
@@ -165,12 +177,13 @@ type Options struct {
 	// Env holds KEY=VALUE pairs every call of the session gets.
 	Env []string
 	// Cwd is where calls start until a shell call changes directory;
-	// empty means /work. It must be /work or below.
+	// empty means the working directory (Config.WorkDir), which it must
+	// be or be below.
 	Cwd string
 	// Limits are the resources of each of the session's sandboxes (a
 	// call may set its own); zero fields mean jail's defaults.
 	Limits jail.Limits
-	// WorkspaceBytes is the size of /work; zero means
+	// WorkspaceBytes is the size of the workspace; zero means
 	// Config.WorkspaceBytes.
 	WorkspaceBytes int64
 	// Egress, if not nil, gives the session a way out: its workspace is
@@ -298,10 +311,10 @@ func checkOptions(o *Options, cfg Config) (string, error) {
 	if err := o.Limits.Validate(); err != nil {
 		return "", err
 	}
-	cwd := workDir
+	cwd := cfg.WorkDir
 	if o.Cwd != "" {
-		if !path.IsAbs(o.Cwd) || !inWork(path.Clean(o.Cwd)) || strings.IndexByte(o.Cwd, 0) >= 0 {
-			return "", invalid("cwd", "%q: must be /work or below it", o.Cwd)
+		if !path.IsAbs(o.Cwd) || !inWork(path.Clean(o.Cwd), cwd) || strings.IndexByte(o.Cwd, 0) >= 0 {
+			return "", invalid("cwd", "%q: must be %s or below it", o.Cwd, cwd)
 		}
 		cwd = path.Clean(o.Cwd)
 	}
