@@ -153,6 +153,6 @@ type FileInfo struct {
 
 // FileList is the body of GET on a directory.
 type FileList struct {
-	Path    string     `json:"path"` // inside /work, e.g. "/work/src"
+	Path    string     `json:"path"` // in the sandbox, e.g. "/work/src" (Session.WorkDir's)
 	Entries []FileInfo `json:"entries"`
 }
