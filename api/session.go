@@ -75,8 +75,13 @@ type Session struct {
 	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when the session expires if nothing runs in it from
 	// now on.
-	ExpiresAt          time.Time         `json:"expires_at"`
-	TTLSeconds         int64             `json:"ttl_seconds"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	TTLSeconds int64     `json:"ttl_seconds"`
+	// WorkDir is where the sandboxes see the session's workspace: their
+	// working directory and HOME (the daemon's --sandbox-workdir, /work
+	// unless the operator chose another). Paths of the files API are
+	// relative to it. An older daemon leaves it out: /work.
+	WorkDir            string            `json:"workdir,omitempty"`
 	Cwd                string            `json:"cwd"`
 	Env                map[string]string `json:"env"`
 	WorkspaceBytesMax  int64             `json:"workspace_bytes_max"`

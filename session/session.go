@@ -165,6 +165,13 @@ func New(j Jail, cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// WorkDir is where the sandboxes see a session's workspace (Config.WorkDir,
+// with its default).
+func (m *Manager) WorkDir() string { return m.cfg.WorkDir }
+
+// WorkDir is where the sandboxes see the session's workspace.
+func (s *Session) WorkDir() string { return s.m.cfg.WorkDir }
+
 // Options configure one session. The zero value is usable.
 type Options struct {
 	// Owner is who may use the session, compared whole (kind and
@@ -227,8 +234,11 @@ type Info struct {
 	Created time.Time
 	// ExpiresAt is when the session expires if nothing runs in it from
 	// now on (while a call or job runs, the end of its maximum lifetime).
-	ExpiresAt      time.Time
-	TTL            time.Duration
+	ExpiresAt time.Time
+	TTL       time.Duration
+	// WorkDir is where the sandboxes see the workspace (Config.WorkDir);
+	// Cwd is WorkDir or below it.
+	WorkDir        string
 	Cwd            string
 	Env            []string // sorted KEY=VALUE
 	Limits         jail.Limits
@@ -623,7 +633,7 @@ func (s *Session) Info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := Info{
-		ID: s.id, Owner: s.owner, Created: s.created, TTL: s.ttl, Cwd: s.cwd, Env: envList(s.env),
+		ID: s.id, Owner: s.owner, Created: s.created, TTL: s.ttl, WorkDir: s.m.cfg.WorkDir, Cwd: s.cwd, Env: envList(s.env),
 		Limits: s.limits, WorkspaceBytes: s.ws.Size(), WorkspaceUsed: used, Jobs: len(s.jobs),
 		Egress: s.proxy.usage(),
 	}
