@@ -39,7 +39,8 @@ type SessionRequest struct {
 	TTLSeconds *int64 `json:"ttl_seconds,omitempty"`
 	// Env is in every call of the session.
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is where calls start (/work or below) until a call changes it.
+	// Cwd is where calls start (the working directory, /work by default,
+	// or below) until a call changes it.
 	Cwd string `json:"cwd,omitempty"`
 	// Limits are each call's sandbox resources, within the operator's
 	// maximums; a call may set its own.
