@@ -36,8 +36,9 @@ import (
 // A run that asks for other memory, pids or CPU limits than the pool's gets
 // them set on the pooled sandbox's cgroup before its command is released.
 // Runs that a pooled sandbox cannot serve go to a fresh sandbox as
-// [Manager.Run] builds it: another tmpfs size than the pool's, a working
-// directory other than /work or /tmp, a workspace, or extra files.
+// [Manager.Run] builds it: another tmpfs size than the pool's, a cwd other
+// than the working directory (Config.WorkDir) or /tmp, a workspace, or
+// extra files.
 type Pool struct {
 	m        *Manager
 	limits   Limits
