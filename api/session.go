@@ -39,7 +39,8 @@ type SessionRequest struct {
 	TTLSeconds *int64 `json:"ttl_seconds,omitempty"`
 	// Env is in every call of the session.
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is where calls start (/work or below) until a call changes it.
+	// Cwd is where calls start (the working directory, /work by default,
+	// or below) until a call changes it.
 	Cwd string `json:"cwd,omitempty"`
 	// Limits are each call's sandbox resources, within the operator's
 	// maximums; a call may set its own.
@@ -75,8 +76,13 @@ type Session struct {
 	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when the session expires if nothing runs in it from
 	// now on.
-	ExpiresAt          time.Time         `json:"expires_at"`
-	TTLSeconds         int64             `json:"ttl_seconds"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	TTLSeconds int64     `json:"ttl_seconds"`
+	// WorkDir is where the sandboxes see the session's workspace: their
+	// working directory and HOME (the daemon's --sandbox-workdir, /work
+	// unless the operator chose another). Paths of the files API are
+	// relative to it. An older daemon leaves it out: /work.
+	WorkDir            string            `json:"workdir,omitempty"`
 	Cwd                string            `json:"cwd"`
 	Env                map[string]string `json:"env"`
 	WorkspaceBytesMax  int64             `json:"workspace_bytes_max"`
@@ -153,6 +159,6 @@ type FileInfo struct {
 
 // FileList is the body of GET on a directory.
 type FileList struct {
-	Path    string     `json:"path"` // inside /work, e.g. "/work/src"
+	Path    string     `json:"path"` // in the sandbox, e.g. "/work/src" (Session.WorkDir's)
 	Entries []FileInfo `json:"entries"`
 }

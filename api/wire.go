@@ -36,8 +36,9 @@ type Request struct {
 
 	// Env adds environment variables to the sandbox's fixed ones.
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is the working directory inside the sandbox: /work (the
-	// default), /tmp or below them.
+	// Cwd is the working directory inside the sandbox: the sandboxes'
+	// working directory (the default: /work, or the daemon's
+	// --sandbox-workdir), /tmp or below them.
 	Cwd string `json:"cwd,omitempty"`
 
 	// TimeoutSeconds (the name agent tools' /run APIs use) or TimeoutMS bound the run's

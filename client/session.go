@@ -216,7 +216,7 @@ func (c *Client) ListFiles(ctx context.Context, id, path string) (*api.FileList,
 	}
 	defer f.Body.Close()
 	if f.Kind != "list" {
-		return nil, fmt.Errorf("client: /work/%s is not a directory", strings.TrimPrefix(path, "/"))
+		return nil, fmt.Errorf("client: %s (in the session's workspace) is not a directory", strings.TrimPrefix(path, "/"))
 	}
 	var l api.FileList
 	if err := json.NewDecoder(f.Body).Decode(&l); err != nil {

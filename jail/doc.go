@@ -12,7 +12,8 @@
 // the command runs as uid 1000 inside, with no capabilities, no_new_privs, a
 // seccomp filter that denies what a sandbox never needs (see seccomp.go) and
 // runc's masked and read-only /proc paths. The root is read-only (package
-// rootfs); /work and /tmp are size-capped tmpfs mounts that vanish with the
+// rootfs); the working directory (/work, or Config.WorkDir: the default
+// cwd and HOME) and /tmp are size-capped tmpfs mounts that vanish with the
 // sandbox. Memory (no swap), pids and CPU limits are set on the sandbox's
 // cgroup before the command starts, under a parent cgroup with an aggregate
 // budget (package cgroup). The environment is fixed plus what the caller
@@ -58,7 +59,8 @@
 //
 // # Workspaces
 //
-// A [Workspace] is what the sandboxes of one session share: a /work that
+// A [Workspace] is what the sandboxes of one session share: a working
+// directory that
 // outlives them (a size-capped tmpfs jaild mounts on the host and binds
 // into each), a network namespace with only loopback that they all join,
 // and the uid range they all map, so that files one writes are the next

@@ -53,8 +53,14 @@ type Config struct {
 	// missing (see workspaceroot.go).
 	WorkspaceRoot string
 	// Rootfs is "host" (or empty) for the generated read-only template
-	// over the host's /usr, or the path of a prepared directory.
+	// over the host's /usr, or the path of a prepared directory, which
+	// must have a directory at WorkDir to mount on.
 	Rootfs string
+	// WorkDir is the sandbox's working directory: the size-capped tmpfs
+	// (or a session's workspace) mounted there is the default cwd and
+	// HOME, and the sandbox user's home in the generated template's
+	// /etc/passwd. Empty means DefaultDir; see ValidateWorkDir.
+	WorkDir string
 	// CgroupParent overrides where sandbox cgroups go (see package
 	// cgroup); empty means automatic.
 	CgroupParent string
@@ -82,6 +88,7 @@ type Manager struct {
 	containers string // libcontainer's state root
 	slotDir    string
 	root       *rootfs.Root
+	workDir    string
 	parent     *cgroup.Parent
 	dog        *watchdog
 	teardowns  *teardowns
@@ -128,6 +135,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
 	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = DefaultDir
+	}
+	if err := ValidateWorkDir(cfg.WorkDir); err != nil {
+		return nil, err
+	}
 	// Checked before anything is written into it (see trust.go). It must
 	// be traversable (not readable) by the sandboxes' unprivileged root,
 	// which mounts the rootfs template inside it.
@@ -145,6 +158,7 @@ func New(cfg Config) (*Manager, error) {
 		stateDir:   stateDir,
 		containers: filepath.Join(stateDir, "containers"),
 		slotDir:    SlotDir,
+		workDir:    cfg.WorkDir,
 		teardowns:  newTeardowns(cfg.TeardownBacklog),
 		log:        cfg.Logger,
 	}
@@ -197,14 +211,14 @@ func (m *Manager) prepare(root string) error {
 		return err
 	}
 	if root == "" || root == "host" {
-		m.root, err = rootfs.Host(m.stateDir, sandboxUser)
+		m.root, err = rootfs.Host(m.stateDir, sandboxUser, m.workDir)
 	} else {
 		// A prepared root's contents are the operator's choice; that no
 		// other user can swap the directory is checked here.
 		if root, err = trustedDir("rootfs", root, true); err != nil {
 			return err
 		}
-		m.root, err = rootfs.Open(root)
+		m.root, err = rootfs.Open(root, m.workDir)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRootfs, err)
@@ -228,6 +242,18 @@ func budgetDefaults(b cgroup.Budget) cgroup.Budget {
 	return b
 }
 
+// WorkDir is the sandboxes' working directory (see Config.WorkDir).
+func (m *Manager) WorkDir() string { return m.workDir }
+
+// validate is spec.Validate with the command's directory checked against
+// this Manager's working directory.
+func (m *Manager) validate(spec *Spec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	return CheckDir(spec.Dir, m.workDir)
+}
+
 // checkUserns fails if the kernel cannot create user namespaces.
 func checkUserns() error {
 	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
@@ -248,7 +274,7 @@ func checkUserns() error {
 // ctx ends first, the sandbox is killed and Run returns the partial result
 // (Canceled set) with ctx's error.
 func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
-	if err := spec.Validate(); err != nil {
+	if err := m.validate(spec); err != nil {
 		return nil, err
 	}
 	sb, err := m.create(ctx, spec.Limits, spec.Workspace, spec.Egress != nil)
@@ -378,7 +404,8 @@ func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace, egress bo
 }
 
 // containerConfig is the whole isolation policy of one sandbox. On a
-// workspace (ws not nil) it differs in two places only: /work is the
+// workspace (ws not nil) it differs in two places only: the working
+// directory is the
 // workspace's tmpfs, and the network namespace is the workspace's, joined
 // rather than created (its loopback is already up). A sandbox with egress
 // joins the namespace at netns the same way (see [Egress]).

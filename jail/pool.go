@@ -36,8 +36,9 @@ import (
 // A run that asks for other memory, pids or CPU limits than the pool's gets
 // them set on the pooled sandbox's cgroup before its command is released.
 // Runs that a pooled sandbox cannot serve go to a fresh sandbox as
-// [Manager.Run] builds it: another tmpfs size than the pool's, a working
-// directory other than /work or /tmp, a workspace, or extra files.
+// [Manager.Run] builds it: another tmpfs size than the pool's, a cwd other
+// than the working directory (Config.WorkDir) or /tmp, a workspace, or
+// extra files.
 type Pool struct {
 	m        *Manager
 	limits   Limits
@@ -173,8 +174,8 @@ func (m *Manager) startWaiting(l Limits, ws *Workspace, extra bool) (_ *warm, re
 	}
 	proc := &libcontainer.Process{
 		Args:       poolInit,
-		Env:        environ(nil),
-		Cwd:        DefaultDir,
+		Env:        environ(nil, m.workDir),
+		Cwd:        m.workDir,
 		UID:        SandboxUID,
 		GID:        SandboxGID,
 		ExtraFiles: files,
@@ -219,7 +220,7 @@ func (w *warm) closePipes() {
 // Run implements the same contract as [Manager.Run], on a pooled sandbox
 // when one is ready and can serve spec, else on a fresh one.
 func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
-	if err := spec.Validate(); err != nil {
+	if err := p.m.validate(spec); err != nil {
 		return nil, err
 	}
 	if !p.serves(spec) {
@@ -285,17 +286,17 @@ func (p *Pool) serves(spec *Spec) bool {
 	// released (see setLimits); the tmpfs size is a mount option.
 	return spec.Limits.WithDefaults().TmpfsSize == p.limits.TmpfsSize &&
 		spec.Workspace == nil && spec.Egress == nil && len(spec.ExtraFiles) == 0 &&
-		pooledDir(spec.Dir)
+		pooledDir(spec.Dir, p.m.workDir)
 }
 
-// pooledDir reports whether a pooled sandbox can run a command in dir: /work
-// and /tmp, fresh tmpfs mounts, are the only directories it may be given
-// that always exist; a fresh sandbox's init creates any other (as the
-// sandbox's root), which the waiting init, already the sandbox user, must
-// not do differently.
-func pooledDir(dir string) bool {
-	switch path.Clean("/" + dir) {
-	case "/", DefaultDir, "/tmp":
+// pooledDir reports whether a pooled sandbox can run a command in dir: the
+// working directory workDir and /tmp, fresh tmpfs mounts, are the only
+// directories it may be given that always exist; a fresh sandbox's init
+// creates any other (as the sandbox's root), which the waiting init,
+// already the sandbox user, must not do differently.
+func pooledDir(dir, workDir string) bool {
+	switch d := path.Clean("/" + dir); d {
+	case "/", workDir, "/tmp":
 		return true
 	}
 	return false
@@ -328,8 +329,8 @@ var errNoDir = errors.New("pooled init: no such directory")
 // command gets (0, or 1: the init's fd 5 becomes its fd 3), the number of
 // arguments, the arguments, then the environment. Validate has refused NUL
 // bytes in all of them.
-func poolMessage(cmd *Command, files int) []byte {
-	env := environ(cmd.Env)
+func poolMessage(cmd *Command, files int, workDir string) []byte {
+	env := environ(cmd.Env, workDir)
 	path := Path
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
@@ -338,7 +339,7 @@ func poolMessage(cmd *Command, files int) []byte {
 	}
 	dir := cmd.Dir
 	if dir == "" {
-		dir = DefaultDir
+		dir = workDir
 	}
 	var b []byte
 	add := func(s string) { b = append(append(b, s...), 0) }

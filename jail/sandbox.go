@@ -96,6 +96,9 @@ func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
+	if err := CheckDir(cmd.Dir, s.m.workDir); err != nil {
+		return nil, err
+	}
 	if s.used || s.c == nil {
 		return nil, ErrClosed
 	}
@@ -103,11 +106,11 @@ func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 
 	dir := cmd.Dir
 	if dir == "" {
-		dir = DefaultDir
+		dir = s.m.workDir
 	}
 	p := &libcontainer.Process{
 		Args: cmd.Args,
-		Env:  environ(cmd.Env),
+		Env:  environ(cmd.Env, s.m.workDir),
 		Cwd:  dir,
 		UID:  SandboxUID,
 		GID:  SandboxGID,
@@ -398,10 +401,11 @@ func startError(name string, err error) error {
 	return fmt.Errorf("start sandbox: %w", err)
 }
 
-// environ builds the command's environment: fixed defaults, overridden by
-// the caller's pairs. Nothing comes from jaild's own environment.
-func environ(extra []string) []string {
-	env := []string{"PATH=" + Path, "HOME=/work", "USER=" + sandboxUser.Name, "LANG=C.UTF-8"}
+// environ builds the command's environment: fixed defaults (HOME is the
+// working directory workDir), overridden by the caller's pairs. Nothing
+// comes from jaild's own environment.
+func environ(extra []string, workDir string) []string {
+	env := []string{"PATH=" + Path, "HOME=" + workDir, "USER=" + sandboxUser.Name, "LANG=C.UTF-8"}
 	idx := map[string]int{}
 	for i, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")

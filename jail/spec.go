@@ -17,9 +17,11 @@ const (
 	DefaultMemory    = 256 << 20 // bytes, no swap
 	DefaultPids      = 256
 	DefaultCPUs      = 1.0
-	DefaultTmpfsSize = 64 << 20 // bytes, for each of /work and /tmp
+	DefaultTmpfsSize = 64 << 20 // bytes, for each of the working directory and /tmp
 	DefaultMaxOutput = 1 << 20  // bytes kept per stream
-	DefaultDir       = "/work"
+	// DefaultDir is the sandbox's working directory unless the Manager's
+	// Config.WorkDir names another (see ValidateWorkDir).
+	DefaultDir = "/work"
 
 	// SandboxUID and SandboxGID are the ids the command runs as inside the
 	// sandbox. Container root (uid 0) exists only to set the sandbox up.
@@ -50,13 +52,15 @@ const (
 // time. The zero value of each field means its Default*.
 type Limits struct {
 	// Memory is the cgroup memory limit in bytes, with swap disabled.
-	// Tmpfs pages written in /work and /tmp count against it too.
+	// Tmpfs pages written in the working directory and /tmp count
+	// against it too.
 	Memory int64
 	// Pids is the maximum number of processes and threads.
 	Pids int64
 	// CPUs is the CPU quota in cores (1.5 = one and a half cores).
 	CPUs float64
-	// TmpfsSize caps each of the /work and /tmp tmpfs mounts, in bytes.
+	// TmpfsSize caps each of the working directory's and /tmp's tmpfs
+	// mounts, in bytes.
 	TmpfsSize int64
 }
 
@@ -120,12 +124,15 @@ type Command struct {
 	Args []string
 
 	// Env holds extra KEY=VALUE pairs. The command's environment is
-	// PATH, HOME=/work, USER, LANG and these, which override the fixed
-	// ones; nothing of jaild's own environment is passed.
+	// PATH, HOME (the working directory), USER, LANG and these, which
+	// override the fixed ones; nothing of jaild's own environment is
+	// passed.
 	Env []string
 
-	// Dir is the working directory inside the sandbox; it must be /work,
-	// /tmp or below them. Empty means /work.
+	// Dir is the working directory inside the sandbox; it must be the
+	// sandbox's working directory (the Manager's Config.WorkDir, /work by
+	// default), /tmp or below them (see CheckDir). Empty means the
+	// working directory.
 	Dir string
 
 	// Stdin is the command's standard input. Nil means /dev/null. An
@@ -161,7 +168,9 @@ type Command struct {
 	MaxOutput int64
 }
 
-// Validate reports the first field of c that cannot be run.
+// Validate reports the first field of c that cannot be run in any
+// sandbox. Whether Dir is writable depends on the sandbox's working
+// directory, which the Manager checks (see CheckDir).
 func (c *Command) Validate() error {
 	if len(c.Args) == 0 || c.Args[0] == "" {
 		return invalid("command", "missing")
@@ -187,9 +196,6 @@ func (c *Command) Validate() error {
 		if !path.IsAbs(c.Dir) {
 			return invalid("cwd", "%q is not absolute", c.Dir)
 		}
-		if d := path.Clean(c.Dir); !within(d, "/work") && !within(d, "/tmp") {
-			return invalid("cwd", "%q is outside the sandbox's writable dirs /work and /tmp", c.Dir)
-		}
 	}
 	if c.Timeout < 0 || c.Timeout > MaxTimeout {
 		return invalid("timeout", "%v: must be between 0 and %v", c.Timeout, MaxTimeout)
@@ -202,12 +208,35 @@ func (c *Command) Validate() error {
 
 func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
+// CheckDir reports whether a command may start in dir in a sandbox whose
+// working directory is workDir (empty: DefaultDir): dir must be workDir,
+// /tmp or below them, the only places a sandbox writes. Empty dir means
+// workDir. The error is an *InvalidError of field "cwd".
+func CheckDir(dir, workDir string) error {
+	if workDir == "" {
+		workDir = DefaultDir
+	}
+	if dir == "" {
+		return nil
+	}
+	if strings.IndexByte(dir, 0) >= 0 {
+		return invalid("cwd", "contains a NUL byte")
+	}
+	if !path.IsAbs(dir) {
+		return invalid("cwd", "%q is not absolute", dir)
+	}
+	if d := path.Clean(dir); !within(d, workDir) && !within(d, "/tmp") {
+		return invalid("cwd", "%q is outside the sandbox's writable dirs %s and /tmp", dir, workDir)
+	}
+	return nil
+}
+
 // Spec is one run: a command in a fresh sandbox with the given limits, as
 // [Manager.Run] takes it.
 type Spec struct {
 	Limits Limits
-	// Workspace, if not nil, gives the sandbox the workspace's /work,
-	// network namespace and uid range instead of a fresh tmpfs /work and
+	// Workspace, if not nil, gives the sandbox the workspace's working
+	// directory, network namespace and uid range instead of a fresh tmpfs and
 	// a network namespace of its own with only loopback (see
 	// [Workspace]); every other namespace, limit and filter is the
 	// sandbox's own as always.

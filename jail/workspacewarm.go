@@ -320,7 +320,7 @@ func (w *warm) runCommand(ctx context.Context, cmd *Command, relay *os.File) (*R
 		files = 1
 	}
 	w.r.started = time.Now()
-	_, err := w.cmd.Write(poolMessage(cmd, files))
+	_, err := w.cmd.Write(poolMessage(cmd, files, w.sb.m.workDir))
 	w.cmd.Close()
 	if err != nil {
 		w.closePipes()
@@ -371,7 +371,7 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *Result, _
 	if p == nil || !p.serves(spec) {
 		return nil, nil, false
 	}
-	if err := spec.Validate(); err != nil {
+	if err := w.m.validate(spec); err != nil {
 		return nil, err, true
 	}
 	var relay *os.File

@@ -30,8 +30,8 @@ type Input struct {
 	Hash string `json:"hash"`
 	// Writable is true when the sandbox can change what Command runs
 	// between this decision and the exec: the file is in, or was found
-	// through, one of ViewMounts (/work, /tmp...). A policy that trusts a
-	// name or a hash must deny it.
+	// through, one of ViewMounts (the working directory, /tmp...). A
+	// policy that trusts a name or a hash must deny it.
 	Writable bool     `json:"writable"`
 	Args     []string `json:"args"`
 	// Env is the environment the command gets, jaild's fixed defaults
@@ -52,14 +52,15 @@ type Input struct {
 	Background bool           `json:"background"`
 	// Shell is set in shell mode only.
 	Shell *Shell `json:"shell,omitempty"`
-	// File is the path in the sandbox (/work/...) a files action is about.
+	// File is the path in the sandbox (below the working directory, e.g.
+	// /work/...) a files action is about.
 	File string `json:"file,omitempty"`
 	// Unset lists the variables a session.env action removes.
 	Unset []string `json:"unset,omitempty"`
 
-	// Workspace is the host directory the sandbox sees as /work (a
-	// session's workspace); empty means a fresh, empty /work. Not part of
-	// the document: it says where to resolve.
+	// Workspace is the host directory the sandbox sees as its working
+	// directory (a session's workspace); empty means a fresh, empty one.
+	// Not part of the document: it says where to resolve.
 	Workspace string `json:"-"`
 }
 
@@ -184,7 +185,8 @@ func viewOf(r Resolver) ViewResolver {
 
 // plainView is a Resolver that knows no view (a test's, a custom one): an
 // answer is Writable if the path, the name or any PATH entry it could
-// have been looked up in is in a ViewMount.
+// have been looked up in is in a ViewMount (of the default working
+// directory: a custom resolver for another one is a ViewResolver).
 type plainView struct{ r Resolver }
 
 func (p plainView) ResolveIn(_, name, pathEnv, cwd string) (Resolution, error) {

@@ -20,12 +20,14 @@ import (
 // sets one (jail.Path; this package imports nothing of jaild's).
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// DefaultCwd is where a sandbox's command starts unless the request says.
+// DefaultCwd is where a sandbox's command starts unless the request says,
+// in sandboxes whose working directory is the default one (jail.DefaultDir).
 const DefaultCwd = "/work"
 
 // A Resolver finds the executable file name would run as in the sandbox:
 // looked up in pathEnv (DefaultPath when empty) unless it holds a slash,
-// relative to cwd (DefaultCwd when empty) if it is relative. It returns
+// relative to cwd (the sandbox's working directory, DefaultCwd unless the
+// resolver knows another, when empty) if it is relative. It returns
 // the file's path in the sandbox with every symlink resolved, and its
 // SHA-256 in lowercase hex.
 type Resolver interface {
@@ -55,8 +57,8 @@ type Resolution struct {
 	Writable bool
 }
 
-// A ViewResolver resolves in the view of one request, whose /work is the
-// host directory workspace (a session's), or a fresh empty tmpfs when
+// A ViewResolver resolves in the view of one request, whose working
+// directory (/work by default) is the host directory workspace (a session's), or a fresh empty tmpfs when
 // workspace is empty. Root is one. The error comes with the Resolution
 // so far: a name not found in a writable place is Writable too, since
 // the sandbox may put it there.
@@ -65,11 +67,13 @@ type ViewResolver interface {
 }
 
 // ViewMounts are the places of every sandbox that are not its read-only
-// root: /work (a session's workspace, else a fresh tmpfs) and /tmp are
-// tmpfs the sandbox writes, /dev and /proc its own. Nothing below them is
-// looked up on the host except a session's workspace; the rest is empty
-// at decision time, and a lookup through any of them is Writable.
-var ViewMounts = []string{"/work", "/tmp", "/dev", "/proc"}
+// root, in sandboxes whose working directory is DefaultCwd: the working
+// directory (a session's workspace, else a fresh tmpfs) and /tmp are tmpfs
+// the sandbox writes, /dev and /proc its own. Nothing below them is looked
+// up on the host except a session's workspace; the rest is empty at
+// decision time, and a lookup through any of them is Writable. A Root with
+// another working directory has it in place of /work (Root.WithWorkDir).
+var ViewMounts = []string{DefaultCwd, "/tmp", "/dev", "/proc"}
 
 // Root resolves in a sandbox root laid out as jaild lays it: the directory
 // Dir as "/", with host paths Binds (such as /usr) bound read-only at the
@@ -79,8 +83,10 @@ var ViewMounts = []string{"/work", "/tmp", "/dev", "/proc"}
 // RESOLVE_NO_SYMLINKS, so a link swapped in meanwhile is refused rather
 // than followed. Hashes are cached by the file's identity.
 type Root struct {
-	dir   string
-	binds []string // longest first
+	dir     string
+	binds   []string // longest first
+	workDir string   // the sandbox's working directory: views[0]
+	views   []string // ViewMounts, with workDir for /work
 
 	mu     sync.Mutex
 	hashes map[fileKey]string
@@ -99,11 +105,28 @@ func NewRoot(dir string, binds ...string) *Root {
 		bs = append(bs, path.Clean("/"+b))
 	}
 	sort.Slice(bs, func(i, j int) bool { return len(bs[i]) > len(bs[j]) })
-	return &Root{dir: dir, binds: bs, hashes: make(map[fileKey]string), racy: racyWindow}
+	return &Root{dir: dir, binds: bs, workDir: DefaultCwd, views: ViewMounts,
+		hashes: make(map[fileKey]string), racy: racyWindow}
 }
 
+// WithWorkDir makes r resolve for sandboxes whose working directory (the
+// default cwd, and where a session's workspace is seen) is the absolute
+// path workDir instead of DefaultCwd; empty leaves DefaultCwd. It must be
+// called before r is used, and returns r.
+func (r *Root) WithWorkDir(workDir string) *Root {
+	if workDir == "" {
+		workDir = DefaultCwd
+	}
+	r.workDir = workDir
+	r.views = append([]string{workDir}, ViewMounts[1:]...)
+	return r
+}
+
+// WorkDir is the sandboxes' working directory r resolves for.
+func (r *Root) WorkDir() string { return r.workDir }
+
 // Resolve implements Resolver, in the view of a sandbox without a
-// session: its /work and /tmp are fresh and empty.
+// session: its working directory and /tmp are fresh and empty.
 func (r *Root) Resolve(name, pathEnv, cwd string) (string, string, error) {
 	res, err := r.ResolveIn("", name, pathEnv, cwd)
 	return res.Path, res.Hash, err
@@ -142,7 +165,7 @@ func (r *Root) resolve(workspace, name, pathEnv, cwd string, rec *recorder) (str
 		return "", "", errors.New("empty command")
 	}
 	if cwd == "" {
-		cwd = DefaultCwd
+		cwd = r.workDir
 	}
 	if strings.Contains(name, "/") {
 		if !path.IsAbs(name) {
@@ -265,12 +288,13 @@ func (r *Root) realpath(workspace, p string, rec *recorder) (string, error) {
 
 // host maps a resolved sandbox path to the host: the directory it is
 // mounted from, and its path below that. view is true below a ViewMount,
-// whose base is the workspace for /work and empty (nothing there) for the
-// others and for /work without a workspace.
+// whose base is the workspace for the working directory and empty (nothing
+// there) for the others and for the working directory without a
+// workspace.
 func (r *Root) host(workspace, p string) (base, rel string, view bool) {
-	for _, m := range ViewMounts {
+	for _, m := range r.views {
 		if p == m || strings.HasPrefix(p, m+"/") {
-			if m == "/work" {
+			if m == r.workDir {
 				base = workspace
 			}
 			return base, strings.TrimPrefix(strings.TrimPrefix(p, m), "/"), true

@@ -16,6 +16,11 @@
 //
 // A prepared directory ([Open]) replaces the template; scripts/mkrootfs.sh
 // builds one from busybox. It must already hold the mount points /proc,
-// /dev, /tmp and /work, since the sandbox cannot create them in a read-only
-// root.
+// /dev, /tmp and the working directory (/work unless the operator chose
+// another), since the sandbox cannot create them in a read-only root.
+//
+// The working directory is the sandbox's writable tmpfs (or a session's
+// workspace) and its user's home. The template makes it, and any parent
+// directories it needs, as empty mount points, and names it in passwd: a
+// template is content-addressed, so each working directory has its own.
 package rootfs

@@ -18,16 +18,32 @@ import (
 // ErrInvalid: the directory cannot serve as a sandbox root.
 var ErrInvalid = errors.New("rootfs: invalid root")
 
-// MountPoints must exist in every root; the sandbox mounts over them.
-var MountPoints = []string{"proc", "dev", "tmp", "work"}
+// mountPoints are the directories every root must have, relative to it;
+// the sandbox mounts over them. workDir is the working directory's
+// absolute path in the sandbox.
+func mountPoints(workDir string) []string {
+	return []string{"proc", "dev", "tmp", strings.TrimPrefix(workDir, "/")}
+}
 
 // Root is a read-only root file system and the host paths bound into it.
 type Root struct {
 	// Dir is the directory that becomes "/".
 	Dir string
+	// WorkDir is where the sandbox's working directory is mounted, an
+	// absolute path in the sandbox.
+	WorkDir string
 	// binds are host paths bind-mounted read-only at the same place.
 	binds []string
 	host  bool
+}
+
+// checkWorkDir rejects a working directory that no root can mount: the
+// caller (package jail) has judged it otherwise.
+func checkWorkDir(workDir string) error {
+	if !filepath.IsAbs(workDir) || filepath.Clean(workDir) != workDir || workDir == "/" {
+		return fmt.Errorf("%w: working directory %q is not an absolute, clean path below /", ErrInvalid, workDir)
+	}
+	return nil
 }
 
 // Host reports whether r is the generated template over the host's /usr,
@@ -40,8 +56,13 @@ type User struct {
 	UID, GID int
 }
 
-// Open takes a prepared directory as the root.
-func Open(dir string) (*Root, error) {
+// Open takes a prepared directory as the root, whose working directory is
+// mounted at workDir: dir must have a directory there, reached through no
+// symlink.
+func Open(dir, workDir string) (*Root, error) {
+	if err := checkWorkDir(workDir); err != nil {
+		return nil, err
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, dir, err)
@@ -62,14 +83,18 @@ func Open(dir string) (*Root, error) {
 	if err := unix.Statfs(abs, &st); err == nil && st.Flags&unix.ST_NOEXEC != 0 {
 		return nil, fmt.Errorf("%w: %s is on a noexec mount; programs in it could not run", ErrInvalid, abs)
 	}
-	for _, mp := range MountPoints {
-		// Lstat: a symlink here would be followed by the mount.
-		fi, err := os.Lstat(filepath.Join(abs, mp))
-		if err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("%w: %s has no directory /%s to mount on (scripts/mkrootfs.sh makes one)", ErrInvalid, abs, mp)
+	for _, mp := range mountPoints(workDir) {
+		// Lstat each component: a symlink here would be followed by
+		// the mount.
+		for p := mp; p != "."; p = filepath.Dir(p) {
+			fi, err := os.Lstat(filepath.Join(abs, p))
+			if err != nil || !fi.IsDir() {
+				return nil, fmt.Errorf("%w: %s has no directory /%s to mount on (scripts/mkrootfs.sh makes one; mkdir -p %s)",
+					ErrInvalid, abs, mp, filepath.Join(abs, mp))
+			}
 		}
 	}
-	return &Root{Dir: abs}, nil
+	return &Root{Dir: abs, WorkDir: workDir}, nil
 }
 
 // usrLinks are the top-level directories that merged-/usr hosts turn into
@@ -98,12 +123,19 @@ func (e entry) perm() os.FileMode {
 	return e.mode
 }
 
-// Host returns the default root, generating its template under stateDir if
-// this host's layout has not been generated before. Templates are
+// Host returns the default root, with u's home and the working directory's
+// mount point at workDir, generating its template under stateDir if this
+// host's layout has not been generated before. Templates are
 // content-addressed and built under a temporary name then renamed, so
 // concurrent jaild processes never see a half-built one.
-func Host(stateDir string, u User) (*Root, error) {
-	entries, binds := hostLayout(u)
+func Host(stateDir string, u User, workDir string) (*Root, error) {
+	if err := checkWorkDir(workDir); err != nil {
+		return nil, err
+	}
+	entries, binds, err := hostLayout(u, workDir)
+	if err != nil {
+		return nil, err
+	}
 	h := sha256.New()
 	for _, e := range entries {
 		fmt.Fprintf(h, "%s\x00%o\x00%s\x00%s\x00%t\n", e.path, e.mode, e.link, e.data, e.isFile)
@@ -128,10 +160,10 @@ func Host(stateDir string, u User) (*Root, error) {
 			}
 		}
 	}
-	if err := checkLayout(dir, entries, binds); err != nil {
+	if err := checkLayout(dir, entries, binds, workDir); err != nil {
 		return nil, err
 	}
-	return &Root{Dir: dir, binds: binds, host: true}, nil
+	return &Root{Dir: dir, WorkDir: workDir, binds: binds, host: true}, nil
 }
 
 // checkLayout fails unless dir is the template es describes, as
@@ -144,13 +176,13 @@ func Host(stateDir string, u User) (*Root, error) {
 // leaves it theirs, or needed write access that the mode check refuses, so
 // contents are not read: only root could change them unnoticed, and this
 // runs at every start of every one-shot run.
-func checkLayout(dir string, es []entry, binds []string) error {
+func checkLayout(dir string, es []entry, binds []string, workDir string) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: template %s is not as jaild generated it: %s; remove it (rm -rf %s) and jaild generates it again",
 			ErrInvalid, dir, fmt.Sprintf(format, args...), dir)
 	}
 	covered := make(map[string]bool)
-	for _, mp := range MountPoints {
+	for _, mp := range mountPoints(workDir) {
 		covered[mp] = true
 	}
 	for _, b := range binds {
@@ -258,16 +290,20 @@ func checkTraversable(dir string) error {
 	}
 }
 
-func hostLayout(u User) ([]entry, []string) {
+// hostLayout is the template of u with the working directory workDir (an
+// absolute, clean path), and the host paths bound into it. workDir and its
+// parents are made as directories; one that is another entry of the
+// template (/usr, /etc, a merged-/usr link...) is refused.
+func hostLayout(u User, workDir string) ([]entry, []string, error) {
 	es := []entry{
 		{path: "usr", mode: 0o755}, {path: "etc", mode: 0o755},
 		{path: "proc", mode: 0o555}, {path: "dev", mode: 0o755},
 		// Only mount points: the sandbox mounts a tmpfs (mode 1777) on
 		// /tmp. On the host no one but root may write in the template.
-		{path: "tmp", mode: 0o755}, {path: "work", mode: 0o755},
+		{path: "tmp", mode: 0o755},
 		{path: "etc/passwd", mode: 0o644, data: fmt.Sprintf(
-			"root:x:0:0:root:/root:/bin/sh\n%s:x:%d:%d:%s:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-			u.Name, u.UID, u.GID, u.Name)},
+			"root:x:0:0:root:/root:/bin/sh\n%s:x:%d:%d:%s:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			u.Name, u.UID, u.GID, u.Name, workDir)},
 		{path: "etc/group", mode: 0o644, data: fmt.Sprintf("root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", u.Name, u.GID)},
 		{path: "etc/hosts", mode: 0o644, data: "127.0.0.1\tlocalhost jaild\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
 		{path: "etc/hostname", mode: 0o644, data: "jaild\n"},
@@ -302,8 +338,23 @@ func hostLayout(u User) ([]entry, []string) {
 		es = append(es, entry{path: hp[1:], mode: 0o755, isFile: !fi.IsDir()})
 		binds = append(binds, hp)
 	}
+	taken := make(map[string]bool, len(es))
+	for _, e := range es {
+		taken[e.path] = true
+	}
+	// Parents first, each an empty directory of its own: only the last
+	// component is mounted over.
+	rel := strings.TrimPrefix(workDir, "/")
+	comps := strings.Split(rel, "/")
+	for i := range comps {
+		p := strings.Join(comps[:i+1], "/")
+		if taken[p] {
+			return nil, nil, fmt.Errorf("%w: working directory %s: /%s is part of the sandbox's root", ErrInvalid, workDir, p)
+		}
+		es = append(es, entry{path: p, mode: 0o755})
+	}
 	sort.Slice(es, func(i, j int) bool { return es[i].path < es[j].path })
-	return es, binds
+	return es, binds, nil
 }
 
 func writeLayout(dir string, es []entry) error {
@@ -334,9 +385,9 @@ func writeLayout(dir string, es []entry) error {
 }
 
 // Mounts returns the sandbox's mounts, in order: /proc, a minimal /dev,
-// size-capped tmpfs /work (owned by u) and /tmp, and the read-only binds.
-// If work is not empty, /work is instead a read-write bind of that host
-// directory (nosuid, nodev), which the caller sized and owns.
+// size-capped tmpfs /tmp and r.WorkDir (owned by u), and the read-only
+// binds. If work is not empty, r.WorkDir is instead a read-write bind of
+// that host directory (nosuid, nodev), which the caller sized and owns.
 func (r *Root) Mounts(tmpfsSize int64, u User, work string) []*configs.Mount {
 	size := strconv.FormatInt(tmpfsSize, 10)
 	const nosuid = unix.MS_NOSUID | unix.MS_NODEV
@@ -346,11 +397,11 @@ func (r *Root) Mounts(tmpfsSize int64, u User, work string) []*configs.Mount {
 		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620"},
 		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: nosuid | unix.MS_NOEXEC, Data: "mode=1777,size=" + size},
 		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: nosuid, Data: "mode=1777,size=" + size},
-		{Source: "tmpfs", Destination: "/work", Device: "tmpfs", Flags: nosuid,
+		{Source: "tmpfs", Destination: r.WorkDir, Device: "tmpfs", Flags: nosuid,
 			Data: fmt.Sprintf("mode=755,size=%s,uid=%d,gid=%d", size, u.UID, u.GID)},
 	}
 	if work != "" {
-		ms[len(ms)-1] = &configs.Mount{Source: work, Destination: "/work", Device: "bind", Flags: unix.MS_BIND | nosuid}
+		ms[len(ms)-1] = &configs.Mount{Source: work, Destination: r.WorkDir, Device: "bind", Flags: unix.MS_BIND | nosuid}
 	}
 	for _, b := range r.binds {
 		ms = append(ms, &configs.Mount{

@@ -42,7 +42,7 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 	if c.Audit != nil {
 		r = Audit(r, c.Audit)
 	}
-	return &enforcer{next: r, max: c.Max, audit: c.Audit, sessions: c.Sessions}, nil
+	return &enforcer{next: r, max: c.Max, audit: c.Audit, sessions: c.Sessions, workDir: c.WorkDir}, nil
 }
 
 // ChainOptions configure [Chain]. Audit may be nil (no audit log), and so
@@ -59,4 +59,9 @@ type ChainOptions struct {
 	// Egress is the daemon's egress configuration; the zero value gives
 	// no run any network.
 	Egress EgressOptions
+	// WorkDir is the sandboxes' working directory (the jail's
+	// Config.WorkDir); empty means jail.DefaultDir. A request's cwd must
+	// be it, /tmp or below them (jail.CheckDir), or it is refused before
+	// anything else.
+	WorkDir string
 }

@@ -107,6 +107,7 @@ type enforcer struct {
 	max      Maxima
 	audit    *AuditLog // records refusals, which never reach the chain's auditor
 	sessions *session.Manager
+	workDir  string // the sandboxes' working directory
 }
 
 func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) {
@@ -118,6 +119,9 @@ func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) 
 	}
 	if err == nil {
 		err = max.Apply(&s)
+	}
+	if err == nil {
+		err = jail.CheckDir(s.Dir, e.workDir)
 	}
 	if err != nil {
 		e.audit.refused(req, err)

@@ -35,6 +35,10 @@ func (f *FakeBase) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) 
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	// A jail with the default working directory.
+	if err := jail.CheckDir(s.Dir, ""); err != nil {
+		return nil, err
+	}
 	if f.Fn != nil {
 		return f.Fn(ctx, s)
 	}

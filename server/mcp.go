@@ -55,6 +55,10 @@ type MCPOptions struct {
 	// DefaultMCPMaxOutput. The sandbox keeps MCPCaptureBytes(MaxOutput)
 	// bytes of each, which the run's maxima must allow.
 	MaxOutput int64
+	// WorkDir is the sandboxes' working directory (the jail's
+	// Config.WorkDir), which the tools' descriptions name; empty means
+	// jail.DefaultDir.
+	WorkDir string
 	// Shell runs the bash tool's command as Shell -c COMMAND inside the
 	// sandbox; empty means "/bin/bash".
 	Shell string

@@ -89,6 +89,7 @@ func (t *mcpTools) networkToolSchema() *jsonschema.Schema {
 	env := s.Properties["env"]
 	env.PropertyNames = &jsonschema.Schema{Type: "string", Pattern: `^[^=\x00]+$`}
 	env.Type, env.Types = "", []string{"null", "object"} // the convention's object<string,string> | null
+	s.Properties["cwd"].Description = t.atWorkDir(s.Properties["cwd"].Description)
 	return s
 }
 

@@ -62,16 +62,34 @@ func (t *mcpTools) egressText() string {
 		"(HTTP_PROXY/HTTPS_PROXY are set; there is no DNS, and other destinations get HTTP 403)."
 }
 
+// workDir is the sandboxes' working directory (MCPOptions.WorkDir).
+func (t *mcpTools) workDir() string {
+	if t.opts.WorkDir == "" {
+		return jail.DefaultDir
+	}
+	return t.opts.WorkDir
+}
+
+// atWorkDir is a description written for the default working directory
+// (jail.DefaultDir, /work) as it reads for the operator's: the path is
+// what an agent types, so it must be the one that exists.
+func (t *mcpTools) atWorkDir(desc string) string {
+	if wd := t.workDir(); wd != jail.DefaultDir {
+		return strings.ReplaceAll(desc, jail.DefaultDir, wd)
+	}
+	return desc
+}
+
 // persistence says what outlives a call.
 func (t *mcpTools) persistence() string {
 	if t.sess == nil {
-		return "empty writable /work (the default working directory and HOME) and /tmp; " +
-			"nothing persists between calls, so chain dependent steps in one call (e.g. with &&). "
+		return t.atWorkDir("empty writable /work (the default working directory and HOME) and /tmp; " +
+			"nothing persists between calls, so chain dependent steps in one call (e.g. with &&). ")
 	}
-	return "writable /work (the default working directory and HOME) and /tmp; " +
+	return t.atWorkDir("writable /work (the default working directory and HOME) and /tmp; " +
 		"/work's files, the working directory (cd), exported variables and servers listening on loopback " +
 		"persist across the calls of this session, while /tmp and processes are fresh in every call; " +
-		"run servers and long jobs with bash's run_in_background. "
+		"run servers and long jobs with bash's run_in_background. ")
 }
 
 func (t *mcpTools) bashDescription() string {
@@ -100,6 +118,9 @@ func (t *mcpTools) bashSchema() *jsonschema.Schema {
 		s.Properties["cwd"].Description = "Working directory of this call only: /work or below (or /tmp). " +
 			"Default: the session's directory, where the last cd of a previous call left it."
 		s.Properties["env"].Description += " For this call only; variables exported by a previous call are set already."
+	}
+	for _, p := range []string{"command", "cwd", "env"} {
+		s.Properties[p].Description = t.atWorkDir(s.Properties[p].Description)
 	}
 	t.egressSchema(s)
 	return s

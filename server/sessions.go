@@ -45,7 +45,7 @@ func (s *Server) mountSessions(mux *http.ServeMux) {
 	// the same authentication, given the caller's session.
 	if s.opts.Files != nil {
 		files := s.withSession(s.decideFiles(s.opts.Files))
-		mux.Handle("/sessions/{id}/files", files) // /work itself: path ""
+		mux.Handle("/sessions/{id}/files", files) // the workspace itself: path ""
 		mux.Handle("/sessions/{id}/files/{path...}", files)
 	}
 }
@@ -68,7 +68,9 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, in policy.Input
 
 // decideFiles asks the policy about each files API request before next
 // serves it: a read (GET, HEAD), a write (PUT, POST: a file, or a tar
-// unpacked below the path) or a removal (DELETE) of the path in /work.
+// unpacked below the path) or a removal (DELETE) of the path in the
+// session's workspace, named as the sandbox sees it. It runs inside
+// withSession.
 func (s *Server) decideFiles(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		action := policy.ActionFilesWrite
@@ -78,7 +80,11 @@ func (s *Server) decideFiles(next http.Handler) http.Handler {
 		case http.MethodDelete:
 			action = policy.ActionFilesDelete
 		}
-		in := policy.Input{Action: action, SessionID: r.PathValue("id"), File: path.Join("/work", r.PathValue("path"))}
+		workDir := s.opts.Sessions.WorkDir()
+		if sess, ok := session.FromContext(r.Context()); ok {
+			workDir = sess.WorkDir()
+		}
+		in := policy.Input{Action: action, SessionID: r.PathValue("id"), File: path.Join(workDir, r.PathValue("path"))}
 		if s.allowed(w, r, in) {
 			next.ServeHTTP(w, r)
 		}
@@ -169,7 +175,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		cwd := opts.Cwd
 		if cwd == "" {
-			cwd = "/work"
+			cwd = s.opts.Sessions.WorkDir()
 		}
 		if !s.allowed(w, r, policy.Input{Action: policy.ActionSessionCreate, Env: req.Env, Cwd: cwd}) {
 			return
@@ -339,7 +345,7 @@ func jsonContent(r *http.Request) bool {
 func sessionOf(in session.Info) *api.Session {
 	out := &api.Session{
 		ID: in.ID, CreatedAt: in.Created, ExpiresAt: in.ExpiresAt, TTLSeconds: int64(in.TTL / time.Second),
-		Cwd: in.Cwd, Env: map[string]string{}, WorkspaceBytesMax: in.WorkspaceBytes,
+		WorkDir: in.WorkDir, Cwd: in.Cwd, Env: map[string]string{}, WorkspaceBytesMax: in.WorkspaceBytes,
 		WorkspaceBytesUsed: in.WorkspaceUsed, Jobs: in.Jobs, RunningJobs: in.RunningJobs,
 	}
 	for _, kv := range in.Env {

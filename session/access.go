@@ -7,7 +7,7 @@ import "sync"
 // owner of the files the session's sandboxes write, and a hold on the
 // session while it works there.
 
-// Dir is the host path of the session's /work. Everything below it was
+// Dir is the host path of the session's workspace. Everything below it was
 // written by sandboxed code: resolve paths in it only with openat2 and
 // RESOLVE_IN_ROOT (or RESOLVE_BENEATH) on a descriptor of Dir, never with
 // ordinary path walks as root.

@@ -1,8 +1,9 @@
 // Package session keeps an agent's workspace across calls while every call
 // still runs in a fresh sandbox.
 //
-// A [Session] owns a [jail.Workspace]: a size-capped tmpfs mounted at /work
-// in each of its sandboxes, a network namespace (loopback only) they all
+// A [Session] owns a [jail.Workspace]: a size-capped tmpfs mounted at the
+// working directory ([Config.WorkDir], /work by default) in each of its
+// sandboxes, a network namespace (loopback only) they all
 // join, and the uid range they all map. Each call ([Session.Run]) and each
 // background job ([Session.Start]) gets a sandbox of its own (fresh pid,
 // mount, IPC, UTS, user and cgroup namespaces, its own cgroup limits,
@@ -16,11 +17,11 @@
 //
 // # Working directory and environment
 //
-// A session has a working directory (under /work; /work at first or
-// [Options.Cwd]) and an environment ([Options.Env], [Session.SetEnv]). A call
+// A session has a current directory (the working directory or below it;
+// the working directory at first, or [Options.Cwd]) and an environment ([Options.Env], [Session.SetEnv]). A call
 // starts in the session's directory, unless the call names its own
 // (Call.Dir, for that call only); a directory that no longer exists falls
-// back to /work. A call's environment is the sandbox's fixed one, then the
+// back to the working directory. A call's environment is the sandbox's fixed one, then the
 // session's, then the call's own Env (for that call only).
 //
 // A shell call (Call.Shell) runs its script with Call.ShellPath -c (the
@@ -35,8 +36,9 @@
 // literals; anything else discards the whole report. The session then
 // takes:
 //
-//   - the directory, if it is /work or below it; any other (/tmp is fresh
-//     in every call) resets the session's directory to /work;
+//   - the directory, if it is the working directory or below it; any
+//     other (/tmp is fresh in every call) resets the session's directory
+//     to the working directory;
 //   - the exported variables as its new environment, so `export X=1` and
 //     `unset X` both carry over, except the shell's own bookkeeping, which
 //     never does: PWD, OLDPWD, SHLVL, _, SHELLOPTS, BASHOPTS, BASH_ENV,

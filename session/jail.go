@@ -22,8 +22,9 @@ type Jail interface {
 // Workspace is what a session needs of its workspace: a *jail.Workspace
 // (see [Local]), or one a worker holds for the front end.
 type Workspace interface {
-	// Dir is the host path of the workspace's /work, reachable from this
-	// process; HostIDs the host uid and gid of its sandbox user.
+	// Dir is the host path of the workspace (the sandboxes' working
+	// directory), reachable from this process; HostIDs the host uid and
+	// gid of its sandbox user.
 	Dir() string
 	HostIDs() (uid, gid int)
 	Size() int64

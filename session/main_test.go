@@ -56,7 +56,7 @@ func setup(t testing.TB, cfg session.Config) (*session.Manager, *jail.Manager, *
 	t.Helper()
 	requireHost(t)
 	env := testenv.New(t, "jaild-stest")
-	jm, err := jail.New(jail.Config{StateDir: env.StateDir, CgroupParent: env.Parent})
+	jm, err := jail.New(jail.Config{StateDir: env.StateDir, CgroupParent: env.Parent, WorkDir: cfg.WorkDir})
 	if err != nil {
 		t.Fatalf("jail.New: %v", err)
 	}

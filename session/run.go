@@ -33,7 +33,8 @@ type Call struct {
 	// call as it will run: spec holds the session's environment and
 	// directory merged with the call's (Args are the call's: a shell
 	// call's are ShellPath -c Shell, without the session's EXIT trap),
-	// and workspace is the host directory the sandbox sees as /work. An
+	// and workspace is the host directory the sandbox sees as its working
+	// directory (Config.WorkDir). An
 	// error refuses the call and is returned as it is. The spec is the
 	// one that runs, so a decision on it is not raced by a concurrent
 	// call's report or a SetEnv.
@@ -187,12 +188,13 @@ func (s *Session) spec(call *Call) (*jail.Spec, map[string]string) {
 }
 
 // existingDir returns dir if it is a directory of the workspace now, else
-// /work: a session's directory may have been removed since, and a sandbox
+// the working directory: a session's directory may have been removed since, and a sandbox
 // whose directory is missing would not start. It is resolved beneath the
 // workspace's tmpfs without following any symlink (the physical directory
 // a shell reported has none), as an O_PATH lookup that opens nothing.
 func (s *Session) existingDir(dir string) string {
-	if dir == workDir || !inWork(dir) {
+	workDir := s.m.cfg.WorkDir
+	if dir == workDir || !inWork(dir, workDir) {
 		return workDir
 	}
 	root, err := unix.Open(s.ws.Dir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -212,8 +214,10 @@ func (s *Session) existingDir(dir string) string {
 }
 
 // fixedEnv is what every sandbox's environment starts with (see jail's
-// Command.Env).
-var fixedEnv = map[string]string{"PATH": jail.Path, "HOME": workDir, "USER": "sandbox", "LANG": "C.UTF-8"}
+// Command.Env), in sandboxes whose working directory is workDir.
+func fixedEnv(workDir string) map[string]string {
+	return map[string]string{"PATH": jail.Path, "HOME": workDir, "USER": "sandbox", "LANG": "C.UTF-8"}
+}
 
 // apply takes a shell call's report as the session's new directory and
 // environment; an invalid report changes nothing.
@@ -241,13 +245,14 @@ func (s *Session) apply(data []byte, callEnv map[string]string, nonce string) {
 	}
 	// The sandbox's fixed variables come back in every report; they are
 	// the session's only if it set them.
-	for k, v := range fixedEnv {
+	workDir := s.m.cfg.WorkDir
+	for k, v := range fixedEnv(workDir) {
 		if _, had := s.env[k]; !had && st.env[k] == v {
 			delete(st.env, k)
 		}
 	}
 	s.env = st.env
-	if cwd := path.Clean(st.cwd); inWork(cwd) {
+	if cwd := path.Clean(st.cwd); inWork(cwd, workDir) {
 		s.cwd = cwd
 	} else {
 		s.cwd = workDir

@@ -52,6 +52,10 @@ type Config struct {
 	MaxJobTimeout time.Duration
 	// ReapInterval is how often expiry is checked.
 	ReapInterval time.Duration
+	// WorkDir is where the sandboxes mount the session's workspace: their
+	// working directory and HOME, as the jail's (jail.Config.WorkDir).
+	// Empty means jail.DefaultDir.
+	WorkDir string
 	// NoPrestart: every call and job of a session builds its sandbox.
 	// False (the default): each session keeps one sandbox started on its
 	// workspace, with the session's limits, for its next call or job
@@ -92,6 +96,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.WorkDir == "" {
+		c.WorkDir = jail.DefaultDir
+	}
 	return c
 }
 
@@ -106,6 +113,11 @@ func (c Config) Validate() error {
 		return invalid("max job timeout", "%v exceeds %v", c.MaxJobTimeout, jail.MaxTimeout)
 	case c.WorkspaceBytes < 0 || c.MaxWorkspaceBytes < 0:
 		return invalid("workspace bytes", "must not be negative")
+	}
+	if c.WorkDir != "" {
+		if err := jail.ValidateWorkDir(c.WorkDir); err != nil {
+			return err
+		}
 	}
 	c = c.withDefaults()
 	switch {
@@ -157,6 +169,13 @@ func New(j Jail, cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// WorkDir is where the sandboxes see a session's workspace (Config.WorkDir,
+// with its default).
+func (m *Manager) WorkDir() string { return m.cfg.WorkDir }
+
+// WorkDir is where the sandboxes see the session's workspace.
+func (s *Session) WorkDir() string { return s.m.cfg.WorkDir }
+
 // Options configure one session. The zero value is usable.
 type Options struct {
 	// Owner is who may use the session, compared whole (kind and
@@ -169,12 +188,13 @@ type Options struct {
 	// Env holds KEY=VALUE pairs every call of the session gets.
 	Env []string
 	// Cwd is where calls start until a shell call changes directory;
-	// empty means /work. It must be /work or below.
+	// empty means the working directory (Config.WorkDir), which it must
+	// be or be below.
 	Cwd string
 	// Limits are the resources of each of the session's sandboxes (a
 	// call may set its own); zero fields mean jail's defaults.
 	Limits jail.Limits
-	// WorkspaceBytes is the size of /work; zero means
+	// WorkspaceBytes is the size of the workspace; zero means
 	// Config.WorkspaceBytes.
 	WorkspaceBytes int64
 	// Egress, if not nil, gives the session a way out: its workspace is
@@ -218,8 +238,11 @@ type Info struct {
 	Created time.Time
 	// ExpiresAt is when the session expires if nothing runs in it from
 	// now on (while a call or job runs, the end of its maximum lifetime).
-	ExpiresAt      time.Time
-	TTL            time.Duration
+	ExpiresAt time.Time
+	TTL       time.Duration
+	// WorkDir is where the sandboxes see the workspace (Config.WorkDir);
+	// Cwd is WorkDir or below it.
+	WorkDir        string
 	Cwd            string
 	Env            []string // sorted KEY=VALUE
 	Limits         jail.Limits
@@ -305,10 +328,10 @@ func checkOptions(o *Options, cfg Config) (string, error) {
 	if err := o.Limits.Validate(); err != nil {
 		return "", err
 	}
-	cwd := workDir
+	cwd := cfg.WorkDir
 	if o.Cwd != "" {
-		if !path.IsAbs(o.Cwd) || !inWork(path.Clean(o.Cwd)) || strings.IndexByte(o.Cwd, 0) >= 0 {
-			return "", invalid("cwd", "%q: must be /work or below it", o.Cwd)
+		if !path.IsAbs(o.Cwd) || !inWork(path.Clean(o.Cwd), cwd) || strings.IndexByte(o.Cwd, 0) >= 0 {
+			return "", invalid("cwd", "%q: must be %s or below it", o.Cwd, cwd)
 		}
 		cwd = path.Clean(o.Cwd)
 	}
@@ -617,7 +640,7 @@ func (s *Session) Info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := Info{
-		ID: s.id, Owner: s.owner, Created: s.created, TTL: s.ttl, Cwd: s.cwd, Env: envList(s.env),
+		ID: s.id, Owner: s.owner, Created: s.created, TTL: s.ttl, WorkDir: s.m.cfg.WorkDir, Cwd: s.cwd, Env: envList(s.env),
 		Limits: s.limits, WorkspaceBytes: s.ws.Size(), WorkspaceUsed: used, Jobs: len(s.jobs),
 		Egress: s.proxy.usage(),
 	}

@@ -11,8 +11,6 @@ import (
 	"strings"
 )
 
-const workDir = "/work"
-
 // MaxState bounds the report a shell call's EXIT trap writes on fd 3 (its
 // directory and exported variables). A larger report is discarded whole:
 // an environment that size would not fit the next execve anyway.
@@ -88,7 +86,7 @@ func prelude(b, unfunc, nonce string) string {
 //     for setuid programs): GCONV_PATH, GETCONF_DIR, GLIBC_TUNABLES,
 //     HOSTALIASES, LOCALDOMAIN, LOCPATH, MALLOC_TRACE, NIS_PATH,
 //     NLSPATH, RESOLV_HOST_CONF, RES_OPTIONS, TZDIR. Its TMPDIR stays:
-//     /tmp is the sandbox's own, and TMPDIR=/work/tmp is an ordinary
+//     /tmp is the sandbox's own, and TMPDIR=$HOME/tmp is an ordinary
 //     agent step.
 //
 // Program-specific hooks (PYTHONPATH, NODE_OPTIONS, GIT_*...) carry over
@@ -202,4 +200,6 @@ func parseEnv(pairs []string) (map[string]string, error) {
 	return env, nil
 }
 
-func inWork(p string) bool { return p == workDir || strings.HasPrefix(p, workDir+"/") }
+// inWork reports whether the sandbox path p is the working directory
+// workDir or below it.
+func inWork(p, workDir string) bool { return p == workDir || strings.HasPrefix(p, workDir+"/") }

@@ -297,3 +297,42 @@ func TestReadLocalTarHostile(t *testing.T) {
 		})
 	}
 }
+
+// TestCpWorkDir: against a daemon whose sandboxes work in /workspace,
+// S:/workspace/... is the workspace and S:/work/... a usage error that
+// names /workspace.
+func TestCpWorkDir(t *testing.T) {
+	srv := fakeDaemon(t)
+	srv.WorkDir = "/workspace"
+	if _, _, code := jaild(t, "session", "new"); code != 0 {
+		t.Fatal("session new failed")
+	}
+	local := t.TempDir()
+	file := filepath.Join(local, "a.txt")
+	mustWrite(t, file, "alpha", 0o644)
+	work := srv.Dir("s1")
+	for _, tt := range []struct{ dst, want string }{
+		{"s1:/workspace/", "a.txt"},
+		{"s1:/workspace", "a.txt"},
+		{"s1:/workspace/sub/b.txt", "sub/b.txt"},
+		{"s1:c.txt", "c.txt"},
+	} {
+		if _, errOut, code := jaild(t, "cp", file, tt.dst); code != 0 {
+			t.Errorf("cp %s: %d %q", tt.dst, code, errOut)
+		} else if data, err := os.ReadFile(filepath.Join(work, tt.want)); err != nil || string(data) != "alpha" {
+			t.Errorf("cp %s: %s: %q %v", tt.dst, tt.want, data, err)
+		}
+	}
+	if out, errOut, code := jaild(t, "cp", "s1:/workspace/sub/b.txt", "-"); code != 0 || out != "alpha" {
+		t.Errorf("cp down: %d %q %q", code, out, errOut)
+	}
+	for _, arg := range []string{"s1:/work/a.txt", "s1:/work", "s1:/workspace/../etc/passwd"} {
+		_, errOut, code := jaild(t, "cp", arg, filepath.Join(local, "x"))
+		if code != api.ExitUsage || !strings.Contains(errOut, "under /workspace") {
+			t.Errorf("cp %s: %d %q, want a usage error naming /workspace", arg, code, errOut)
+		}
+	}
+	if _, errOut, code := jaild(t, "cp", "nope:/workspace/x", filepath.Join(local, "x")); code != exitRefused {
+		t.Errorf("cp from a missing session: %d %q, want %d", code, errOut, exitRefused)
+	}
+}

@@ -23,8 +23,10 @@ var cpCommand = &cli.Command{
 	Name:      "cp",
 	Usage:     command.CpUsage,
 	ArgsUsage: "LOCAL SESSION:PATH | SESSION:PATH LOCAL",
-	Description: `Copies between here and a session's /work, over the daemon's files API.
-PATH is /work/... or relative to /work. LOCAL "-" is stdin or stdout (a file).
+	Description: `Copies between here and a session's workspace, over the daemon's files API.
+PATH is relative to the workspace, or absolute below the sandboxes' working
+directory: /work/..., or what the daemon's --sandbox-workdir names (such as
+/workspace/...). LOCAL "-" is stdin or stdout (a file).
 
   jaild cp build.sh S:/work/          a file: into /work/build.sh, mode and time kept
   jaild cp build.sh S:bin/b.sh        a file: to that name (parents made)
@@ -45,25 +47,48 @@ reached or a local file cannot be read or written.`,
 	OnUsageError: command.OnUsageError,
 }
 
-// remotePath is SESSION:PATH, with PATH relative to /work.
-type remotePath struct{ session, path string }
+// remotePath is SESSION:PATH, with PATH relative to the session's
+// workspace once resolved (see resolve).
+type remotePath struct {
+	session, path string
+	arg           string // as given, for errors
+}
 
 // parseRemote reads SESSION:PATH; ok is false for a local path (one with
-// no colon, or a slash before it: ./a:b is local).
+// no colon, or a slash before it: ./a:b is local). An absolute PATH is
+// left to resolve, which knows the session's working directory.
 func parseRemote(arg string) (remotePath, bool, error) {
 	id, p, ok := strings.Cut(arg, ":")
 	if !ok || id == "" || strings.Contains(id, "/") {
 		return remotePath{}, false, nil
 	}
-	switch {
-	case p == "/work" || p == "/work/":
-		p = ""
-	case strings.HasPrefix(p, "/work/"):
-		p = strings.TrimPrefix(p, "/work/")
-	case strings.HasPrefix(p, "/"):
-		return remotePath{}, true, command.UsageError("%s: a session's files are under /work", arg)
+	return remotePath{session: id, path: p, arg: arg}, true, nil
+}
+
+// resolve makes an absolute r.path relative to the session's workspace:
+// it must be the working directory the daemon reports for the session
+// (/work from a daemon that reports none) or below it.
+func (r *remotePath) resolve(ctx context.Context, cl *client.Client) error {
+	if !strings.HasPrefix(r.path, "/") {
+		return nil
 	}
-	return remotePath{session: id, path: p}, true, nil
+	s, err := cl.Session(ctx, r.session)
+	if err != nil {
+		return err
+	}
+	wd := s.WorkDir
+	if wd == "" {
+		wd = "/work"
+	}
+	switch p := path.Clean(r.path); {
+	case p == wd:
+		r.path = ""
+	case strings.HasPrefix(p, wd+"/"):
+		r.path = strings.TrimPrefix(r.path, wd+"/")
+	default:
+		return command.UsageError("%s: a session's files are under %s, its sandboxes' working directory", r.arg, wd)
+	}
+	return nil
 }
 
 func cpAction(c *cli.Context) error {
@@ -87,6 +112,17 @@ func cpAction(c *cli.Context) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	remote := &src
+	if dstRemote {
+		remote = &dst
+	}
+	if err := remote.resolve(ctx, cl); err != nil {
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			return err
+		}
+		return callError(ctx, err)
+	}
 	if dstRemote {
 		err = upload(ctx, cl, c.Args().Get(0), dst)
 	} else {
@@ -177,7 +213,7 @@ func download(ctx context.Context, cl *client.Client, src remotePath, dst string
 	defer f.Body.Close()
 	if f.Kind == "tar" {
 		if dst == "-" {
-			return &localError{fmt.Errorf("/work/%s is a directory: it cannot be written to stdout", src.path)}
+			return &localError{fmt.Errorf("%s is a directory: it cannot be written to stdout", src.arg)}
 		}
 		if err := readLocalTar(f.Body, dst); err != nil {
 			return &localError{err}

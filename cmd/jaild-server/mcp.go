@@ -39,7 +39,7 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.StringFlag{Name: "memory", Value: command.Size(jail.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit of each sandbox, no swap"},
 		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads of each sandbox"},
 		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota of each sandbox in cores"},
-		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
+		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of the working directory and /tmp"},
 		&cli.DurationFlag{Name: "timeout", Value: server.DefaultMCPTimeout, EnvVars: []string{"JAILD_MCP_TIMEOUT"}, Usage: "timeout of a tool call that gives none"},
 		&cli.DurationFlag{Name: "max-timeout", Value: server.MaxMCPTimeout, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "ceiling for the timeout a tool call asks for (at most 10m)"},
 		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT", "MCP_EXEC_MAX_OUTPUT_BYTES"}, Usage: "characters of each stream a bash or execute result keeps (MCP_EXEC_MAX_OUTPUT_BYTES is read as characters too); beyond it head and tail are kept with a marker (run_network_tool keeps 1 MiB, its convention's cap in bytes)"},
@@ -144,6 +144,7 @@ func mcpAction(c *cli.Context) error {
 		Policy:    pol,
 		Sessions:  sessions,
 		Egress:    eg,
+		WorkDir:   opts.WorkDir,
 	})
 	if err != nil {
 		return command.UsageError("%v", err)
@@ -171,6 +172,9 @@ func mcpOptions(c *cli.Context) (server.MCPOptions, error) {
 		return o, command.UsageError("--timeout and --max-timeout must be positive, --max-timeout at most %v", server.MaxMCPTimeout)
 	}
 	o.Shell = c.String("shell-path")
+	if o.WorkDir, err = command.SandboxWorkDir(c); err != nil {
+		return o, err
+	}
 	if o.Tools, err = mcpTools(c); err != nil {
 		return o, err
 	}

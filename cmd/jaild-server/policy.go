@@ -61,10 +61,17 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 	}
 	// Commands resolve as the sandboxes see them: in a prepared root
 	// (--rootfs DIR) there; over the host's /usr, on the host, whose
-	// /usr the generated template binds (policy.NewRoot("/")).
-	if r := c.String("rootfs"); r != "" && r != "host" {
-		opts.Resolver = policy.NewRoot(r)
+	// /usr the generated template binds (policy.NewRoot("/")); with the
+	// working directory where the sandboxes have it.
+	workDir, err := command.SandboxWorkDir(c)
+	if err != nil {
+		return nil, nil, err
 	}
+	root := "/"
+	if r := c.String("rootfs"); r != "" && r != "host" {
+		root = r
+	}
+	opts.Resolver = policy.NewRoot(root).WithWorkDir(workDir)
 	e, err := policy.Open(opts)
 	if err != nil {
 		if dlog != nil {

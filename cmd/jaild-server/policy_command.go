@@ -95,6 +95,7 @@ load; 125 usage error (no input, input not JSON).`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "input", Aliases: []string{"i"}, Usage: `file holding the input document, "-" for stdin (required; may follow DIR)`},
 		policyShellModeFlag,
+		command.SandboxWorkDirFlag,
 	},
 	Action:       policyEvalAction,
 	OnUsageError: command.OnUsageError,
@@ -112,7 +113,11 @@ func policyEvalAction(c *cli.Context) error {
 	if err != nil {
 		return command.UsageError("jaild policy eval: %v", err)
 	}
-	in, err := readEvalInput(input, c.App.Reader)
+	workDir, err := command.SandboxWorkDir(c)
+	if err != nil {
+		return err
+	}
+	in, err := readEvalInput(input, c.App.Reader, workDir)
 	if err != nil {
 		return command.UsageError("--input: %v", err)
 	}
@@ -120,7 +125,7 @@ func policyEvalAction(c *cli.Context) error {
 	if err != nil {
 		return command.UsageError("--policy-shell-mode: %v", err)
 	}
-	e, err := policy.Open(policy.Options{Dir: dir, Shell: shell, NoWatch: true})
+	e, err := policy.Open(policy.Options{Dir: dir, Shell: shell, NoWatch: true, Resolver: policy.NewRoot("/").WithWorkDir(workDir)})
 	if err != nil {
 		return command.UsageError("%v", err)
 	}
@@ -186,8 +191,9 @@ func evalArgs(args []string, input string) (dir, in string, err error) {
 	return dir, input, nil
 }
 
-// readEvalInput reads the input document from path ("-": stdin).
-func readEvalInput(path string, stdin io.Reader) (policy.Input, error) {
+// readEvalInput reads the input document from path ("-": stdin), for
+// sandboxes whose working directory is workDir.
+func readEvalInput(path string, stdin io.Reader, workDir string) (policy.Input, error) {
 	var r io.Reader = stdin
 	if path != "-" {
 		f, err := os.Open(path)
@@ -229,7 +235,7 @@ func readEvalInput(path string, stdin io.Reader) (policy.Input, error) {
 	}
 	// What the daemon always sets; the author of a document may leave it out.
 	if in.Cwd == "" {
-		in.Cwd = policy.DefaultCwd
+		in.Cwd = workDir
 	}
 	return in, nil
 }

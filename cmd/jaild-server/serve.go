@@ -81,7 +81,7 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringFlag{Name: "max-memory", Value: "1G", EnvVars: []string{"JAILD_MAX_MEMORY"}, Usage: "largest memory limit a request may ask for"},
 		&cli.Int64Flag{Name: "max-pids", Value: 1024, EnvVars: []string{"JAILD_MAX_PIDS"}, Usage: "largest pids limit a request may ask for"},
 		&cli.Float64Flag{Name: "max-cpus", Value: float64(runtime.NumCPU()), EnvVars: []string{"JAILD_MAX_CPUS"}, Usage: "largest CPU quota a request may ask for, in cores"},
-		&cli.StringFlag{Name: "max-tmpfs-size", Value: "256M", EnvVars: []string{"JAILD_MAX_TMPFS_SIZE"}, Usage: "largest /work and /tmp size a request may ask for"},
+		&cli.StringFlag{Name: "max-tmpfs-size", Value: "256M", EnvVars: []string{"JAILD_MAX_TMPFS_SIZE"}, Usage: "largest working directory and /tmp size a request may ask for"},
 		&cli.StringFlag{Name: "max-output", Value: "16M", EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "most output per stream a request may ask to keep"},
 		&cli.StringFlag{Name: "max-body", Value: "1M", EnvVars: []string{"JAILD_MAX_BODY"}, Usage: "largest request body (the request's stdin travels in it)"},
 		&cli.IntFlag{Name: "max-conns", Value: server.DefaultMaxConns, EnvVars: []string{"JAILD_MAX_CONNS"}, Usage: "open connections at most; a new one takes the place of the longest-idle one, or waits in the kernel's backlog"},
@@ -261,7 +261,7 @@ func serveAction(c *cli.Context) error {
 		Base:        w,
 		WorkerExits: w.Exits,
 		Sessions:    sessions,
-		Chain:       run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol, Egress: eg},
+		Chain:       run.ChainOptions{Max: max, Admission: adm, Audit: audit, Policy: pol, Egress: eg, WorkDir: sessCfg.WorkDir},
 		Server: server.Options{
 			Tokens:         tokens,
 			Metrics:        metrics,
@@ -397,7 +397,12 @@ func serveMCPOptions(c *cli.Context, max run.Maxima, log *slog.Logger) (server.M
 	if maxOutput <= 0 {
 		return server.MCPOptions{}, command.UsageError("--mcp-max-output must be positive")
 	}
+	workDir, err := command.SandboxWorkDir(c)
+	if err != nil {
+		return server.MCPOptions{}, err
+	}
 	return server.MCPOptions{
+		WorkDir:          workDir,
 		Limits:           limits,
 		MaxTimeout:       min(max.Timeout, server.MaxMCPTimeout),
 		MaxOutput:        min(max.MaxOutput/server.MCPCaptureBytes(1), maxOutput),

@@ -32,7 +32,7 @@ a bad command line or token, 119 if the daemon cannot be reached.`,
 			Flags: withConnFlags(
 				&cli.DurationFlag{Name: "ttl", Usage: "idle time after which the session expires (default: the daemon's)"},
 				&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "set KEY=VALUE in every call of the session (repeatable)"},
-				&cli.StringFlag{Name: "cwd", Usage: "where calls start, /work or below (default /work)"},
+				&cli.StringFlag{Name: "cwd", Usage: "where calls start: the daemon's working directory (/work unless its --sandbox-workdir says otherwise) or below (default: that directory)"},
 				&cli.StringFlag{Name: "workspace-size", Usage: "size of /work, e.g. 256M (default: the daemon's)"},
 			),
 			Action:       sessionNew,

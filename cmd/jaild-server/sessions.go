@@ -25,7 +25,7 @@ var sessionFlags = []cli.Flag{
 	&cli.IntFlag{Name: "max-sessions-per-caller", Value: session.DefaultMaxPerOwner, EnvVars: []string{"JAILD_MAX_SESSIONS_PER_CALLER"}, Usage: "sessions of one caller (token, unix uid or TCP peer address) at most"},
 	&cli.DurationFlag{Name: "session-ttl", Value: session.DefaultTTL, EnvVars: []string{"JAILD_SESSION_TTL"}, Usage: "idle time (nothing running) after which a session and its workspace are removed; a session may ask for its own, up to --session-max-lifetime"},
 	&cli.DurationFlag{Name: "session-max-lifetime", Value: session.DefaultMaxLifetime, EnvVars: []string{"JAILD_SESSION_MAX_LIFETIME"}, Usage: "age at which a session is removed whatever runs in it"},
-	&cli.StringFlag{Name: "workspace-size", Value: "1G", EnvVars: []string{"JAILD_WORKSPACE_SIZE"}, Usage: "size of a session's /work (a tmpfs counted as memory), the default and the most a session may ask for"},
+	&cli.StringFlag{Name: "workspace-size", Value: "1G", EnvVars: []string{"JAILD_WORKSPACE_SIZE"}, Usage: "size of a session's workspace (its working directory, a tmpfs counted as memory), the default and the most a session may ask for"},
 	&cli.IntFlag{Name: "max-jobs", Value: session.DefaultMaxJobs, EnvVars: []string{"JAILD_MAX_JOBS"}, Usage: "background jobs a session keeps, running or ended (the oldest ended one makes room); beyond it 409"},
 	&cli.DurationFlag{Name: "max-job-timeout", Value: session.DefaultMaxJobTimeout, EnvVars: []string{"JAILD_MAX_JOB_TIMEOUT"}, Usage: "longest a background job may run, and its timeout if it asks for none"},
 	&cli.BoolFlag{Name: "session-prestart", Value: true, EnvVars: []string{"JAILD_SESSION_PRESTART"}, Usage: "keep one sandbox started on each session's workspace for its next call or job (a process, a cgroup and a few pages per idle session); false: every session call builds its sandbox"},
@@ -66,6 +66,10 @@ func sessionConfig(c *cli.Context, log *slog.Logger) (session.Config, error) {
 		MaxJobTimeout: c.Duration("max-job-timeout"),
 		NoPrestart:    !c.Bool("session-prestart"),
 		Logger:        log.With("front", "sessions"),
+	}
+	var err error
+	if cfg.WorkDir, err = command.SandboxWorkDir(c); err != nil {
+		return cfg, err
 	}
 	ws, err := command.SizeFlag(c, "workspace-size")
 	if err != nil {
@@ -135,7 +139,7 @@ func newFilesHandler(c *cli.Context, o files.Options) (*files.Handler, *cgroup.P
 			return files.Root{}, errors.New("files: no session in the request's context")
 		}
 		uid, gid := s.HostIDs()
-		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, Size: s.Size(), Closing: s.Closing()}, nil
+		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, WorkDir: s.WorkDir(), Size: s.Size(), Closing: s.Closing()}, nil
 	}, o), parent, nil
 }
 

@@ -31,7 +31,7 @@ Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 		OnUsageError: OnUsageError,
 		Action: func(c *cli.Context) error {
 			findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")),
-				jail.CheckWorkspaceRoot(c.String("workspace-root"), c.String("state-dir")), frontEnds(), egressFinding(c), policyFinding(c.String("policy-dir")))
+				jail.CheckWorkspaceRoot(c.String("workspace-root"), c.String("state-dir")), workDirFinding(c), frontEnds(), egressFinding(c), policyFinding(c.String("policy-dir")))
 			ok := true
 			for _, f := range findings {
 				ok = ok && (f.OK || !f.Required)
@@ -82,6 +82,23 @@ func selfTest(c *cli.Context) error {
 	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
 	defer cancel()
 	return m.SelfTest(ctx)
+}
+
+// workDirFinding says where the sandboxes' working directory is
+// (--sandbox-workdir), or why it cannot be there.
+func workDirFinding(c *cli.Context) jail.Finding {
+	f := jail.Finding{Name: "sandbox workdir", Required: true}
+	wd, err := SandboxWorkDir(c)
+	if err != nil {
+		f.Detail = err.Error()
+		return f
+	}
+	f.OK = true
+	f.Detail = wd + ": the sandboxes' writable working directory (a session's workspace), default cwd and HOME"
+	if wd == jail.DefaultDir {
+		f.Detail += "; --sandbox-workdir (JAILD_SANDBOX_WORKDIR) moves it, e.g. to /workspace"
+	}
+	return f
 }
 
 // policyDirFlag is serve's and mcp's --policy-dir, read with the same

@@ -39,9 +39,9 @@ Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 		&cli.StringFlag{Name: "memory", Value: Size(jail.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit, no swap (tmpfs pages count too)"},
 		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads"},
 		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota in cores"},
-		&cli.StringFlag{Name: "tmpfs-size", Value: Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of /work and /tmp"},
+		&cli.StringFlag{Name: "tmpfs-size", Value: Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of the working directory and /tmp"},
 		&cli.StringSliceFlag{Name: "env", EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
-		&cli.StringFlag{Name: "cwd", Value: jail.DefaultDir, EnvVars: []string{"JAILD_CWD"}, Usage: "working directory, under /work or /tmp"},
+		&cli.StringFlag{Name: "cwd", EnvVars: []string{"JAILD_CWD"}, Usage: "where the command starts: the working directory (--sandbox-workdir), /tmp or below them (default: the working directory)"},
 		&cli.StringFlag{Name: "stdin", EnvVars: []string{"JAILD_STDIN"}, Usage: "file to feed as stdin, - for jaild's own stdin; default /dev/null"},
 		&cli.StringFlag{Name: "max-output", Value: Size(jail.DefaultMaxOutput), EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "print the result as JSON instead of the output"},
@@ -60,7 +60,8 @@ func OnUsageError(_ *cli.Context, err error, _ bool) error {
 // ManagerFlags configure the jail.Manager; every command that builds
 // sandboxes shares them.
 var ManagerFlags = []cli.Flag{
-	&cli.StringFlag{Name: "rootfs", Value: "host", EnvVars: []string{"JAILD_ROOTFS"}, Usage: `root file system: "host" (read-only template over the host's /usr) or a prepared DIR`},
+	&cli.StringFlag{Name: "rootfs", Value: "host", EnvVars: []string{"JAILD_ROOTFS"}, Usage: `root file system: "host" (read-only template over the host's /usr) or a prepared DIR, which must have the working directory's mount point`},
+	SandboxWorkDirFlag,
 	&cli.StringFlag{Name: "state-dir", Value: jail.DefaultStateDir, EnvVars: []string{"JAILD_STATE_DIR"}, Usage: "where container state and the rootfs template live"},
 	&cli.StringFlag{Name: "cgroup-parent", EnvVars: []string{"JAILD_CGROUP_PARENT"}, Usage: "parent cgroup of all sandboxes (default: automatic, see jaild doctor)"},
 	&cli.StringFlag{Name: "total-memory", EnvVars: []string{"JAILD_TOTAL_MEMORY"}, Usage: "memory budget of all sandboxes together (default half the host's)"},
@@ -68,6 +69,23 @@ var ManagerFlags = []cli.Flag{
 	&cli.Float64Flag{Name: "total-cpus", EnvVars: []string{"JAILD_TOTAL_CPUS"}, Usage: "CPU budget of all sandboxes together (default all)"},
 	&cli.IntFlag{Name: "teardown-backlog", Value: jail.DefaultTeardownBacklog, EnvVars: []string{"JAILD_TEARDOWN_BACKLOG"}, Usage: "finished sandboxes destroyed after their answer, at most; beyond it the answer waits for its teardown (0: always)"},
 	&cli.BoolFlag{Name: "debug", EnvVars: []string{"JAILD_DEBUG"}, Usage: "log debug messages to stderr"},
+}
+
+// SandboxWorkDirFlag is the sandboxes' working directory: every command
+// that builds sandboxes or describes them (the front ends) takes it.
+var SandboxWorkDirFlag = &cli.StringFlag{Name: "sandbox-workdir", Value: jail.DefaultDir, EnvVars: []string{"JAILD_SANDBOX_WORKDIR"},
+	Usage: "the sandbox's working directory: its writable tmpfs (a session's workspace), default cwd and HOME, e.g. /workspace"}
+
+// SandboxWorkDir reads --sandbox-workdir, valid (see jail.ValidateWorkDir).
+func SandboxWorkDir(c *cli.Context) (string, error) {
+	wd := c.String("sandbox-workdir")
+	if wd == "" {
+		wd = jail.DefaultDir
+	}
+	if err := jail.ValidateWorkDir(wd); err != nil {
+		return "", UsageError("--sandbox-workdir: %v", err)
+	}
+	return wd, nil
 }
 
 // NewManager builds the Manager of the manager flags. Its log goes to log,
@@ -94,6 +112,10 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 	case backlog == 0:
 		backlog = -1 // jail.Config's "none"
 	}
+	workDir, err := SandboxWorkDir(c)
+	if err != nil {
+		return nil, err
+	}
 	if log == nil {
 		level := slog.LevelWarn
 		if c.Bool("debug") {
@@ -104,6 +126,7 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 	m, err := jail.New(jail.Config{
 		StateDir:     c.String("state-dir"),
 		Rootfs:       c.String("rootfs"),
+		WorkDir:      workDir,
 		CgroupParent: c.String("cgroup-parent"),
 		Budget:       cgroup.Budget{Memory: total, Pids: c.Int64("total-pids"), CPUs: c.Float64("total-cpus")},
 		// A one-shot run keeps the budget of a parent it finds (a

@@ -57,7 +57,7 @@ func WorkerArgs(c *cli.Context, logFormat string, pool int, l jail.Limits, sweep
 	}
 	// workspace-root is serve's and mcp's (their session flags), not a
 	// manager flag: jaild run makes no workspaces.
-	for _, name := range []string{"rootfs", "state-dir", "cgroup-parent", "total-memory", "workspace-root"} {
+	for _, name := range []string{"rootfs", "sandbox-workdir", "state-dir", "cgroup-parent", "total-memory", "workspace-root"} {
 		args = append(args, "--"+name, c.String(name))
 	}
 	args = append(args, "--total-pids", strconv.FormatInt(c.Int64("total-pids"), 10))

@@ -21,6 +21,10 @@ type Server struct {
 	*httptest.Server
 	// Token, if set, is the bearer token every request must carry.
 	Token string
+	// WorkDir, if set, is the sandboxes' working directory its sessions
+	// report (api.Session.WorkDir) and start in; empty: /work, unreported,
+	// as an older daemon.
+	WorkDir string
 
 	t   testing.TB
 	dir string
@@ -132,6 +136,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = "/work"
+		if s.WorkDir != "" {
+			cwd = s.WorkDir
+		}
 	}
 	env := req.Env
 	if env == nil {
@@ -139,7 +146,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now().UTC()
 	ss := &session{Session: api.Session{ID: id, CreatedAt: now, ExpiresAt: now.Add(time.Duration(ttl) * time.Second),
-		TTLSeconds: ttl, Cwd: cwd, Env: env, WorkspaceBytesMax: 1 << 30}, dir: dir, jobs: map[string]*job{}}
+		TTLSeconds: ttl, WorkDir: s.WorkDir, Cwd: cwd, Env: env, WorkspaceBytesMax: 1 << 30}, dir: dir, jobs: map[string]*job{}}
 	s.sessions[id] = ss
 	writeJSON(w, http.StatusCreated, ss.Session)
 }
@@ -282,7 +289,9 @@ func (s *Server) root(r *http.Request) (files.Root, error) {
 	if dir == "" {
 		return files.Root{}, fmt.Errorf("no such session")
 	}
-	return files.RootOf(dir)
+	root, err := files.RootOf(dir)
+	root.WorkDir = s.WorkDir
+	return root, err
 }
 
 func (s *Server) record(w http.ResponseWriter, r *http.Request) *api.Request {

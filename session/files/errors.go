@@ -80,7 +80,8 @@ func errnoErr(err error) error {
 	return err
 }
 
-// pathErr is the error of op on the workspace path p (relative to /work).
-func pathErr(op, p string, err error) error {
-	return &os.PathError{Op: op, Path: display(p), Err: errnoErr(err)}
+// pathErr is the error of op on the workspace path p (relative to the
+// workspace root).
+func (f *FS) pathErr(op, p string, err error) error {
+	return &os.PathError{Op: op, Path: f.display(p), Err: errnoErr(err)}
 }

@@ -16,6 +16,10 @@ import (
 type Root struct {
 	Dir      string
 	UID, GID int
+	// WorkDir is where the sandboxes see the workspace (their working
+	// directory), which names its paths in errors and listings; empty
+	// means /work.
+	WorkDir string
 	// Size is the workspace's size (its tmpfs quota): no download may
 	// produce more (see ErrSparse). Zero means no bound.
 	Size int64
@@ -64,7 +68,8 @@ const noLinks = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_N
 const maxDepth = 256
 
 // FS is an open workspace. Every path it is given is relative to the
-// workspace root (/work in the sandbox); leading slashes are ignored.
+// workspace root (Root.WorkDir in the sandbox); leading slashes are
+// ignored.
 type FS struct {
 	root   Root
 	fd     int     // O_PATH descriptor of root.Dir
@@ -128,12 +133,16 @@ func rel(comps []string) string {
 	return strings.Join(comps, "/")
 }
 
-// display is a workspace path as the sandbox sees it.
-func display(p string) string {
-	if p == "." || p == "" {
-		return "/work"
+// display is the workspace path p as the sandbox sees it.
+func (f *FS) display(p string) string {
+	wd := f.root.WorkDir
+	if wd == "" {
+		wd = "/work"
 	}
-	return "/work/" + strings.TrimPrefix(p, "/")
+	if p == "." || p == "" {
+		return wd
+	}
+	return wd + "/" + strings.TrimPrefix(p, "/")
 }
 
 // openat2 is unix.Openat2 (always close-on-exec), retried on EINTR and on
@@ -155,7 +164,7 @@ func openat2(dirfd int, path string, flags, resolve uint64) (int, error) {
 func (f *FS) openDir(comps []string) (int, error) {
 	fd, err := openat2(f.fd, rel(comps), unix.O_PATH|unix.O_DIRECTORY, inRoot)
 	if err != nil {
-		return -1, pathErr("open", rel(comps), err)
+		return -1, f.pathErr("open", rel(comps), err)
 	}
 	return fd, nil
 }
@@ -169,7 +178,7 @@ func (f *FS) mkdirAll(comps []string) (int, error) {
 	fd, err := openat2(f.fd, rel(comps), unix.O_PATH|unix.O_DIRECTORY, inRoot)
 	if err == nil || !errors.Is(err, unix.ENOENT) {
 		if err != nil {
-			return -1, pathErr("open", rel(comps), err)
+			return -1, f.pathErr("open", rel(comps), err)
 		}
 		return fd, nil
 	}
@@ -192,7 +201,7 @@ func (f *FS) mkdirAll(comps []string) (int, error) {
 		}
 		unix.Close(parent)
 		if err != nil {
-			return -1, pathErr("mkdir", rel(comps[:i+1]), err)
+			return -1, f.pathErr("mkdir", rel(comps[:i+1]), err)
 		}
 		parent = fd
 	}
@@ -223,10 +232,10 @@ func reopen(pfd int, flags int, st *unix.Stat_t) (int, error) {
 // openEntry opens what an O_PATH descriptor refers to, for reading, if it
 // is a regular file or a directory: a fifo, socket or device is never
 // opened (a fifo would block, a device's driver would be called).
-func openEntry(pfd int, p string) (*os.File, error) {
+func (f *FS) openEntry(pfd int, p string) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(pfd, &st); err != nil {
-		return nil, pathErr("stat", p, err)
+		return nil, f.pathErr("stat", p, err)
 	}
 	flags := unix.O_RDONLY
 	switch st.Mode & unix.S_IFMT {
@@ -234,13 +243,13 @@ func openEntry(pfd int, p string) (*os.File, error) {
 	case unix.S_IFDIR:
 		flags |= unix.O_DIRECTORY
 	default:
-		return nil, pathErr("open", p, ErrNotRegular)
+		return nil, f.pathErr("open", p, ErrNotRegular)
 	}
 	fd, err := reopen(pfd, flags, &st)
 	if err != nil {
-		return nil, pathErr("open", p, err)
+		return nil, f.pathErr("open", p, err)
 	}
-	return os.NewFile(uintptr(fd), display(p)), nil
+	return os.NewFile(uintptr(fd), f.display(p)), nil
 }
 
 // Open opens the file or directory at p for reading; symlinks are followed
@@ -253,8 +262,8 @@ func (f *FS) Open(p string) (*os.File, error) {
 	}
 	pfd, err := openat2(f.fd, rel(comps), unix.O_PATH, inRoot)
 	if err != nil {
-		return nil, pathErr("open", rel(comps), err)
+		return nil, f.pathErr("open", rel(comps), err)
 	}
 	defer unix.Close(pfd)
-	return openEntry(pfd, rel(comps))
+	return f.openEntry(pfd, rel(comps))
 }

@@ -73,8 +73,9 @@ type Options struct {
 //	                            unpacked into the directory -> 204
 //	DELETE .../files/{path...}  the file, symlink or directory tree -> 204
 //
-// {path} is the request's path value "path", relative to /work (empty:
-// /work itself).
+// {path} is the request's path value "path", relative to the workspace,
+// the sandboxes' working directory (empty: the workspace itself); answers
+// name paths as the sandbox sees them (Root.WorkDir, /work by default).
 type Handler struct {
 	lookup func(*http.Request) (Root, error)
 	o      Options

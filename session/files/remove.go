@@ -20,7 +20,7 @@ func (f *FS) Remove(ctx context.Context, p string) error {
 		return err
 	}
 	if len(comps) == 0 {
-		return pathErr("remove", ".", fmt.Errorf("%w: the workspace root cannot be removed", ErrBadPath))
+		return f.pathErr("remove", ".", fmt.Errorf("%w: the workspace root cannot be removed", ErrBadPath))
 	}
 	dir, err := f.openDir(comps[:len(comps)-1])
 	if err != nil {
@@ -30,27 +30,27 @@ func (f *FS) Remove(ctx context.Context, p string) error {
 	name := comps[len(comps)-1]
 	var st unix.Stat_t
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return pathErr("remove", rel(comps), err)
+		return f.pathErr("remove", rel(comps), err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if err := unix.Unlinkat(dir, name, 0); err != nil {
-			return pathErr("remove", rel(comps), err)
+			return f.pathErr("remove", rel(comps), err)
 		}
 		return nil
 	}
-	return removeTree(ctx, dir, name, rel(comps), 0)
+	return f.removeTree(ctx, dir, name, rel(comps), 0)
 }
 
 // removeTree removes the directory name in dir and everything below it;
 // p names it in errors.
-func removeTree(ctx context.Context, dir int, name, p string, depth int) error {
+func (f *FS) removeTree(ctx context.Context, dir int, name, p string, depth int) error {
 	if depth >= maxDepth {
-		return pathErr("remove", p, ErrTooDeep)
+		return f.pathErr("remove", p, ErrTooDeep)
 	}
 	// A few rounds: names created while this one empties the directory
 	// (by a job still running in the session) make rmdir fail.
 	for round := 0; ; round++ {
-		if err := emptyDir(ctx, dir, name, p, depth); err != nil {
+		if err := f.emptyDir(ctx, dir, name, p, depth); err != nil {
 			return err
 		}
 		err := unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
@@ -58,19 +58,19 @@ func removeTree(ctx context.Context, dir int, name, p string, depth int) error {
 			return nil
 		}
 		if !errors.Is(err, unix.ENOTEMPTY) || round == 3 {
-			return pathErr("remove", p, err)
+			return f.pathErr("remove", p, err)
 		}
 	}
 }
 
 // emptyDir removes everything in the directory name in dir.
-func emptyDir(ctx context.Context, dir int, name, p string, depth int) error {
+func (f *FS) emptyDir(ctx context.Context, dir int, name, p string, depth int) error {
 	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return pathErr("remove", p, err)
+		return f.pathErr("remove", p, err)
 	}
 	defer unix.Close(fd)
-	names, err := readNames(fd, display(p))
+	names, err := readNames(fd, f.display(p))
 	if err != nil {
 		return err
 	}
@@ -83,16 +83,16 @@ func emptyDir(ctx context.Context, dir int, name, p string, depth int) error {
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
-			return pathErr("remove", path.Join(p, n), err)
+			return f.pathErr("remove", path.Join(p, n), err)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			err = removeTree(ctx, fd, n, path.Join(p, n), depth+1)
+			err = f.removeTree(ctx, fd, n, path.Join(p, n), depth+1)
 		} else {
 			err = unix.Unlinkat(fd, n, 0)
 			if errors.Is(err, unix.ENOENT) {
 				err = nil
 			} else if err != nil {
-				err = pathErr("remove", path.Join(p, n), err)
+				err = f.pathErr("remove", path.Join(p, n), err)
 			}
 		}
 		if err != nil {

@@ -227,7 +227,7 @@ func (u *unpacker) mkdir(parent int, name, p string, mode uint32) error {
 		unix.Close(fd)
 	}
 	if err != nil {
-		return pathErr("mkdir", p, err)
+		return u.f.pathErr("mkdir", p, err)
 	}
 	return nil
 }
@@ -241,18 +241,18 @@ func (u *unpacker) replace(parent int, name, p string, create func() error) erro
 	if errors.Is(err, unix.EEXIST) {
 		var st unix.Stat_t
 		if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return pathErr("create", p, err)
+			return u.f.pathErr("create", p, err)
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			return pathErr("create", p, ErrIsDir)
+			return u.f.pathErr("create", p, ErrIsDir)
 		}
 		if err := unix.Unlinkat(parent, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return pathErr("create", p, err)
+			return u.f.pathErr("create", p, err)
 		}
 		err = create()
 	}
 	if err != nil {
-		return pathErr("create", p, err)
+		return u.f.pathErr("create", p, err)
 	}
 	return unix.Fchownat(parent, name, u.f.root.UID, u.f.root.GID, unix.AT_SYMLINK_NOFOLLOW)
 }

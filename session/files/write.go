@@ -37,7 +37,7 @@ func (f *FS) WriteStamped(ctx context.Context, p string, r io.Reader, mode fs.Fi
 		return 0, err
 	}
 	if len(comps) == 0 {
-		return 0, pathErr("write", ".", ErrIsDir)
+		return 0, f.pathErr("write", ".", ErrIsDir)
 	}
 	dir, err := f.mkdirAll(comps[:len(comps)-1])
 	if err != nil {
@@ -62,9 +62,9 @@ func (f *FS) writeAt(ctx context.Context, dir int, name, p string, r io.Reader, 
 	// this creates a new inode or fails.
 	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return 0, pathErr("create", p, err)
+		return 0, f.pathErr("create", p, err)
 	}
-	file := os.NewFile(uintptr(fd), display(p))
+	file := os.NewFile(uintptr(fd), f.display(p))
 	n, err := func() (int64, error) {
 		defer file.Close()
 		if err := unix.Fchown(fd, f.root.UID, f.root.GID); err != nil {
@@ -94,7 +94,7 @@ func (f *FS) writeAt(ctx context.Context, dir int, name, p string, r io.Reader, 
 		if errors.As(err, &pe) {
 			err = pe.Err // the write's error, named by p below
 		}
-		return n, pathErr("write", p, err)
+		return n, f.pathErr("write", p, err)
 	}
 	return n, nil
 }
