@@ -137,6 +137,13 @@ func TestMCPHTTPClientsWithoutDelete(t *testing.T) {
 		}
 	}
 
+	resp, body := post(t, context.Background(), d.url+"/sessions", "", hdr, `{}`)
+	for _, want := range []string{"alice holds 2 sessions and 2 attached ones", "DELETE /sessions/{id}"} {
+		if resp.StatusCode != http.StatusConflict || !strings.Contains(body, want) {
+			t.Errorf("third POST /sessions: %d %s, does not say %q", resp.StatusCode, body, want)
+		}
+	}
+
 	// Two connected clients, their event streams open: their workspaces
 	// are held, so the idle ones of the clients that left make room.
 	a := d.connect(t, clientOpts{stream: true})
