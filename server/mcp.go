@@ -34,6 +34,12 @@ const (
 	DefaultMCPSessionTimeout = 30 * time.Minute
 	// DefaultMCPHeartbeat is MCPOptions.Heartbeat's default.
 	DefaultMCPHeartbeat = 5 * time.Second
+	// DefaultMCPSessionIdle is MCPOptions.SessionIdle's default. Clients
+	// hold an event stream open for as long as they run, so the time
+	// counts only for a client that has gone without closing its MCP
+	// session; it is short because the workspace is memory, and long
+	// enough for a client to reconnect.
+	DefaultMCPSessionIdle = 5 * time.Minute
 )
 
 // MCPOptions configures the MCP front end. The zero value is usable: each
@@ -96,6 +102,13 @@ type MCPOptions struct {
 	// task_output, kill_task and list_tasks tools. Nil: every call is
 	// one-shot.
 	Sessions *session.Manager
+	// SessionIdle is how long an MCP session's jaild session (attached:
+	// session.Options.Attached) is kept once nothing holds it: no
+	// request of its MCP session open (over Streamable HTTP a call, or
+	// the client's event stream) and nothing running in it. Zero means
+	// DefaultMCPSessionIdle. Over stdio the client is there until stdin
+	// closes, which removes the session.
+	SessionIdle time.Duration
 	// SessionEgress, with Egress and Sessions, gives each MCP session's
 	// jaild session egress (the operator's allowlist, decided for the
 	// caller of its first call: run.SessionEgress): every call and task
@@ -136,6 +149,9 @@ func (o MCPOptions) withDefaults() MCPOptions {
 	}
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = DefaultMCPSessionTimeout
+	}
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = DefaultMCPSessionIdle
 	}
 	if o.Version == "" {
 		o.Version = "dev"
@@ -202,7 +218,7 @@ type postContext func(*mcp.CallToolRequest) (context.Context, bool)
 func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *mcpTools) {
 	t := &mcpTools{run: r, opts: o, log: o.Logger, post: post}
 	if o.Sessions != nil {
-		t.sess = newMCPSessions(o.Sessions, o.Logger)
+		t.sess = newMCPSessions(o.Sessions, o.SessionIdle, o.Logger)
 		if o.Egress {
 			t.sess.egress = o.SessionEgress
 		}

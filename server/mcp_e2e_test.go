@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,10 +71,18 @@ func TestMCPEndToEnd(t *testing.T) {
 			t.Fatalf("jaild %s is not in the binary (is it registered in cmd/jaild/main.go?): %v\n%s", sub, err, out)
 		}
 	}
-	url, tokenFile := startServe(t, ctx, bin, env)
+	url, tokenFile := startServe(t, ctx, bin, env, "")
+	// A second daemon, with small limits, for the life of MCP sessions'
+	// workspaces (e2e.mjs's lifecycle checks), on an installation of its
+	// own so that its workspaces can be counted.
+	lifeInstall := testenv.New(t, "jaild-mcp-life")
+	lifeURL, _ := startServe(t, ctx, bin, append(os.Environ(), lifeInstall.Env()...), tokenFile,
+		"--max-sessions-per-caller", "1", "--max-mcp-sessions-per-caller", "2", "--mcp-session-idle", "2s",
+		"--session-ttl", "30s", "--session-max-lifetime", "30s")
 
 	host := &agentHost{workspaces: filepath.Join(install.StateDir, "workspaces"), base: strings.TrimSuffix(url, "/mcp"), tokenFile: tokenFile}
-	cmd := exec.CommandContext(ctx, node, "e2e.mjs", "--jaild", bin, "--http", url, "--token-file", tokenFile, "--sync")
+	lifeHost := &agentHost{workspaces: filepath.Join(lifeInstall.StateDir, "workspaces"), base: strings.TrimSuffix(lifeURL, "/mcp"), tokenFile: tokenFile}
+	cmd := exec.CommandContext(ctx, node, "e2e.mjs", "--jaild", bin, "--http", url, "--token-file", tokenFile, "--sync", "--lifecycle", lifeURL)
 	cmd.Dir = dir
 	cmd.Env = env // passed on to the `jaild mcp` it spawns
 	// Sandboxes of a killed run die with their jaild; see startServe.
@@ -99,8 +108,11 @@ func TestMCPEndToEnd(t *testing.T) {
 		if q, ok := strings.CutPrefix(line, "SYNC "); ok {
 			// e2e.mjs waits for the answer: an agent scenario asks what
 			// only the host sees (its workspace, the daemon's sessions).
-			answer := "ok"
-			if err := host.answer(ctx, q); err != nil {
+			answer, h := "ok", host
+			if strings.HasPrefix(q, "count ") {
+				h = lifeHost
+			}
+			if err := h.answer(ctx, q); err != nil {
 				answer = strings.ReplaceAll(err.Error(), "\n", " ")
 			}
 			if _, err := io.WriteString(answers, answer+"\n"); err != nil {
@@ -138,6 +150,9 @@ type agentHost struct {
 // MARKER" (both went, once the MCP session closed).
 func (h *agentHost) answer(ctx context.Context, q string) error {
 	verb, marker, _ := strings.Cut(q, " ")
+	if verb == "count" {
+		return h.count(ctx, marker)
+	}
 	if marker == "" || strings.ContainsAny(marker, "/.") {
 		return fmt.Errorf("bad question %q", q)
 	}
@@ -193,6 +208,45 @@ func (h *agentHost) answer(ctx context.Context, q string) error {
 	return fmt.Errorf("bad question %q", q)
 }
 
+// count waits, for at most a minute, until the daemon has n workspaces:
+// as many entries in its workspaces directory, and its jaild_sessions
+// gauge reads n.
+func (h *agentHost) count(ctx context.Context, n string) error {
+	want, err := strconv.Atoi(n)
+	if err != nil {
+		return fmt.Errorf("bad count %q", n)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ents, _ := os.ReadDir(h.workspaces)
+		gauge, err := h.gauge(ctx, "jaild_sessions")
+		if err != nil {
+			return err
+		}
+		if len(ents) == want && gauge == float64(want) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after a minute: %d workspaces in %s, jaild_sessions %v; want %d", len(ents), h.workspaces, gauge, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// gauge reads a metric without labels from the daemon's /metrics.
+func (h *agentHost) gauge(ctx context.Context, name string) (float64, error) {
+	var text string
+	if code, err := h.get(ctx, "/metrics", &text); err != nil || code != 200 {
+		return 0, fmt.Errorf("GET /metrics: %d %v", code, err)
+	}
+	for line := range strings.SplitSeq(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("/metrics has no %s", name)
+}
+
 // holding lists the workspaces that have an entry named marker.
 func (h *agentHost) holding(marker string) []string {
 	ents, _ := os.ReadDir(h.workspaces)
@@ -240,6 +294,11 @@ func (h *agentHost) get(ctx context.Context, path string, out any) (int, error) 
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if s, ok := out.(*string); ok && resp.StatusCode == 200 {
+		b, err := io.ReadAll(resp.Body)
+		*s = string(b)
+		return resp.StatusCode, err
+	}
 	if out != nil && resp.StatusCode == 200 {
 		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
 	}
@@ -247,10 +306,11 @@ func (h *agentHost) get(ctx context.Context, path string, out any) (int, error) 
 	return resp.StatusCode, nil
 }
 
-// startServe starts `jaild serve` on a free loopback port with a fresh
-// token, waits until it answers, and stops it (SIGTERM, so it kills and
-// cleans up its sandboxes) when the test ends.
-func startServe(t *testing.T, ctx context.Context, bin string, env []string) (url, tokenFile string) {
+// startServe starts `jaild serve` on a free loopback port with args and the
+// tokens of tokenFile (empty: a fresh token), waits until it answers, and
+// stops it (SIGTERM, so it kills and cleans up its sandboxes) when the test
+// ends.
+func startServe(t *testing.T, ctx context.Context, bin string, env []string, tokenFile string, args ...string) (url, tokens string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -259,12 +319,14 @@ func startServe(t *testing.T, ctx context.Context, bin string, env []string) (ur
 	addr := ln.Addr().String()
 	ln.Close() // jaild serve binds it again; a race with another process is unlikely on loopback
 
-	tokenFile = filepath.Join(t.TempDir(), "tokens")
-	token := strings.ReplaceAll(rand.Text(), "-", "")
-	if err := os.WriteFile(tokenFile, []byte("e2e:"+token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	if tokenFile == "" {
+		tokenFile = filepath.Join(t.TempDir(), "tokens")
+		token := strings.ReplaceAll(rand.Text(), "-", "")
+		if err := os.WriteFile(tokenFile, []byte("e2e:"+token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--token-file", tokenFile)
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr, "--token-file", tokenFile}, args...)...)
 	cmd.Env = env
 	cmd.Stdout = &testLogWriter{t: t, prefix: "serve: "}
 	cmd.Stderr = cmd.Stdout

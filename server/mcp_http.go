@@ -42,6 +42,9 @@ func NewMCPHandler(r run.Runner, opts MCPOptions) http.Handler {
 	}
 	srv, tools := newMCPServer(r, o, h.postContext)
 	h.srv, h.tools = srv, tools
+	if tools.sess != nil {
+		tools.sess.tracked = true
+	}
 	h.sdk = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Logger:         o.Logger,
 		SessionTimeout: max(o.SessionTimeout, 0),
@@ -107,6 +110,11 @@ func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// is, as the sessions API does.
 			http.Error(w, "session not found", http.StatusNotFound)
 			return
+		}
+		if h.tools.sess != nil {
+			// The client is there while a request of its MCP session
+			// is open: that holds the session's workspace.
+			defer h.tools.sess.connected(id)()
 		}
 	} else {
 		w = &sessionOpener{ResponseWriter: w, h: h, who: who}

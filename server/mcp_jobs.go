@@ -132,7 +132,11 @@ func (t *mcpTools) killTask(ctx context.Context, req *mcp.CallToolRequest, in Ki
 
 func (t *mcpTools) listTasks(ctx context.Context, req *mcp.CallToolRequest, _ ListTasksInput) (*mcp.CallToolResult, *TaskList, error) {
 	out := &TaskList{Tasks: []TaskOutput{}}
-	if sess, err := t.sess.lookup(req.Session, t.caller(ctx, req)); err == nil {
+	sess, err := t.sess.lookup(req.Session, t.caller(ctx, req))
+	if gone := (*goneError)(nil); errors.As(err, &gone) {
+		return nil, nil, err
+	}
+	if err == nil {
 		for _, st := range sess.Jobs() {
 			out.Tasks = append(out.Tasks, *taskOf(st))
 		}

@@ -286,14 +286,17 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	if t.sess != nil {
 		if rreq.SessionID, rreq.Owner, err = t.sess.get(runCtx, req.Session, CallerFromContext(runCtx)); err != nil {
+			if gone := (*goneError)(nil); errors.As(err, &gone) {
+				return nil, nil, err
+			}
 			return nil, nil, fmt.Errorf("jaild session: %w", err)
 		}
 	}
 	r, err := t.run.Run(runCtx, rreq)
-	if t.sess != nil && errors.Is(err, api.ErrNoSession) {
-		// Expired or lost: the next call starts a new one.
-		t.sess.forget(req.Session, rreq.SessionID)
-		err = fmt.Errorf("%w; this session's files, directory and tasks are gone, and the next call starts afresh", err)
+	if t.sess != nil && errors.Is(err, api.ErrNoSession) && runCtx.Err() == nil {
+		// Removed since get (expired, evicted, lost): said as get says
+		// it, not as a command that was not found.
+		return nil, nil, t.sess.lostUnder(req.Session, rreq.SessionID, err)
 	}
 	if err == nil && r == nil && background && rreq.JobID != "" {
 		out = &RunOutput{TaskID: rreq.JobID, TimeoutMS: timeout.Milliseconds()}

@@ -194,7 +194,21 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 			err = &jail.InvalidError{Field: f, Reason: ie.Reason}
 		}
 	}
-	s.writeSessionError(w, r, err)
+	s.writeSessionError(w, r, sessionLimitHint(err))
+}
+
+// sessionLimitHint adds to a limit a caller's session hit how to free a
+// place over HTTP.
+func sessionLimitHint(err error) error {
+	var le *session.LimitError
+	if !errors.As(err, &le) || le.Owner.IsZero() {
+		return err
+	}
+	hint := "DELETE /sessions/{id} removes one (GET /sessions lists them; the MCP sessions' workspaces among them go when their MCP session closes)"
+	if le.What == "sessions per owner" {
+		hint += "; idle sessions expire by themselves"
+	}
+	return fmt.Errorf("%w. %s", err, hint)
 }
 
 // sessionFields are SessionRequest's names of the fields package session

@@ -19,22 +19,26 @@ import (
 
 // Defaults for a [Config] whose fields are left zero.
 const (
-	DefaultMaxSessions    = 64
-	DefaultMaxPerOwner    = 8
-	DefaultMaxJobs        = 16
-	DefaultTTL            = 30 * time.Minute
-	DefaultMaxLifetime    = 24 * time.Hour
-	DefaultWorkspaceBytes = jail.DefaultWorkspaceSize // 1 GiB
-	DefaultMaxJobTimeout  = time.Hour
-	DefaultReapInterval   = 5 * time.Second
+	DefaultMaxSessions         = 64
+	DefaultMaxPerOwner         = 8
+	DefaultMaxAttachedPerOwner = 8
+	DefaultMaxJobs             = 16
+	DefaultTTL                 = 30 * time.Minute
+	DefaultMaxLifetime         = 24 * time.Hour
+	DefaultWorkspaceBytes      = jail.DefaultWorkspaceSize // 1 GiB
+	DefaultMaxJobTimeout       = time.Hour
+	DefaultReapInterval        = 5 * time.Second
 )
 
 // Config configures a [Manager]; each zero field means its Default*.
 type Config struct {
 	// MaxSessions caps the sessions of the whole daemon.
 	MaxSessions int
-	// MaxPerOwner caps the sessions of one owner.
+	// MaxPerOwner caps the sessions of one owner, attached ones
+	// (Options.Attached) apart.
 	MaxPerOwner int
+	// MaxAttachedPerOwner caps the attached sessions of one owner.
+	MaxAttachedPerOwner int
 	// MaxJobs caps the jobs a session keeps, running or finished; the
 	// oldest finished job is forgotten to make room for a new one.
 	MaxJobs int
@@ -82,6 +86,7 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.MaxSessions, DefaultMaxSessions)
 	def(&c.MaxPerOwner, DefaultMaxPerOwner)
+	def(&c.MaxAttachedPerOwner, DefaultMaxAttachedPerOwner)
 	def(&c.MaxJobs, DefaultMaxJobs)
 	defD(&c.TTL, DefaultTTL)
 	defD(&c.MaxLifetime, DefaultMaxLifetime)
@@ -105,7 +110,7 @@ func (c Config) withDefaults() Config {
 // Validate reports the first field that is negative or inconsistent.
 func (c Config) Validate() error {
 	switch {
-	case c.MaxSessions < 0 || c.MaxPerOwner < 0 || c.MaxJobs < 0:
+	case c.MaxSessions < 0 || c.MaxPerOwner < 0 || c.MaxAttachedPerOwner < 0 || c.MaxJobs < 0:
 		return invalid("session maxima", "must not be negative")
 	case c.TTL < 0 || c.MaxLifetime < 0 || c.MaxJobTimeout < 0 || c.ReapInterval < 0:
 		return invalid("session durations", "must not be negative")
@@ -137,7 +142,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	pending  map[caller.ID]int // places reserved by Creates under way, per owner
+	pending  map[place]int // places reserved by Creates under way
 	closed   bool
 	// drainIdle, once Drain set it, is how long a session may sit idle
 	// before it is removed; Create refuses new sessions meanwhile.
@@ -161,7 +166,7 @@ func New(j Jail, cfg Config) (*Manager, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		sessions: make(map[string]*Session),
-		pending:  make(map[caller.ID]int),
+		pending:  make(map[place]int),
 		stop:     make(chan struct{}),
 	}
 	m.reaper.Add(1)
@@ -202,6 +207,23 @@ type Options struct {
 	// variables in its environment, and Egress(id) is served on the
 	// listener until the session is removed. nil: loopback only.
 	Egress func(sessionID string) Egress
+	// Attached makes the session the workspace of one connection of its
+	// owner's (an MCP session) rather than one the owner keeps by id. It
+	// counts against Config.MaxAttachedPerOwner instead of MaxPerOwner,
+	// and it may be evicted: when a Create of its owner finds the
+	// owner's attached quota or the daemon's full, the owner's attached
+	// session idle the longest (nothing running, not held: Session.Hold)
+	// is removed to make room, with ErrEvicted as its Err. Its front end
+	// holds it while the connection is there, so that TTL counts from
+	// when the connection went.
+	Attached bool
+}
+
+// place is what a reservation counts against: its owner's quota of its
+// kind.
+type place struct {
+	owner    caller.ID
+	attached bool
 }
 
 // Session is one workspace and what carries over between its calls.
@@ -213,6 +235,7 @@ type Session struct {
 	proxy    *proxyServer // nil without egress
 	limits   jail.Limits
 	ttl      time.Duration
+	attached bool
 	created  time.Time
 	deadline time.Time // created + MaxLifetime
 
@@ -226,7 +249,13 @@ type Session struct {
 	cwd      string
 	lastUsed time.Time
 	active   int
-	closing  bool
+	// holds count the Holds not yet released: a held session does not
+	// expire while idle, and is not evicted.
+	holds   int
+	closing bool
+	// removed is why the session left the Manager (Err); nil while it
+	// is in it.
+	removed  *RemovedError
 	jobs     map[string]*Job
 	jobOrder []string
 }
@@ -248,8 +277,10 @@ type Info struct {
 	Limits         jail.Limits
 	WorkspaceBytes int64 // the quota
 	WorkspaceUsed  int64
-	Jobs           int
-	RunningJobs    int
+	// Attached: the session is a connection's (Options.Attached).
+	Attached    bool
+	Jobs        int
+	RunningJobs int
 	// Egress is what the session's proxy counted so far; nil if the
 	// session has no egress.
 	Egress *jail.EgressUsage
@@ -274,8 +305,18 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := m.reserve(opts.Owner); err != nil {
+	at := place{opts.Owner, opts.Attached}
+	evicted, err := m.reserve(at)
+	if err != nil {
 		return nil, err
+	}
+	if evicted != nil {
+		// Its place is this session's already; its memory goes before
+		// the new workspace takes some.
+		m.log.Info("session evicted", "id", evicted.id, "owner", evicted.owner.String(), "reason", evicted.Err())
+		if err := evicted.remove(); err != nil {
+			m.log.Warn("removing evicted session", "id", evicted.id, "err", err)
+		}
 	}
 	var prestart *jail.Limits
 	if !m.cfg.NoPrestart {
@@ -283,7 +324,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 	}
 	ws, err := m.jail.NewWorkspace(ctx, opts.WorkspaceBytes, opts.Egress != nil, prestart)
 	if err != nil {
-		m.unreserve(opts.Owner, nil)
+		m.unreserve(at, nil)
 		return nil, fmt.Errorf("create session: %w", err)
 	}
 	id := uuid.NewString()
@@ -294,7 +335,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 	if opts.Egress != nil {
 		ln := ws.TakeProxyListener()
 		if ln == nil {
-			m.unreserve(opts.Owner, nil)
+			m.unreserve(at, nil)
 			return nil, errors.Join(errors.New("create session: the workspace has no proxy listener"), ws.Close())
 		}
 		proxy = serveProxy(opts.Egress(id), ln)
@@ -302,11 +343,11 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 	now := time.Now()
 	s := &Session{
 		m: m, id: id, owner: opts.Owner, ws: ws, proxy: proxy,
-		limits: opts.Limits, ttl: opts.TTL, created: now, deadline: now.Add(m.cfg.MaxLifetime),
+		limits: opts.Limits, ttl: opts.TTL, attached: opts.Attached, created: now, deadline: now.Add(m.cfg.MaxLifetime),
 		done: make(chan struct{}), env: env, cwd: cwd, lastUsed: now, jobs: make(map[string]*Job),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if !m.unreserve(opts.Owner, s) {
+	if !m.unreserve(at, s) {
 		// Closed meanwhile.
 		s.cancel()
 		proxy.stop()
@@ -338,43 +379,100 @@ func checkOptions(o *Options, cfg Config) (string, error) {
 	return cwd, nil
 }
 
-// reserve takes a place for a session of owner, or says which limit is
-// reached.
-func (m *Manager) reserve(owner caller.ID) error {
+// reserve takes a place for a session at p, or says which limit is
+// reached and what p's owner holds. If a limit is reached and the owner has
+// an attached session idle, and removing it frees the place, that session
+// is taken out of the Manager (evicted) and returned for the caller to
+// remove.
+func (m *Manager) reserve(p place) (evicted *Session, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if m.drainIdle > 0 {
-		return ErrDraining
+		return nil, ErrDraining
 	}
-	total, mine := len(m.sessions), m.pending[owner]
+	now := time.Now()
+	total := len(m.sessions)
 	for _, n := range m.pending {
 		total += n
 	}
+	h := holding{kept: m.pending[place{p.owner, false}], attached: m.pending[place{p.owner, true}]}
+	var idlest [2]*Session // the owner's kept and attached sessions idle the longest
+	var idlestFor [2]time.Duration
 	for _, s := range m.sessions {
-		if s.owner == owner {
-			mine++
+		if s.owner != p.owner {
+			continue
+		}
+		k := 0
+		if s.attached {
+			h.attached++
+			k = 1
+		} else {
+			h.kept++
+		}
+		if d, ok := s.evictable(now); ok && (idlest[k] == nil || d > idlestFor[k]) {
+			idlest[k], idlestFor[k] = s, d
 		}
 	}
-	if total >= m.cfg.MaxSessions {
-		return &LimitError{What: "sessions", Max: m.cfg.MaxSessions}
+	var limit *LimitError
+	switch {
+	case !p.attached && h.kept >= m.cfg.MaxPerOwner:
+		limit = &LimitError{What: "sessions per owner", Max: m.cfg.MaxPerOwner}
+	case p.attached && h.attached >= m.cfg.MaxAttachedPerOwner:
+		limit = &LimitError{What: "attached sessions per owner", Max: m.cfg.MaxAttachedPerOwner}
+	case total >= m.cfg.MaxSessions:
+		limit = &LimitError{What: "sessions", Max: m.cfg.MaxSessions}
 	}
-	if mine >= m.cfg.MaxPerOwner {
-		return &LimitError{What: "sessions per owner", Max: m.cfg.MaxPerOwner}
+	if limit != nil {
+		// Only an attached session is evicted, and only when that frees
+		// every limit the place counts against: the daemon's, and its
+		// owner's attached quota. A kept session is its owner's to
+		// delete, and its quota has no attached session in it.
+		if v := idlest[1]; v != nil && limit.What != "sessions per owner" {
+			delete(m.sessions, v.id)
+			v.setRemoved(ErrEvicted, fmt.Sprintf("it was idle for %v and made room for a new session of its owner's (%s: at most %d)",
+				idlestFor[1].Round(time.Second), limit.What, limit.Max))
+			m.pending[p]++
+			return v, nil
+		}
+		limit.Owner, limit.Kept, limit.Attached = p.owner, h.kept, h.attached
+		for k, s := range idlest {
+			// The kind that counts against the limit: the place's,
+			// or either for the daemon's.
+			if s == nil || (limit.What != "sessions" && (k == 1) != p.attached) || idlestFor[k] <= limit.Idle {
+				continue
+			}
+			limit.Idle, limit.TTL = idlestFor[k], s.ttl
+		}
+		return nil, limit
 	}
-	m.pending[owner]++
-	return nil
+	m.pending[p]++
+	return nil, nil
+}
+
+// holding counts an owner's sessions of each kind.
+type holding struct{ kept, attached int }
+
+// evictable reports how long s has been idle (nothing running, not held),
+// and whether it is.
+func (s *Session) evictable(now time.Time) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active > 0 || s.holds > 0 {
+		return 0, false
+	}
+	return now.Sub(s.lastUsed), true
 }
 
 // unreserve gives a reserved place back and, if s is not nil, gives it to
 // s. It reports false if the Manager was closed meanwhile.
-func (m *Manager) unreserve(owner caller.ID, s *Session) bool {
+func (m *Manager) unreserve(p place, s *Session) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.pending[owner]--; m.pending[owner] == 0 {
-		delete(m.pending, owner)
+	if m.pending[p]--; m.pending[p] == 0 {
+		delete(m.pending, p)
 	}
 	if s == nil || m.closed {
 		return false
@@ -398,10 +496,13 @@ func (m *Manager) Get(owner caller.ID, id string) (*Session, error) {
 		return s, nil
 	}
 	delete(m.sessions, id)
+	s.setRemoved(ErrNotFound, lostReason)
 	m.mu.Unlock()
 	m.dropLost(s)
 	return nil, fmt.Errorf("%w: session %q was lost: the jaild worker that held its workspace exited", ErrNotFound, id)
 }
+
+const lostReason = "its workspace was lost with the jaild worker that held it"
 
 // lost reports whether s's workspace went from under it.
 func (s *Session) lost() bool {
@@ -452,6 +553,7 @@ func (m *Manager) Delete(owner caller.ID, id string) error {
 		return fmt.Errorf("%w: session %q", ErrNotFound, id) // removed meanwhile
 	}
 	delete(m.sessions, id)
+	s.setRemoved(ErrNotFound, "it was deleted")
 	m.mu.Unlock()
 	return s.remove()
 }
@@ -493,6 +595,7 @@ func (m *Manager) Close() error {
 	for id, s := range m.sessions {
 		all = append(all, s)
 		delete(m.sessions, id)
+		s.setRemoved(ErrClosed, "the daemon is shutting down")
 	}
 	m.mu.Unlock()
 	close(m.stop)
@@ -556,9 +659,14 @@ func (m *Manager) expire(now time.Time) {
 		case s.lost():
 			lost = append(lost, s)
 			delete(m.sessions, id)
-		case s.expired(now), drainIdle > 0 && s.idleFor(now, drainIdle):
+			s.setRemoved(ErrNotFound, lostReason)
+		case s.expired(now):
 			dead = append(dead, s)
 			delete(m.sessions, id)
+		case drainIdle > 0 && s.idleFor(now, drainIdle):
+			dead = append(dead, s)
+			delete(m.sessions, id)
+			s.setRemoved(ErrExpired, fmt.Sprintf("it was idle for %v while the daemon drained", drainIdle))
 		}
 	}
 	m.mu.Unlock()
@@ -579,10 +687,58 @@ func (m *Manager) expire(now time.Time) {
 	}
 }
 
+// expired reports whether s is expired at now, and if so records why.
 func (s *Session) expired(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !now.Before(s.deadline) || (s.active == 0 && !now.Before(s.lastUsed.Add(s.ttl)))
+	switch {
+	case !now.Before(s.deadline):
+		s.removed = &RemovedError{Err: ErrExpired, Reason: fmt.Sprintf("it expired at its maximum lifetime, %v", s.m.cfg.MaxLifetime)}
+	case s.active == 0 && s.holds == 0 && !now.Before(s.lastUsed.Add(s.ttl)):
+		s.removed = &RemovedError{Err: ErrExpired, Reason: fmt.Sprintf("it expired after %v idle", s.ttl)}
+	default:
+		return false
+	}
+	return true
+}
+
+// setRemoved records why s left the Manager, which the caller holds.
+func (s *Session) setRemoved(err error, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.removed = &RemovedError{Err: err, Reason: reason}
+}
+
+// Err is nil while the session is its Manager's; once it was taken out to
+// be removed (expired, evicted, deleted, lost, or the Manager closed), a
+// *RemovedError that says why.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.removed == nil {
+		return nil
+	}
+	return s.removed
+}
+
+// Hold keeps s from expiring while idle until release is called, and from
+// being evicted: a front end holds the session of a connection
+// (Options.Attached) while its client is connected, so that the TTL counts
+// from when the client went. MaxLifetime, Delete and Drain apply as ever.
+// release may be called more than once.
+func (s *Session) Hold() (release func()) {
+	s.mu.Lock()
+	s.holds++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.holds--
+			s.lastUsed = time.Now()
+			s.mu.Unlock()
+		})
+	}
 }
 
 // idleFor reports whether nothing has run in s for d: no call in
@@ -642,7 +798,7 @@ func (s *Session) Info() Info {
 	in := Info{
 		ID: s.id, Owner: s.owner, Created: s.created, TTL: s.ttl, WorkDir: s.m.cfg.WorkDir, Cwd: s.cwd, Env: envList(s.env),
 		Limits: s.limits, WorkspaceBytes: s.ws.Size(), WorkspaceUsed: used, Jobs: len(s.jobs),
-		Egress: s.proxy.usage(),
+		Egress: s.proxy.usage(), Attached: s.attached,
 	}
 	for _, j := range s.jobs {
 		if !j.isEnded() {
@@ -650,7 +806,7 @@ func (s *Session) Info() Info {
 		}
 	}
 	in.ExpiresAt = s.deadline
-	if s.active == 0 {
+	if s.active == 0 && s.holds == 0 {
 		if idle := s.lastUsed.Add(s.ttl); idle.Before(in.ExpiresAt) {
 			in.ExpiresAt = idle
 		}

@@ -101,7 +101,7 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.StringSliceFlag{Name: "allowed-origin", Aliases: []string{"mcp-allowed-origin"}, EnvVars: []string{"JAILD_ALLOWED_ORIGINS", "JAILD_MCP_ALLOWED_ORIGINS"}, Usage: "browser origin (https://app.example.com) allowed to call the API besides loopback ones (repeatable)"},
 		&cli.StringSliceFlag{Name: "allowed-host", EnvVars: []string{"JAILD_ALLOWED_HOSTS"}, Usage: "host name requests may address the daemon by, besides loopback names, IP addresses and the --listen name (repeatable; \"*\": any); against DNS rebinding"},
 		&cli.StringFlag{Name: "max-output-memory", Value: "64M", EnvVars: []string{"JAILD_MAX_OUTPUT_MEMORY"}, Usage: "memory the output of all running requests may take (each holds twice its max output until answered); beyond it requests queue"},
-	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, filesFlags, command.EgressFlags, command.DaemonEgressFlags, command.ManagerFlags, profileFlags, fleetFlags)...),
+	}, slices.Concat(policyFlags, sessionFlags, []cli.Flag{mcpSessionFlag}, mcpSessionFlags, filesFlags, command.EgressFlags, command.DaemonEgressFlags, command.ManagerFlags, profileFlags, fleetFlags)...),
 	Action:       serveAction,
 	OnUsageError: command.OnUsageError,
 }
@@ -143,6 +143,10 @@ func serveAction(c *cli.Context) error {
 	}
 	if fleet != nil {
 		sessCfg.NewID = fleet.NewID
+	}
+	mcpIdle, err := mcpSessionLimits(c, &sessCfg)
+	if err != nil {
+		return err
 	}
 	filesOpts, err := filesOptions(c, log)
 	if err != nil {
@@ -284,7 +288,7 @@ func serveAction(c *cli.Context) error {
 	}
 	if mcpOpts != nil {
 		if mcpSess {
-			mcpOpts.Sessions = sessions
+			mcpOpts.Sessions, mcpOpts.SessionIdle = sessions, mcpIdle
 		}
 		mcpOpts.Egress = c.Bool("mcp-egress")
 		cfg.MCP = mcpOpts

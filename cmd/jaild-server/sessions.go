@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/server"
 	"github.com/jaild/jaild/session"
 	"github.com/jaild/jaild/session/files"
 )
@@ -41,6 +43,27 @@ var filesFlags = []cli.Flag{
 
 // mcpSessionFlag chooses whether each MCP session gets a jaild session.
 var mcpSessionFlag = &cli.StringFlag{Name: "mcp-session", Value: "auto", EnvVars: []string{"JAILD_MCP_SESSION"}, Usage: `"auto": each MCP session gets a session of its own at its first tool call (files, cd, exports and background tasks carry across calls); "none": every tool call is one-shot`}
+
+// mcpSessionFlags bound the workspaces of serve's MCP sessions (jaild mcp
+// serves one MCP session, whose workspace lives as long as it).
+var mcpSessionFlags = []cli.Flag{
+	&cli.DurationFlag{Name: "mcp-session-idle", Value: server.DefaultMCPSessionIdle, EnvVars: []string{"JAILD_MCP_SESSION_IDLE"}, Usage: "an MCP session's workspace is removed once its client has held no request open (a call, or the event stream clients keep open while they run) and nothing has run in it for this long; the next call of that MCP session says so and starts afresh"},
+	&cli.IntFlag{Name: "max-mcp-sessions-per-caller", Value: session.DefaultMaxAttachedPerOwner, EnvVars: []string{"JAILD_MAX_MCP_SESSIONS_PER_CALLER"}, Usage: "MCP sessions' workspaces of one caller at most, counted apart from its --max-sessions-per-caller; a new one first evicts the caller's workspace idle the longest (no client connected, nothing running), else the call is refused"},
+}
+
+// mcpSessionLimits reads mcpSessionFlags into cfg, and returns the idle
+// time of an MCP session's workspace.
+func mcpSessionLimits(c *cli.Context, cfg *session.Config) (time.Duration, error) {
+	idle, n := c.Duration("mcp-session-idle"), c.Int("max-mcp-sessions-per-caller")
+	switch {
+	case idle <= 0 || n <= 0:
+		return 0, command.UsageError("--mcp-session-idle and --max-mcp-sessions-per-caller must be positive")
+	case idle > cfg.MaxLifetime:
+		return 0, command.UsageError("--mcp-session-idle %v exceeds --session-max-lifetime %v", idle, cfg.MaxLifetime)
+	}
+	cfg.MaxAttachedPerOwner = n
+	return idle, nil
+}
 
 // mcpSessionsOn reads --mcp-session: whether MCP sessions get sessions.
 // With --mcp-egress, each MCP session's jaild session then gets egress

@@ -9,8 +9,8 @@
 //   Streamable HTTP  talks to a running `jaild serve` at --http URL
 //
 // Usage: node e2e.mjs --jaild /path/to/jaild [--http http://127.0.0.1:PORT/mcp]
-//                     [--token TOKEN | --token-file FILE] [--only stdio|http]
-//                     [--sync]
+//                     [--token TOKEN | --token-file FILE] [--only stdio|http|lifecycle]
+//                     [--sync] [--lifecycle http://127.0.0.1:PORT/mcp]
 //
 // Besides the protocol checks, each client/transport pair plays an agent's
 // conversation in one MCP session (see agent below): files, cd, export, a
@@ -21,6 +21,15 @@
 // anything else as the reason of a failure (server/mcp_e2e_test.go answers:
 // the jaild session's workspace, found by the file MARKER in it, exists and
 // then is removed). Without --sync those two checks are reported skipped.
+//
+// With --lifecycle (and --sync), the life of MCP sessions' workspaces is
+// checked against a second `jaild serve` started with
+// --max-sessions-per-caller 1 --max-mcp-sessions-per-caller 2
+// --mcp-session-idle 2s --session-max-lifetime 30s: clients that close
+// without DELETE, the HTTP session quota, the refusal when every workspace is
+// in use, DELETE, and a workspace that expires under a live MCP session. The
+// script asks "SYNC count N": the host answers once that daemon's workspaces
+// directory holds N workspaces and its jaild_sessions gauge reads N.
 //
 // It prints one line per check and "N passed, M failed" at the end, and exits
 // non-zero if any check failed. Without --http the HTTP checks are reported
@@ -47,6 +56,7 @@ const { values: opts } = parseArgs({
         'token-file': { type: 'string' },
         only: { type: 'string' },
         sync: { type: 'boolean' },
+        lifecycle: { type: 'string' },
     },
 });
 if (!opts.jaild && opts.only !== 'http') {
@@ -569,7 +579,88 @@ async function rawHTTP() {
     });
 }
 
+// lifecycle checks the life of MCP sessions' workspaces against the daemon at
+// --lifecycle (see the header for its flags), with the v1 client.
+async function lifecycle() {
+    const p = 'http/lifecycle';
+    const auth = token ? { Authorization: `Bearer ${token}` } : {};
+    const base = opts.lifecycle.replace(/\/mcp$/, '');
+    const open = async () => {
+        const client = clients.v1.newClient();
+        const transport = clients.v1.http(new URL(opts.lifecycle), { headers: auth });
+        await client.connect(transport);
+        return { client, transport, call: (params) => clients.v1.callTool(client, params, { timeout: CALL_TIMEOUT_MS }) };
+    };
+    const end = async (s) => {
+        await s.transport.terminateSession().catch(() => {});
+        await s.client.close().catch(() => {});
+    };
+    await check(`${p}: 5 clients that close without DELETE each get a workspace`, async () => {
+        for (let i = 1; i <= 5; i++) {
+            const s = await open();
+            const res = await s.call({ name: 'bash', arguments: { command: `echo ${i} > /work/n; cat /work/n` } });
+            // client.close() sends no DELETE, like the Inspector CLI's.
+            await s.client.close();
+            assert(!res.isError && res.structuredContent?.stdout === `${i}\n`, `client ${i}: ${text(res)}`);
+        }
+    });
+    await check(`${p}: their workspaces do not take the caller's HTTP sessions`, async () => {
+        const res = await fetch(`${base}/sessions`, { method: 'POST', headers: { ...auth, 'Content-Type': 'application/json' }, body: '{}' });
+        const body = await res.json();
+        assert(res.status === 201, `POST /sessions: ${res.status} ${JSON.stringify(body)}`);
+        const del = await fetch(`${base}/sessions/${body.id}`, { method: 'DELETE', headers: auth });
+        assert(del.status === 204, `DELETE /sessions/${body.id}: ${del.status}`);
+    });
+    await check(`${p}: the workspaces of clients gone without DELETE are removed after --mcp-session-idle`, () => askHost('count 0'));
+    await check(`${p}: with every MCP workspace in use a new one is refused, saying why; DELETE frees one`, async () => {
+        const [a, b, c] = [await open(), await open(), await open()];
+        try {
+            for (const s of [a, b]) {
+                const r = await s.call({ name: 'bash', arguments: { command: 'sleep 120', run_in_background: true } });
+                assert(!r.isError, `background task: ${text(r)}`);
+            }
+            const r = await c.call({ name: 'bash', arguments: { command: 'true' } });
+            const t = text(r);
+            assert(r.isError && /holds its maximum of 2 MCP workspaces/.test(t) && /close MCP sessions/.test(t), `refusal: ${t}`);
+            await askHost('count 2');
+            await end(a);
+            await askHost('count 1');
+            const r2 = await c.call({ name: 'bash', arguments: { command: 'echo placed' } });
+            assert(!r2.isError && r2.structuredContent?.stdout === 'placed\n', `after a DELETE: ${text(r2)}`);
+        } finally {
+            await end(b);
+            await end(c);
+        }
+        await askHost('count 0');
+        return 'refused while both ran tasks; served after a DELETE';
+    });
+    await check(`${p}: a workspace that expired under a live MCP session says so once, then a fresh one`, async () => {
+        const s = await open();
+        try {
+            let r = await s.call({ name: 'bash', arguments: { command: 'echo kept > /work/f' } });
+            assert(!r.isError, `write: ${text(r)}`);
+            // The client stays connected; --session-max-lifetime ends it.
+            await askHost('count 1');
+            await askHost('count 0');
+            r = await s.call({ name: 'bash', arguments: { command: 'cat /work/f' } });
+            const t = text(r);
+            assert(r.isError && /workspace is gone \(it expired at its maximum lifetime/.test(t) && /files in \/work/.test(t) && !/command not found/.test(t),
+                `after the expiry: ${t}`);
+            r = await s.call({ name: 'bash', arguments: { command: 'ls -A /work' } });
+            assert(!r.isError && r.structuredContent?.stdout === '', `the next call: ${text(r)}`);
+            return t.split(':')[0];
+        } finally {
+            await end(s);
+        }
+    });
+    await check(`${p}: nothing left`, () => askHost('count 0'));
+}
+
 let port = 0;
+if (opts.lifecycle && (!opts.only || opts.only === 'lifecycle')) {
+    if (opts.sync) await lifecycle();
+    else skip('http/lifecycle', 'no --sync: the host cannot be asked');
+}
 for (const tname of ['stdio', 'http']) {
     if (opts.only && opts.only !== tname) continue;
     if (tname === 'stdio') await rawStdio();
