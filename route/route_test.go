@@ -2,6 +2,7 @@ package route
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
@@ -83,6 +84,12 @@ type fleet struct {
 
 func newFleet(t *testing.T, n int, cfg func(*Config)) *fleet {
 	t.Helper()
+	return newFleetServing(t, n, cfg, nil)
+}
+
+// newFleetServing is newFleet whose nodes serve TLS with cert, if not nil.
+func newFleetServing(t *testing.T, n int, cfg func(*Config), cert *tls.Certificate) *fleet {
+	t.Helper()
 	f := &fleet{}
 	for i := 0; i < n; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -106,7 +113,12 @@ func newFleet(t *testing.T, n int, cfg func(*Config)) *fleet {
 		})
 		srv := httptest.NewUnstartedServer(rt.Handler(backend, func(r *http.Request) string { return "203.0.113.9" }))
 		srv.Listener = ln
-		srv.Start()
+		if cert != nil {
+			srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
+			srv.StartTLS()
+		} else {
+			srv.Start()
+		}
 		t.Cleanup(srv.Close)
 		f.rts, f.srvs, f.got = append(f.rts, rt), append(f.srvs, srv), append(f.got, got)
 	}
