@@ -99,7 +99,6 @@ func TestManifests(t *testing.T) {
 	}
 	want := []string{
 		"v1 Namespace jaild",
-		"policy/v1 PodDisruptionBudget jaild",
 		"v1 Service jaild",
 		"v1 Service jaild-peers",
 		"apps/v1 DaemonSet jaild",
