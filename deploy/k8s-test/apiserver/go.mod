@@ -1,8 +1,9 @@
 // The kube-apiserver and kubectl that scripts/k8s-test.sh runs, built from the
 // Go module proxy. k8s.io/kubernetes's own go.mod replaces its staging
 // modules with ./staging directories, which its module zip lacks; here each
-// is the published v0.37.2 (the list is k8s.io/kubernetes's, regenerate it
-// with scripts/k8s-test.sh --regen when bumping).
+// is the published v0.37.2. The list is k8s.io/kubernetes's: when bumping,
+// take it from the new version's go.mod (scripts/k8s-test.sh checks that the
+// two agree), then go mod tidy.
 module github.com/jaild/jaild/deploy/k8s-test/apiserver
 
 go 1.26.0
