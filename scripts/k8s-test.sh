@@ -236,6 +236,8 @@ free_port() {
 	return 1
 }
 ETCD_PORT=$(free_port) ETCD_PEER_PORT=$(free_port) API_PORT=$(free_port)
+while [ "$ETCD_PEER_PORT" = "$ETCD_PORT" ]; do ETCD_PEER_PORT=$(free_port); done
+while [ "$API_PORT" = "$ETCD_PORT" ] || [ "$API_PORT" = "$ETCD_PEER_PORT" ]; do API_PORT=$(free_port); done
 pki=$WORK/pki
 mkdir -p "$pki" "$WORK/etcd" "$WORK/certs"
 TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
