@@ -100,12 +100,12 @@ if ! HELM=$(HELM_PATH=1 scripts/helm.sh); then
 fi
 check "helm lint --strict" "$HELM" lint --strict "$CHART"
 check "helm lint --strict (StatefulSet, HPA, every option on)" "$HELM" lint --strict "$CHART" \
-	--set kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,policy.configMap=jaild-policy \
+	--set kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,namespace.name=jaild-lint,policy.configMap=jaild-policy \
 	--set monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true \
 	--set tls.certManager.enabled=true,tls.certManager.issuerRef.name=ca
 
 # The renders: name, then helm's --set values. Each renders into the
-# namespace v-NAME (the namespace.create ones create it themselves).
+# namespace v-NAME, made below, or the one it creates (namespace.create).
 variants=(
 	"daemonset|"
 	"statefulset|kind=StatefulSet"
@@ -113,9 +113,9 @@ variants=(
 	"monitoring|monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true"
 	"tls-off|tls.enabled=false,monitoring.serviceMonitor.enabled=true"
 	"cert-manager|tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca"
-	"namespace|namespace.create=true"
+	"namespace|namespace.create=true,namespace.name=jaild-ns"
 	"policy|policy.configMap=jaild-policy"
-	"everything|kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,policy.configMap=jaild-policy,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true,tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca"
+	"everything|kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,namespace.name=jaild-everything,policy.configMap=jaild-policy,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true,tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca"
 )
 # The kinds each render must hold, sorted.
 declare -A kinds=(
@@ -175,6 +175,9 @@ refuse "guard: cert-manager without an issuer" "tls.certManager.issuerRef.name i
 	"$HELM" template jaild "$CHART" --set tls.certManager.enabled=true
 refuse "guard: a drain timeout in days" 'duration "2d"' \
 	"$HELM" template jaild "$CHART" --set serve.drainTimeout=2d
+
+refuse "guard: namespace.create in the release's own namespace" "namespace.create needs namespace.name" \
+	"$HELM" template jaild "$CHART" --namespace jaild --set namespace.create=true,namespace.name=jaild
 
 check "deploy/manifests/jaild.yaml equals a fresh render" scripts/render-manifests.sh --check
 
@@ -363,6 +366,31 @@ refuse "create --validate=strict: StatefulSet with podManagementPolicies" 'unkno
 	typo_create statefulset StatefulSet 'podManagementPolicy:' 'podManagementPolicies:'
 refuse "create --validate=strict: Certificate with dnsName" 'unknown field "spec.dnsName"' \
 	typo_create cert-manager Certificate 'dnsNames:' 'dnsName:'
+
+# ---------------------------------------------------------------- helm install
+# Helm itself against the server: install (the release stored as a
+# Secret), an upgrade that changes the kind and turns the options on,
+# uninstall leaving none of the chart's objects.
+say "helm install"
+check "helm install (defaults, --create-namespace)" \
+	"$HELM" install jaild "$CHART" -n v-helm --create-namespace
+check "helm upgrade to a StatefulSet with HPA, monitoring, cert-manager, policy" \
+	"$HELM" upgrade jaild "$CHART" -n v-helm \
+	--set kind=StatefulSet,autoscaling.enabled=true,policy.configMap=jaild-policy \
+	--set monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true \
+	--set tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca
+check "helm upgrade: the StatefulSet replaced the DaemonSet" \
+	eval '[ "$(k get daemonset,statefulset -n v-helm -o name)" = statefulset.apps/jaild ]'
+check "helm uninstall leaves none of the chart's objects" eval '"$HELM" uninstall jaild -n v-helm &&
+	[ -z "$(k get all,pdb,hpa,configmap,servicemonitor,prometheusrule,certificate -n v-helm -o name -l app.kubernetes.io/instance=jaild)" ]'
+check "helm install namespace.create=true (namespace.name=v-helm-ns, release in v-helm)" \
+	"$HELM" install jaild-ns "$CHART" -n v-helm --set namespace.create=true,namespace.name=v-helm-ns
+check "namespace v-helm-ns: made by the chart, PodSecurity enforce=privileged" \
+	eval '[ "$(k get ns v-helm-ns -o jsonpath="{.metadata.labels.pod-security\.kubernetes\.io/enforce}")" = privileged ]'
+check "helm uninstall (namespace.create=true)" "$HELM" uninstall jaild-ns -n v-helm
+refuse "helm install namespace.create=true into the release's own namespace: refused by the chart" \
+	"namespace.create needs namespace.name" \
+	"$HELM" install jaild-own "$CHART" -n v-helm-own --create-namespace --set namespace.create=true
 
 # ---------------------------------------------------------------- PodSecurity
 say "PodSecurity"

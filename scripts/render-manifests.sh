@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # render-manifests.sh: renders deploy/manifests/jaild.yaml, the plain
 # manifests for clusters without Helm, from deploy/helm/jaild: the chart's
-# defaults plus namespace.create=true, in the namespace jaild.
+# defaults plus namespace.create=true, namespace.name=jaild.
 #
 #   scripts/render-manifests.sh            # rewrite deploy/manifests/jaild.yaml
 #   scripts/render-manifests.sh --check    # exit 1 if it differs from a fresh render
@@ -12,13 +12,13 @@ out=deploy/manifests/jaild.yaml
 render() {
 	cat <<'HEADER'
 # jaild's plain Kubernetes manifests, rendered from deploy/helm/jaild by
-# scripts/render-manifests.sh (the chart's defaults plus
-# namespace.create=true, namespace jaild). Do not edit: change the chart and
-# render again. Before applying, create the Secrets the pods mount
-# (jaild-tokens, jaild-tls, jaild-fleet-key: see docs/kubernetes.md) and
-# label and taint the sandbox nodes (deploy/helm/jaild/values.yaml).
+# scripts/render-manifests.sh (the chart's defaults plus namespace.create=true,
+# namespace.name=jaild). Do not edit: change the chart and render again.
+# Before applying, create the Secrets the pods mount (jaild-tokens,
+# jaild-tls, jaild-fleet-key: see docs/kubernetes.md) and label and taint the
+# sandbox nodes (deploy/helm/jaild/values.yaml).
 HEADER
-	scripts/helm.sh template jaild deploy/helm/jaild --namespace jaild --set namespace.create=true
+	scripts/helm.sh template jaild deploy/helm/jaild --set namespace.create=true,namespace.name=jaild
 }
 
 case "${1:-}" in
