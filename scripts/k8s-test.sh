@@ -206,7 +206,7 @@ build() {
 	out="$CACHE/bin/$name-$4-$key"
 	if [ ! -x "$out" ]; then
 		local t0=$(date +%s)
-		(cd "$dir" && go build -trimpath -o "$out.tmp" "$pkg") || return 1
+		(cd "$dir" && go build -trimpath -o "$out.tmp" "$pkg") || { rm -f "$out.tmp"; return 1; }
 		mv "$out.tmp" "$out"
 		echo "   built $name in $(($(date +%s) - t0)) s" >&2
 	fi
