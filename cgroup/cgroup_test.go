@@ -271,3 +271,40 @@ func BenchmarkGroupRead(b *testing.B) {
 		}
 	}
 }
+
+// TestCloseTogether: users of one parent (a daemon's front end and its
+// worker, other daemons) that close at the same moment leave no directory
+// behind: one of them finds itself the last user.
+func TestCloseTogether(t *testing.T) {
+	p := testParent(t)
+	lockDir := t.TempDir()
+	for round := 0; round < 100; round++ {
+		var users [8]*Parent
+		for i := range users {
+			u, err := Open(Options{Path: p.Path(), LockDir: lockDir, Budget: Budget{Pids: 100}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			users[i] = u
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, u := range users {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if err := u.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, d := range users[0].Dirs() {
+			if _, err := os.Stat(d); err == nil {
+				t.Fatalf("round %d: %s left behind by %d users closing together", round, d, len(users))
+			}
+		}
+	}
+}

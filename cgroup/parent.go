@@ -392,6 +392,12 @@ func (p *Parent) Close() error {
 	p.warmers.Wait()
 	var errs []error
 	for i, f := range p.locks {
+		// Give this user's shared lock up before asking for the exclusive
+		// one. Upgrading in place would fail for both of two users
+		// closing at once (each still holding its shared lock while the
+		// other asks), and neither would remove the directory; this way
+		// the later of the two finds no other user and removes it.
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 			continue // another jaild still uses this directory
 		}

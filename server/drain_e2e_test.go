@@ -78,7 +78,7 @@ func testDrain(t *testing.T, bin string, startDrain func(*e2eInstall, *daemon)) 
 	in := newE2EInstall(t, bin)
 	tokens, ta, _ := twoCallers(t)
 	d := in.serve(t, "--token-file", tokens, "--audit-log", "off", "--pool", "0",
-		"--drain-timeout", "2m", "--drain-idle", "1s")
+		"--drain-timeout", "2m", "--drain-idle", "4s")
 	alice := &caller{t, d.url, ta}
 	busy := alice.create(`{}`)
 	idle := alice.create(`{}`)
@@ -120,12 +120,13 @@ func testDrain(t *testing.T, bin string, startDrain func(*e2eInstall, *daemon)) 
 		}
 	}
 	// A session in use keeps being served, with its state, for as long as
-	// it is used; the idle one goes.
-	for i := 0; i < 6; i++ {
+	// it is used (calls 200 ms apart, well within the drain's idle time of
+	// 4 s even on a slow machine); the idle one goes.
+	for i := 0; i < 12; i++ {
 		if res := alice.run(busy, "cat f"); res.Stdout != "kept\n" {
 			t.Fatalf("call %d in the busy session while draining: %+v", i, res)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 	eventually(t, "the idle session to go", func() bool {
 		code, _ := alice.do("GET", "/sessions/"+idle, "", nil)
