@@ -240,6 +240,11 @@ type Health struct {
 	// Policy is the operator's policy: "off", "ok" with its revision, or
 	// "deny-all" with why (the daemon then refuses every run).
 	Policy string `json:"policy,omitempty"`
+	// Load, on /readyz, is how busy the daemon is, lower is better: the
+	// requests it is serving (runs, streams, calls in sessions; not
+	// probes) plus its live sessions. A fleet sends new work to the
+	// daemon of least load (package route).
+	Load *float64 `json:"load,omitempty"`
 }
 
 // Verdicts, as the audit log and the runs_total metric name them. They form

@@ -77,6 +77,17 @@ type Config struct {
 	BodyTimeout  time.Duration
 	// Logger gets forwarding failures and forged tokens; nil discards.
 	Logger *slog.Logger
+
+	// Peers are the fleet's daemons, as HOST:PORT (a name may resolve
+	// to many, as a headless Service's does), resolved again at each
+	// poll; this daemon's advertise address among them is skipped. With
+	// peers, and while Poll runs, new work goes to the least-loaded
+	// ready daemon (see balance.go). Empty: it is served where received.
+	Peers []string
+	// PollInterval is how often Poll reads every daemon's /readyz;
+	// PollTimeout bounds each read (and each name's resolution).
+	PollInterval time.Duration
+	PollTimeout  time.Duration
 }
 
 // Router mints self-routing ids and forwards requests to the daemon their
@@ -88,6 +99,10 @@ type Router struct {
 	node  string // hex instance id, for NodeHeader
 	proxy *httputil.ReverseProxy
 	log   *slog.Logger
+	// transport and scheme reach peers, for forwarding and for polling.
+	transport *http.Transport
+	scheme    string
+	bal       balancer
 }
 
 // New checks cfg and returns a Router with a fresh instance id.
@@ -98,8 +113,14 @@ func New(cfg Config) (*Router, error) {
 	if err := checkAdvertise(cfg.Advertise); err != nil {
 		return nil, err
 	}
-	if cfg.DialTimeout < 0 || cfg.MaxBodyBytes < 0 || cfg.BodyTimeout < 0 {
-		return nil, errors.New("route: negative DialTimeout, MaxBodyBytes or BodyTimeout")
+	if cfg.DialTimeout < 0 || cfg.MaxBodyBytes < 0 || cfg.BodyTimeout < 0 || cfg.PollInterval < 0 || cfg.PollTimeout < 0 {
+		return nil, errors.New("route: negative DialTimeout, MaxBodyBytes, BodyTimeout, PollInterval or PollTimeout")
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.PollTimeout == 0 {
+		cfg.PollTimeout = DefaultPollTimeout
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
@@ -158,6 +179,18 @@ func (rt *Router) Handler(next http.Handler, peer func(*http.Request) string) ht
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := rt.sessionID(w, r)
 		if !ok {
+			return
+		}
+		if newWork(r, id) {
+			// A forwarded request was balanced by the daemon that
+			// sent it: it is served here, whatever the loads.
+			if _, forwarded := rt.ForwardedPeer(r); !forwarded {
+				if a, ok := rt.pick(); ok {
+					rt.forwardNew(w, r, a, peer(r), next)
+					return
+				}
+			}
+			rt.local(w, r, next)
 			return
 		}
 		t, ok := rt.keys.parse(id)
@@ -288,6 +321,10 @@ type forwarding struct {
 	target Token
 	id     string
 	peer   string
+	// fallback: new work, served locally if the peer cannot be dialled
+	// (forwardError then only sets dialFailed and answers nothing).
+	fallback   bool
+	dialFailed bool
 }
 
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, t Token, id, peer string) {
@@ -314,6 +351,7 @@ func (rt *Router) newProxy() *httputil.ReverseProxy {
 	if rt.cfg.TLS != nil {
 		scheme = "https"
 	}
+	rt.transport, rt.scheme = tr, scheme
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			f := pr.In.Context().Value(forwardKey{}).(*forwarding)
@@ -338,14 +376,26 @@ func (rt *Router) forwardError(w http.ResponseWriter, r *http.Request, err error
 	if r.Context().Err() != nil {
 		return // the caller went away; nobody reads an answer
 	}
-	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
+	if f.fallback {
+		if isDial(err) {
+			f.dialFailed = true
+			return
+		}
+		rt.log.Warn("forwarding new work to the least-loaded node failed", "node", f.target.Addr.String(), "err", err)
+		writeForwardFailed(w, "the node chosen for this request")
+		return
+	}
+	if isDial(err) {
 		rt.lost(w, r, f.id, "unreachable at "+f.target.Addr.String())
 		return
 	}
 	rt.log.Warn("forwarding to the session's node failed", "session", f.id, "node", f.target.Addr.String(), "err", err)
+	writeForwardFailed(w, "the node that holds session "+f.id)
+}
+
+func writeForwardFailed(w http.ResponseWriter, node string) {
 	writeError(w, http.StatusBadGateway, &api.ErrorResponse{
-		Error: fmt.Sprintf("the node that holds session %s failed to answer; the call may or may not have run", f.id), Code: api.CodeUnavailable})
+		Error: node + " failed to answer; the call may or may not have run", Code: api.CodeUnavailable})
 }
 
 // forwardedValue is the ForwardedHeader of a request forwarded at t on

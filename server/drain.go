@@ -65,9 +65,21 @@ func (s *Server) handleLive(w http.ResponseWriter, r *http.Request) {
 // Not while it drains or shuts down, nor while /healthz fails (sandboxes
 // cannot start, or the policy denies everything).
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	s.probes.Add(1)
+	defer s.probes.Add(-1)
 	if s.Draining() {
-		writeJSON(w, http.StatusServiceUnavailable, &api.Health{Status: "draining"})
+		writeJSON(w, http.StatusServiceUnavailable, &api.Health{Status: "draining", Load: s.load()})
 		return
 	}
-	s.handleHealth(w, r)
+	s.serveHealth(w, r, s.load())
+}
+
+// load is the Load /readyz reports.
+func (s *Server) load() *float64 {
+	n := s.inflightCount() - int(s.probes.Load())
+	if s.opts.Sessions != nil {
+		n += s.opts.Sessions.Len()
+	}
+	l := float64(max(n, 0))
+	return &l
 }

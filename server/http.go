@@ -38,8 +38,12 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	h := api.Health{Status: "ok", Jail: "ok"}
+// handleHealth answers GET /healthz: whether sandboxes can run here.
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) { s.serveHealth(w, r, nil) }
+
+// serveHealth answers /healthz, or /readyz with load.
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, load *float64) {
+	h := api.Health{Status: "ok", Jail: "ok", Load: load}
 	status := http.StatusOK
 	if err := s.health.get(r.Context()); err != nil {
 		h.Status, h.Jail, status = "unhealthy", err.Error(), http.StatusServiceUnavailable

@@ -231,8 +231,9 @@ type Server struct {
 	baseCtx    context.Context
 	cancelRuns context.CancelFunc
 
-	draining    atomic.Bool // shutting down: every request is refused
-	refusingNew atomic.Bool // draining: new work is refused (see Drain)
+	draining    atomic.Bool  // shutting down: every request is refused
+	refusingNew atomic.Bool  // draining: new work is refused (see Drain)
+	probes      atomic.Int64 // /readyz requests being served, which load leaves out
 	served      atomic.Bool
 
 	// In-flight handlers, so that shutdown can wait for killed runs to be

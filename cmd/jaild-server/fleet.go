@@ -21,6 +21,8 @@ var fleetFlags = []cli.Flag{
 	&cli.StringSliceFlag{Name: "peer-cidr", EnvVars: []string{"JAILD_PEER_CIDRS"}, Usage: "network (CIDR) the fleet's daemons are in; requests are forwarded only there (repeatable; default: wherever a valid session id names)"},
 	&cli.StringFlag{Name: "peer-ca", EnvVars: []string{"JAILD_PEER_CA"}, Usage: "PEM file of the CA that signed the peers' certificates, when the daemon serves TLS (default: the system's)"},
 	&cli.StringFlag{Name: "peer-tls-name", EnvVars: []string{"JAILD_PEER_TLS_NAME"}, Usage: "name the peers' certificates carry (default: the peer's IP address must be in its certificate)"},
+	&cli.StringSliceFlag{Name: "peers", EnvVars: []string{"JAILD_PEERS"}, Usage: "HOST:PORT of another daemon of the fleet (repeatable): new sessions, runs and MCP sessions go to the least-loaded ready daemon"},
+	&cli.StringSliceFlag{Name: "peers-dns", EnvVars: []string{"JAILD_PEERS_DNS"}, Usage: "NAME:PORT whose name resolves to every daemon of the fleet (in Kubernetes: the headless <release>-peers Service), resolved again every poll; as --peers"},
 	&cli.StringSliceFlag{Name: "trusted-proxy", EnvVars: []string{"JAILD_TRUSTED_PROXIES"}, Usage: "network (CIDR) of load balancers whose X-Forwarded-For names the caller (repeatable); from other peers it is ignored"},
 }
 
@@ -34,7 +36,7 @@ func fleetOptions(c *cli.Context, maxBody int64, log *slog.Logger) (*route.Route
 	keyFile, adv := c.String("fleet-key"), c.String("advertise-addr")
 	switch {
 	case keyFile == "" && adv == "":
-		for _, f := range []string{"peer-cidr", "peer-ca", "peer-tls-name"} {
+		for _, f := range []string{"peer-cidr", "peer-ca", "peer-tls-name", "peers", "peers-dns"} {
 			if c.IsSet(f) {
 				return nil, nil, command.UsageError("--%s needs --fleet-key", f)
 			}
@@ -57,7 +59,8 @@ func fleetOptions(c *cli.Context, maxBody int64, log *slog.Logger) (*route.Route
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := route.Config{Key: key, Advertise: ap, PeerCIDRs: peers, MaxBodyBytes: maxBody, Logger: log.With("front", "route")}
+	cfg := route.Config{Key: key, Advertise: ap, PeerCIDRs: peers, MaxBodyBytes: maxBody, Logger: log.With("front", "route"),
+		Peers: append(c.StringSlice("peers"), c.StringSlice("peers-dns")...)}
 	if c.String("tls-cert") != "" {
 		// The daemon serves TLS, and so do its peers: the forwarded
 		// requests carry bearer tokens.

@@ -296,7 +296,20 @@ func serveAction(c *cli.Context) error {
 	ctx, kill, drain, stop := signalContexts(log, c.Duration("grace"))
 	defer stop()
 	cfg.Drain = server.DrainOptions{Timeout: c.Duration("drain-timeout"), Idle: c.Duration("drain-idle"), Start: drain}
-	if err := cfg.Run(ctx, kill, ln); err != nil {
+	// The fleet's loads are polled until the server has stopped, the
+	// drain included: a draining daemon sends new work to its peers.
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		if fleet != nil {
+			fleet.Poll(pollCtx)
+		}
+	}()
+	err = cfg.Run(ctx, kill, ln)
+	stopPoll()
+	<-polled
+	if err != nil {
 		return cli.Exit(fmt.Sprintf("serve: %v", err), api.ExitInternal)
 	}
 	if err := sessions.Close(); err != nil {
