@@ -587,6 +587,17 @@ func (in *e2eInstall) serveThreeSleeps(t *testing.T) *daemon {
 		_, m := get(t, d.url+"/metrics")
 		return bytes.Contains(m, []byte("jaild_sandboxes_running 3\n"))
 	})
+	// The metric counts a run once admitted, before the worker has built
+	// its sandbox: wait for the three sleeps themselves.
+	eventually(t, "3 sandboxed commands started", func() bool {
+		n := 0
+		for _, pid := range pidsWith(in.marker) {
+			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.HasPrefix(cmdline, []byte("sleep\x00")) {
+				n++
+			}
+		}
+		return n == 3
+	})
 	return d
 }
 
