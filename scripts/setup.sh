@@ -12,6 +12,8 @@
 #   busybox-static             scripts/mkrootfs.sh builds a small rootfs from it
 #   nodejs npm                 the MCP end-to-end test drives jaild with the
 #                              official TypeScript MCP client
+#   haproxy                    the fleet test's load balancer in front of
+#                              three daemons
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
