@@ -625,16 +625,25 @@ overlap=$(grep . <<< "$ranges" | sort -n | awk 'NR > 1 && $1 < end {print "overl
 if [ "$(grep -c . <<< "$ranges")" = 6 ] && [ -z "$overlap" ]; then pass parallel_uid_ranges_disjoint
 else fail parallel_uid_ranges_disjoint "ranges: $(one <<< "$ranges") $overlap"; fi
 
+# serve LOG FLAGS...: starts `jaild serve` on a free loopback port with this
+# suite's state dir and FLAGS, its log in $T/LOG, and returns once it
+# answers. Sets PORT and SERVE_PID (a background process of this suite).
+serve() {
+  local log=$1
+  shift
+  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --audit-log off "$@" > "$T/$log" 2>&1 &
+  SERVE_PID=$!
+  BG_PIDS+=("$SERVE_PID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+}
+
 # --- the daemon against web pages (DNS rebinding) ----------------------------
 # A page on attacker.example whose name rebinds to 127.0.0.1 sends the
 # attacker's Host and Origin: every endpoint must refuse it, and only a
 # loopback Host runs anything.
 if command -v curl > /dev/null; then
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 0 --audit-log off > "$T/serve.log" 2>&1 &
-  SERVE_PID=$!
-  BG_PIDS+=("$SERVE_PID")
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  serve serve.log --pool 0
   rebind() {
     curl -s -o "$T/rebind.out" -w '%{http_code}' -X "$1" "http://127.0.0.1:$PORT$2" -H "Host: ${3:-attacker.example:$PORT}" \
       ${4:+-H "Origin: $4"} -H 'Content-Type: application/json' -d "{\"command\":\"echo $SECRET-rebound\"}" 2> /dev/null || true
@@ -662,7 +671,6 @@ fi
 # writable; a state report forged on fd 3 carries no loader variable; the
 # files API is the policy's to deny.
 if command -v curl > /dev/null; then
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   mkdir -p "$T/policy"
   cat > "$T/policy/main.rego" <<'REGO'
 package sandbox.main
@@ -695,11 +703,7 @@ allow_action := false if {
 	startswith(input.file, "/work/ro/")
 }
 REGO
-  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 0 --audit-log off \
-    --policy-dir "$T/policy" --decision-log "$T/decisions.log" > "$T/serve-policy.log" 2>&1 &
-  SERVE_PID=$!
-  BG_PIDS+=("$SERVE_PID")
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  serve serve-policy.log --pool 0 --policy-dir "$T/policy" --decision-log "$T/decisions.log"
   api() { # METHOD PATH [curl args...]: the body to $T/api.out, the status on stdout
     local m=$1 p=$2; shift 2
     curl -s -o "$T/api.out" -w '%{http_code}' -X "$m" "http://127.0.0.1:$PORT$p" "$@" 2> /dev/null || true
@@ -745,11 +749,7 @@ fi
 # the daemon's pids budget: with --total-pids 40, sixty sessions would leave
 # no pid for any run.
 if command -v curl > /dev/null; then
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 1 --total-pids 40 --audit-log off > "$T/reap.log" 2>&1 &
-  SERVE_PID=$!
-  BG_PIDS+=("$SERVE_PID")
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  serve reap.log --pool 1 --total-pids 40
   api() { # METHOD PATH [BODY]: the status, the body in $T/reap.out
     curl -s -o "$T/reap.out" -w '%{http_code}' -X "$1" "http://127.0.0.1:$PORT$2" \
       -H 'Content-Type: application/json' ${3:+-d "$3"} 2> /dev/null || true
@@ -825,11 +825,7 @@ base(p) := parts[count(parts) - 1] if parts := split(p, "/")
 EOF
   cp "$POL/main.rego" "$T/policy-main.rego"
   printf 'package sandbox.main\n\nblocked contains "id"\n' > "$POL/blocked_id.rego"
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 0 --audit-log off --policy-dir "$POL" > "$T/serve-policy.log" 2>&1 &
-  SERVE_PID=$!
-  BG_PIDS+=("$SERVE_PID")
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  serve serve-policy.log --pool 0 --policy-dir "$POL"
   # prun COMMAND: POST /run; prints the status, leaves the body in $T/prun.json.
   prun() {
     local body
@@ -917,14 +913,10 @@ fi
 # anything else; a sparse file larger than the workspace is refused, not
 # streamed. The daemon gets a parent cgroup of its own, read before and after.
 if command -v curl > /dev/null && command -v python3 > /dev/null; then
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   CGP=/jaild-sectest-budget-$$
-  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --cgroup-parent "$CGP" --pool 0 --audit-log off \
-    --workspace-size 256M > "$T/serve-budget.log" 2>&1 &
-  BUDGET_PID=$!
-  BG_PIDS+=("$BUDGET_PID")
+  serve serve-budget.log --cgroup-parent "$CGP" --pool 0 --workspace-size 256M
+  BUDGET_PID=$SERVE_PID
   B=http://127.0.0.1:$PORT
-  for _ in $(seq 100); do curl -s -o /dev/null "$B/openapi.yaml" && break; sleep 0.1; done
   if [ -f /sys/fs/cgroup/cgroup.controllers ]; then MEMF=/sys/fs/cgroup$CGP/memory.current
   else MEMF=/sys/fs/cgroup/memory$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' "/proc/$BUDGET_PID/cgroup" | sed 's:/$::')$CGP/memory.usage_in_bytes; fi
   curl -s -o "$T/bsess.json" -X POST "$B/sessions" -H 'Content-Type: application/json' -d '{}' || true
@@ -1025,12 +1017,8 @@ if command -v curl > /dev/null && command -v setpriv > /dev/null; then
   BOB=bob-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
   printf 'alice:%s\nbob:%s\n' "$ALICE" "$BOB" > "$T/tokens"
   chmod 0600 "$T/tokens"
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$JAILD" serve --listen "127.0.0.1:$PORT" --token-file "$T/tokens" --state-dir "$STATE" --pool 0 \
-    --audit-log off > "$T/owners-mcp.log" 2>&1 &
-  OWN_PID=$!
-  BG_PIDS+=("$OWN_PID")
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/healthz" && break; sleep 0.1; done
+  serve owners-mcp.log --token-file "$T/tokens" --pool 0
+  OWN_PID=$SERVE_PID
   # mcp TOKEN METHOD [SESSION] [BODY]: the status; the answer is in
   # $T/mcp.out, its headers in $T/mcp.hdr.
   mcp() {
@@ -1065,12 +1053,7 @@ fi
 # when the sandbox worker dies, requests still waiting in the queue wait for
 # the new worker instead of failing.
 if command -v curl > /dev/null && [ -x /usr/bin/python3 ]; then
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$JAILD" serve --listen "127.0.0.1:$PORT" --state-dir "$STATE" --pool 0 --max-concurrent 1 --queue-wait 60s \
-    --max-conns 64 --audit-log off > "$T/stress.log" 2>&1 &
-  SERVE_PID=$!
-  BG_PIDS+=("$SERVE_PID")
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/openapi.yaml" && break; sleep 0.1; done
+  serve stress.log --pool 0 --max-concurrent 1 --queue-wait 60s --max-conns 64
   # 64 connections (16 from each of four loopback addresses) trickle a
   # body a byte every half second; then a fifth address asks /healthz.
   python3 - "$PORT" > "$T/trickle.out" 2>&1 << 'PY' &
