@@ -26,8 +26,17 @@ func startServe(t *testing.T, bin string, extra ...string) (base, token string, 
 	in := testenv.New(t, "jaild-server-e2e")
 	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "JAILD_STATE_DIR=" + in.StateDir, "JAILD_CGROUP_PARENT=" + in.Parent}
 	tokens, token := testenv.TokenFile(t, "agent")
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--token-file", tokens, "--pool", "0",
-		"--audit-log", "off", "--log-format", "json"}, extra...)...)
+	base = serveWith(t, bin, env, append([]string{"--token-file", tokens}, extra...)...)
+	return base, token, []string{"PATH=/usr/local/bin:/usr/bin:/bin", "JAILD_SERVER=" + base, "JAILD_TOKEN_FILE=" + tokens}
+}
+
+// serveWith starts `jaild serve` on a loopback port with the environment
+// env (an installation's) and args, logs its lines, and returns its base
+// URL once it listens. It is stopped at cleanup.
+func serveWith(t *testing.T, bin string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--pool", "0",
+		"--audit-log", "off", "--log-format", "json"}, args...)...)
 	cmd.Env = env
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -48,6 +57,7 @@ func startServe(t *testing.T, bin string, extra ...string) (base, token string, 
 				default:
 				}
 			}
+			t.Logf("jaild: %s", sc.Bytes())
 		}
 		exited <- cmd.Wait()
 	}()
@@ -63,13 +73,13 @@ func startServe(t *testing.T, bin string, extra ...string) (base, token string, 
 	})
 	select {
 	case a := <-addr:
-		base = "http://" + a
+		return "http://" + a
 	case err := <-exited:
 		t.Fatalf("jaild serve exited: %v", err)
 	case <-time.After(2 * time.Minute):
 		t.Fatal("jaild serve did not listen")
 	}
-	return base, token, []string{"PATH=/usr/local/bin:/usr/bin:/bin", "JAILD_SERVER=" + base, "JAILD_TOKEN_FILE=" + tokens}
+	return ""
 }
 
 // TestCpKeepsModeAndTime: `jaild cp` keeps files' modes (an executable

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,9 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/testenv"
@@ -58,51 +55,7 @@ func TestWorkspaceRootDaemon(t *testing.T) {
 	})
 
 	tokens, token := testenv.TokenFile(t, "agent")
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--token-file", tokens, "--pool", "0",
-		"--audit-log", "off", "--log-format", "json", "--workspace-size", "16M")
-	cmd.Env = append(env, "MCP_BASH_ROOT_DIR="+root)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var m struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &m) == nil && m.Msg == "listening" {
-				select {
-				case addr <- m.Addr:
-				default:
-				}
-			}
-			t.Logf("jaild: %s", sc.Bytes())
-		}
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			t.Error("jaild serve did not stop on SIGTERM; killing it")
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case err := <-exited:
-		t.Fatalf("jaild serve exited: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("jaild serve did not listen")
-	}
+	base := serveWith(t, bin, append(env, "MCP_BASH_ROOT_DIR="+root), "--token-file", tokens, "--workspace-size", "16M")
 	do := func(method, path, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
