@@ -36,4 +36,11 @@
 // path: it starts that wait in the background by moving a thread of jaild
 // into the parent, in a hierarchy that accounts for nothing (v1), or jaild
 // within its own daemon leaf (v2).
+//
+// [Parent.Files] is the parent's child for the short-lived processes that
+// write workspace files for a daemon: tmpfs pages are charged to the
+// writer's memory cgroup, so that what the files API writes counts against
+// the sandboxes' budget, not the daemon's. Every user of a parent (a
+// daemon's front end and its worker, other jailds) holds a shared lock on
+// it, and the last to close removes it.
 package cgroup

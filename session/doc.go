@@ -104,7 +104,15 @@
 // goroutine of the [Manager] removes expired sessions. Removing a session
 // ([Manager.Delete], expiry, [Manager.Close]) kills its calls and jobs,
 // waits for their sandboxes to be destroyed, then unmounts and removes the
-// workspace and the network namespace without reading them.
+// workspace and the network namespace without reading them; file transfers
+// in progress are told to stop first ([Session.Closing]) and are never
+// waited on. A session attached to a front end's own session (an MCP
+// session's) counts in a quota of its own per owner, is kept while it is
+// held ([Session.Hold]: its client is connected) and otherwise expires after
+// the shorter idle time of its kind; the owner's idlest one is evicted
+// before a new one is refused. [Manager.Drain] refuses new sessions and
+// removes each one once it has been idle for the drain's idle time, so
+// that a daemon going away serves the sessions in use to the end.
 //
 // Sessions do not survive their jaild. A jaild that is SIGKILLed leaves its
 // workspaces' slot records behind, and the next jaild's start (or any
