@@ -36,8 +36,11 @@
 // state: after the run has returned, in the background, for up to
 // Config.TeardownBacklog sandboxes at once (see teardown.go). jaild holds
 // the sandbox's namespaces open until then, so that the kernel ends them
-// then too, not between the command's exit and the answer. A sandbox
-// outlives a jaild that is SIGKILLed, so each one records
+// then too, not between the command's exit and the answer. Every sandbox
+// whose init was started is waited for when it is destroyed, whether or not
+// it ever ran a command (a pooled or prestarted one), so that none is left
+// a zombie holding a pid of the budget. A sandbox outlives a jaild that is
+// SIGKILLed, so each one records
 // itself in a slot file under [SlotDir] and holds an flock on it while its
 // owner lives. Each Manager's watchdog process (see watchdog.go) destroys
 // the owner's sandboxes as soon as the owner dies; [New] and
@@ -68,7 +71,8 @@
 // The workspace's slot record lists its live sandboxes, so a sweep after a
 // crash removes them, the tmpfs and the network namespace. A workspace made
 // [WithPrestart] keeps one sandbox started for its next run, waiting in the
-// pool's init (see workspacewarm.go). Package session
+// pool's init, and up to three while its runs come back to back or at once
+// (see workspacewarm.go). Package session
 // builds sessions on it; docs/sessions.md explains the choices.
 //
 // # Egress
