@@ -173,10 +173,12 @@ func TestIdleConnsReclaimed(t *testing.T) {
 	authedRun(t, freshClient(t), ts.URL)
 
 	// The 8 connections beyond max and the new caller took the places of
-	// 9 idle ones; the others still answer. Which 9 is not tested beyond
-	// the first: net/http marks a connection idle just after it sent the
-	// answer, so two that went idle in quick succession may swap places
-	// on a loaded machine; the first has been idle for 39 requests.
+	// 9 idle ones; the others still answer. Which 9 is tested only as "all
+	// from the older half": net/http marks a connection idle when its
+	// goroutine gets round to it after the answer was sent, and the first
+	// request of a server's life was seen to get there some 3 ms (17
+	// requests) late. Closing the newest, or any 9 at random (p > 0.999),
+	// fails this.
 	reclaimed := open - max + 1
 	var closed []int
 	for i, c := range conns {
@@ -197,8 +199,8 @@ func TestIdleConnsReclaimed(t *testing.T) {
 			}
 		}
 	}
-	if len(closed) != reclaimed || closed[0] != 0 {
-		t.Errorf("the server closed connections %v, want %d of them starting with 0", closed, reclaimed)
+	if len(closed) != reclaimed || closed[len(closed)-1] >= open/2 {
+		t.Errorf("the server closed connections %v, want %d of the first %d", closed, reclaimed, open/2)
 	}
 	// One more for the connection that scrapes the metrics.
 	if v := metric(t, ts, `jaild_connections_closed_total{reason="reclaimed_idle"}`, "Authorization", "Bearer "+connToken); v != float64(reclaimed+1) {
