@@ -265,10 +265,11 @@ const replaceDelay = 50 * time.Millisecond
 // replaces the one a run took, once: when the returned func is called (the
 // run has ended) or replaceDelay after the take, whichever comes first. A
 // build is a burst of CPU (a Go process start, the container's mounts, the
-// kernel's namespace work): started at the take, it competed on two cores
-// with the very command it replaces and with the answer's path, which on
-// this project's 2-core VM made a paced caller's pooled run 20 ms instead of
-// 11. A long command still gets its replacement built while it runs.
+// kernel's namespace work): started at the take, it would compete for the
+// host's cores with the very command it replaces and with the answer's
+// path, and on a small host lengthen every paced caller's run
+// (docs/performance.md). A long command still gets its replacement built
+// while it runs.
 func replaceLater(replace func()) (now func()) {
 	var once sync.Once
 	do := func() { once.Do(replace) }

@@ -227,17 +227,17 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 // pin opens the namespaces and the executable of the sandbox's init, pid,
 // and keeps them until Destroy, so that the kernel's work of ending them
 // happens there, after the answer (see teardown.go), rather than on the
-// way to it. Measured on this project's 2-core VM, per pooled `sh -c true`:
+// way to it (docs/performance.md has the figures):
 //
 //   - A namespace ends when its last reference goes: unpinned, when the
 //     command exits, and the exit of the container's pid 1 (unmounting the
-//     sandbox's mount tree, ...) delays its parent's wait: 0.84-0.95 ms
-//     from the exit to the SIGCHLD, 0.54-0.60 pinned.
+//     sandbox's mount tree, ...) delays its parent's wait, between the exit
+//     and the SIGCHLD.
 //   - libcontainer runs the init from a sealed copy of jaild (an overlayfs
 //     mount that only the init's executable holds, against CVE-2019-5736).
-//     The command's exec drops it, and the command's first return to user
-//     space then tears the overlay down, waiting out an expedited RCU grace
-//     period: 0.13 ms p50 but 2.7 ms p90 in uninterruptible sleep.
+//     Unpinned, the command's exec drops it, and the command's first return
+//     to user space then tears the overlay down, waiting out an expedited
+//     RCU grace period in uninterruptible sleep.
 //
 // Best effort: what cannot be opened ends as it would have.
 func (s *sandbox) pin(pid int) {
