@@ -360,10 +360,6 @@ func poolMessage(cmd *Command, files int, workDir string) []byte {
 // Ready is how many sandboxes wait for a command now.
 func (p *Pool) Ready() int { return len(p.ready) }
 
-// Building is how many sandboxes are being started for the pool. Ready plus
-// Building never exceeds the pool's size.
-func (p *Pool) Building() int { return int(p.building.Load()) }
-
 // Stats reports how many runs a pooled sandbox served (hits) and how many
 // eligible runs found the pool empty (misses).
 func (p *Pool) Stats() (hits, misses int64) { return p.hits.Load(), p.misses.Load() }

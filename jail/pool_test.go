@@ -218,11 +218,11 @@ func TestPoolSize(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second)
 		// The pool settles full and idle, the used sandbox of the last
 		// round torn down: every container left is a ready one.
-		for (p.Ready() < 2 || p.Building() > 0 || containers() != 2) && time.Now().Before(deadline) {
+		for (p.Ready() < 2 || jail.PoolBuilding(p) > 0 || containers() != 2) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if n := containers(); p.Ready() != 2 || p.Building() != 0 || n != 2 {
-			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), p.Building(), n)
+		if n := containers(); p.Ready() != 2 || jail.PoolBuilding(p) != 0 || n != 2 {
+			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), jail.PoolBuilding(p), n)
 		}
 		// Each waits in jaild's own minimal init, not a shell (once it
 		// has been exec'd: Ready counts started sandboxes).
