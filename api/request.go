@@ -322,7 +322,7 @@ func (req *Request) Spec() (*jail.Spec, error) {
 	case req.TimeoutSeconds != nil && req.TimeoutMS != nil:
 		return nil, invalid("timeout_ms", "timeout_seconds and timeout_ms are mutually exclusive")
 	default:
-		// The maximum is the operator's: run.Enforce checks it, in the
+		// The maximum is the operator's: the run chain checks it, in the
 		// caller's field and unit (see TimeoutAsked).
 		field, n, unit := req.TimeoutAsked()
 		if n < 0 {
