@@ -41,6 +41,10 @@ func (b Broken) String() string {
 // testdata, vendor and hidden directories. A lowercase word in brackets
 // that names no package is prose, not a link, and is not reported.
 func Check(root string, tags []string) ([]Broken, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
 	modPath, err := modulePath(root)
 	if err != nil {
 		return nil, err
@@ -48,6 +52,7 @@ func Check(root string, tags []string) ([]Broken, error) {
 	c := &checker{root: root, modPath: modPath, pkgs: map[string]*pkgDoc{}}
 	c.ctx = build.Default
 	c.ctx.BuildTags = tags
+	c.ctx.Dir = root // the go command that finds imported modules runs there
 	var broken []Broken
 	err = filepath.WalkDir(root, func(dir string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
