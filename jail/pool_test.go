@@ -280,12 +280,14 @@ func TestPoolReplacesDuringLongRun(t *testing.T) {
 // TestPoolIsolation: a command handed to a pooled sandbox runs exactly as
 // locked down as in a fresh one: same user, no capabilities, no_new_privs,
 // the same seccomp filter, the same mounts, and it is pid 1 with nothing of
-// the waiting init left (no extra fd, no other process).
+// the waiting init left (no extra fd, no other process). The processes are
+// counted by the shell's own glob, so that no other process of the probe's
+// is running then.
 func TestPoolIsolation(t *testing.T) {
 	p := newPool(t, 1)
 	probe := sh(`grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
 tr '\0' ' ' < /proc/1/cmdline; echo
-ls /proc | grep -c '^[0-9]'
+set -- /proc/[0-9]*; echo $# processes
 ls /proc/self/fd | wc -l
 awk '{print $4, $5, $6, $(NF-2), $NF}' /proc/self/mountinfo | sed -E 's/(uid|gid)=[0-9]+/\1=N/g' | sort
 hostname`)
@@ -310,7 +312,7 @@ hostname`)
 	if pooled.Stdout != fresh.Stdout {
 		t.Errorf("a pooled sandbox differs from a fresh one:\npooled:\n%s\nfresh:\n%s", pooled.Stdout, fresh.Stdout)
 	}
-	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "/bin/sh -c grep"} {
+	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "/bin/sh -c grep", "\n1 processes\n"} {
 		if !strings.Contains(pooled.Stdout, want) {
 			t.Errorf("pooled sandbox: no %q in\n%s", want, pooled.Stdout)
 		}

@@ -299,31 +299,7 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 	go func() { defer readers.Done(); _, _ = io.Copy(stderr, r.errR) }()
 
 	res := &Result{ID: s.id, Limits: s.limits}
-	var (
-		ps      *os.ProcessState
-		waitErr error
-	)
-	select {
-	case <-s.init.exited():
-		ps, waitErr = s.init.ps, s.init.err
-	case <-runCtx.Done():
-		if ctx.Err() != nil {
-			res.Canceled = true
-		} else {
-			res.TimedOut = true
-		}
-		// Killing the pid namespace's init makes the kernel kill every
-		// other process in it.
-		if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
-			s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
-		}
-		select {
-		case <-s.init.exited():
-			ps, waitErr = s.init.ps, s.init.err
-		case <-time.After(waitDelay):
-			waitErr = errors.New("sandbox init did not exit after SIGKILL")
-		}
-	}
+	ps, waitErr := s.wait(ctx, runCtx, res)
 	res.Duration = time.Since(r.started)
 
 	// Output written before the end is still in the pipes: drain it, but
@@ -340,28 +316,9 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 
 	res.Stdout, res.StdoutBytes, res.StdoutTruncated = stdout.String(), stdout.total, stdout.truncated()
 	res.Stderr, res.StderrBytes, res.StderrTruncated = stderr.String(), stderr.total, stderr.truncated()
-	if ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
-			switch {
-			case ws.Signaled():
-				res.ExitCode = -1
-				res.Signal = unix.SignalName(ws.Signal())
-			default:
-				res.ExitCode = ws.ExitStatus()
-			}
-		}
-	} else {
-		res.ExitCode = -1
-	}
-
+	setExitStatus(res, ps)
 	// Counters are read before Destroy removes the cgroup.
-	if u, err := s.group.Read(); err != nil {
-		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
-	} else {
-		res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
-		res.OOMKilled = u.OOMKills > 0
-		res.PidsLimitHit = u.PidsMax > 0
-	}
+	s.readUsage(res)
 
 	var exitErr *exec.ExitError
 	if waitErr != nil && ps == nil && !errors.As(waitErr, &exitErr) {
@@ -371,6 +328,61 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 		return res, ctx.Err()
 	}
 	return res, nil
+}
+
+// wait waits for the command's end, or kills the sandbox when runCtx ends
+// first (its deadline: a timeout; ctx's end: a cancel, both marked in res)
+// and waits for its init to be gone.
+func (s *sandbox) wait(ctx, runCtx context.Context, res *Result) (*os.ProcessState, error) {
+	select {
+	case <-s.init.exited():
+		return s.init.ps, s.init.err
+	case <-runCtx.Done():
+	}
+	if ctx.Err() != nil {
+		res.Canceled = true
+	} else {
+		res.TimedOut = true
+	}
+	// Killing the pid namespace's init makes the kernel kill every other
+	// process in it.
+	if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+		s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
+	}
+	select {
+	case <-s.init.exited():
+		return s.init.ps, s.init.err
+	case <-time.After(waitDelay):
+		return nil, errors.New("sandbox init did not exit after SIGKILL")
+	}
+}
+
+// setExitStatus sets res's exit code and signal from ps; a nil ps (the
+// init's status is unknown) is exit code -1.
+func setExitStatus(res *Result, ps *os.ProcessState) {
+	res.ExitCode = -1
+	if ps == nil {
+		return
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
+		if ws.Signaled() {
+			res.Signal = unix.SignalName(ws.Signal())
+		} else {
+			res.ExitCode = ws.ExitStatus()
+		}
+	}
+}
+
+// readUsage puts the sandbox cgroup's counters in res.
+func (s *sandbox) readUsage(res *Result) {
+	u, err := s.group.Read()
+	if err != nil {
+		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
+		return
+	}
+	res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
+	res.OOMKilled = u.OOMKills > 0
+	res.PidsLimitHit = u.PidsMax > 0
 }
 
 // pipe returns an output pipe whose write end the container can use: it is
