@@ -156,7 +156,8 @@ type Options struct {
 	ShutdownGrace time.Duration
 	KillWait      time.Duration
 
-	// RetryAfter is the hint sent with 429 answers.
+	// RetryAfter is the hint sent with busy answers: 429 (the queue is
+	// full) and 503 (the sandboxes' pids budget is used up).
 	RetryAfter time.Duration
 }
 
