@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -136,7 +137,12 @@ func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 		for _, d := range p.ExtraFiles {
 			d.Close()
 		}
-		return nil, startError(cmd.Args[0], err)
+		err = s.m.startError(cmd.Args[0], err)
+		var pe *pidsBudgetError
+		if errors.As(err, &pe) {
+			s.m.log.Warn("sandbox not started: the pids budget is used up", "sandbox", s.id, "err", pe.cause)
+		}
+		return nil, err
 	}
 	return s.collect(ctx, cmd, st)
 }
@@ -400,11 +406,22 @@ func (s *sandbox) pipe() (r, w *os.File, err error) {
 	return r, w, nil
 }
 
+// ErrPidsBudget: a sandbox could not start because no process could be
+// made for it: the sandboxes' parent cgroup's pids budget is used up by
+// the sandboxes running (or the host's own process limits are reached).
+// Nothing ran; the same request may succeed once some sandboxes end.
+var ErrPidsBudget = errors.New("jail: no process left for a new sandbox: the sandboxes' pids budget is used up; try again later")
+
 // startError classifies a failure to start the command. libcontainer
-// reports the init's exec failure only as text.
+// reports the init's exec failure, and a clone refused in its init, only
+// as text: EAGAIN is what fork, clone and Go's thread creation get from a
+// pids cgroup at its limit (strerror's "Resource temporarily
+// unavailable", as nsexec reports it).
 func startError(name string, err error) error {
 	msg := err.Error()
 	switch {
+	case errors.Is(err, unix.EAGAIN), strings.Contains(strings.ToLower(msg), unix.EAGAIN.Error()), eagainErrno.MatchString(msg):
+		return &pidsBudgetError{cause: err}
 	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "no such file or directory"):
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "exec format error"):
@@ -412,6 +429,37 @@ func startError(name string, err error) error {
 	}
 	return fmt.Errorf("start sandbox: %w", err)
 }
+
+// startPids is more than a sandbox's start takes at its peak: its init's
+// nsexec stages and the threads of its Go runtime.
+const startPids = 32
+
+// startError is the package's startError, and also ErrPidsBudget for a
+// start that failed in another way (runc's init died: "procReady not
+// received", "container process is already dead") while the parent's pids
+// budget had no room for a start: a thread the init's runtime could not
+// create kills it with no EAGAIN in what libcontainer reports.
+func (m *Manager) startError(name string, err error) error {
+	err = startError(name, err)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotExecutable) || errors.Is(err, ErrPidsBudget) {
+		return err
+	}
+	if free, ok := m.parent.PidsFree(); ok && free < startPids {
+		return &pidsBudgetError{cause: err}
+	}
+	return err
+}
+
+// eagainErrno is how the Go runtime of runc's init reports a thread it
+// could not create ("failed to create new OS thread ... errno=11").
+var eagainErrno = regexp.MustCompile(`errno=11\b`)
+
+// pidsBudgetError is ErrPidsBudget, with the start's own error for the log.
+// Its message is ErrPidsBudget's alone: the cause names host pids.
+type pidsBudgetError struct{ cause error }
+
+func (e *pidsBudgetError) Error() string { return ErrPidsBudget.Error() }
+func (e *pidsBudgetError) Unwrap() error { return ErrPidsBudget }
 
 // environ builds the command's environment: fixed defaults (HOME is the
 // working directory workDir), overridden by the caller's pairs. Nothing

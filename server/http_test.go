@@ -685,6 +685,50 @@ func TestHealthz(t *testing.T) {
 	}
 }
 
+// TestHealthzAnswersDuringACheck: once the health check has an answer,
+// /healthz and /readyz give it at once while an expired one is checked
+// again, even if that check never ends: a fleet's peers read /readyz with
+// a short timeout.
+func TestHealthzAnswersDuringACheck(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	ts := start(t, server.Options{Health: func(ctx context.Context) error {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n > 1 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return errors.New("the host broke")
+		}
+		return nil
+	}, HealthTTL: time.Nanosecond})
+	defer close(release)
+	for _, path := range []string{"/healthz", "/readyz", "/healthz", "/readyz"} {
+		if resp, body := get(t, ts.URL+path); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls
+	}
+	eventually(t, "a second check to start", func() bool { return count() >= 2 })
+	if n := count(); n != 2 {
+		t.Errorf("the check ran %d times, want the first and one still running", n)
+	}
+	release <- struct{}{}
+	eventually(t, "the check's new answer", func() bool {
+		resp, _ := get(t, ts.URL+"/healthz")
+		return resp.StatusCode == 503
+	})
+}
+
 func TestOpenAPI(t *testing.T) {
 	ts := start(t, server.Options{Tokens: mustTokens(t, "a:0123456789abcdef")})
 	resp, doc := get(t, ts.URL+"/openapi.yaml")
