@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
@@ -236,4 +237,9 @@ func (l *decisionLog) write(id string, d *Decision) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_, _ = l.w.Write(line)
+}
+
+// eval evaluates q on v.
+func eval(ctx context.Context, q rego.PreparedEvalQuery, v ast.Value) (rego.ResultSet, error) {
+	return q.Eval(ctx, rego.EvalParsedInput(v))
 }
