@@ -145,7 +145,7 @@ func Complete(in *Input, r Resolver) error {
 		if in.Command == "" {
 			in.Command, in.Args = "sh", []string{"-c", in.Shell.Source}
 		}
-		sh, err := parseInput(in, r, pathEnv)
+		sh, err := parseInput(in, r, vr, pathEnv)
 		if err != nil {
 			return err
 		}
