@@ -9,17 +9,17 @@ import (
 	"github.com/jaild/jaild/box"
 )
 
-// A request body decodes strictly, then becomes a jail.Spec.
+// A request body decodes strictly, then becomes a run's limits and command.
 func ExampleDecodeRequest() {
 	req, err := api.DecodeRequest(strings.NewReader(`{"command":"echo hi","timeout_ms":2000}`))
 	if err != nil {
 		panic(err)
 	}
-	spec, err := req.Spec()
+	_, cmd, err := req.Spec()
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(spec.Args, spec.Timeout)
+	fmt.Println(cmd.Args, cmd.Timeout)
 
 	_, err = api.DecodeRequest(strings.NewReader(`{"command":"id","command":"true"}`))
 	fmt.Println(err)

@@ -149,16 +149,16 @@ func TestRequestSpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := tt.req.Spec()
+			l, c, err := tt.req.Spec()
 			if tt.wantField == "" {
 				if err != nil {
 					t.Fatalf("Spec: %v", err)
 				}
-				tt.check(t, s)
+				tt.check(t, &jail.Spec{Limits: l, Command: c})
 				return
 			}
 			var ie *box.InvalidError
-			if !errors.As(err, &ie) || api.FieldOf(ie) != tt.wantField {
+			if !errors.As(err, &ie) || ie.Field != tt.wantField {
 				t.Fatalf("Spec error = %v, want *jail.InvalidError for field %q", err, tt.wantField)
 			}
 		})
@@ -216,7 +216,7 @@ func TestMaximaApply(t *testing.T) {
 				return
 			}
 			var ie *box.InvalidError
-			if !errors.As(err, &ie) || api.FieldOf(ie) != tt.wantField {
+			if !errors.As(err, &ie) || ie.Field != tt.wantField {
 				t.Fatalf("Apply error = %v, want *jail.InvalidError for %q", err, tt.wantField)
 			}
 		})
@@ -262,13 +262,14 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		spec, err := req.Spec()
+		l, c, err := req.Spec()
 		if err != nil {
 			if !box.IsInvalid(err) {
 				t.Fatalf("Spec error %v is not a *jail.InvalidError", err)
 			}
 			return
 		}
+		spec := &jail.Spec{Limits: l, Command: c}
 		if err := max.Apply(spec); err != nil {
 			if !box.IsInvalid(err) {
 				t.Fatalf("Apply error %v is not a *jail.InvalidError", err)
@@ -281,7 +282,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err := spec.Limits.Within(max.Limits); err != nil {
 			t.Fatalf("accepted spec above the maxima: %v", err)
 		}
-		l := spec.Limits
+		l = spec.Limits
 		if l.Memory <= 0 || l.Pids <= 0 || l.CPUs <= 0 || l.TmpfsSize <= 0 {
 			t.Fatalf("accepted spec has an unset limit: %+v", l)
 		}
@@ -345,7 +346,7 @@ func TestRequestSpecRefusesUnserved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = req.Spec()
+		_, _, err = req.Spec()
 		var ie *box.InvalidError
 		if !errors.As(err, &ie) {
 			t.Errorf("%s: err = %v, want an InvalidError", body, err)
@@ -355,7 +356,7 @@ func TestRequestSpecRefusesUnserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := req.Spec(); err != nil {
+	if _, _, err := req.Spec(); err != nil {
 		t.Errorf("a background job in a session: %v", err)
 	}
 }

@@ -91,10 +91,10 @@ func (c *Command) Validate() error {
 		}
 	}
 	if c.Timeout < 0 || c.Timeout > MaxTimeout {
-		return invalid("timeout", "%v: must be between 0 and %v", c.Timeout, MaxTimeout)
+		return invalid("timeout_ms", "%v: must be between 0 and %v", c.Timeout, MaxTimeout)
 	}
 	if c.MaxOutput < 0 {
-		return invalid("max output", "%d: must not be negative", c.MaxOutput)
+		return invalid("max_output_bytes", "%d: must not be negative", c.MaxOutput)
 	}
 	return nil
 }

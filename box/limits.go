@@ -71,13 +71,13 @@ func (l Limits) WithDefaults() Limits {
 func (l Limits) Validate() error {
 	switch {
 	case l.Memory < 0 || (l.Memory > 0 && l.Memory < minMemory):
-		return invalid("memory", "%d bytes: must be at least %d", l.Memory, minMemory)
+		return invalid("memory_bytes", "%d bytes: must be at least %d", l.Memory, minMemory)
 	case l.Pids < 0 || (l.Pids > 0 && l.Pids < 2) || l.Pids > maxPids:
 		return invalid("pids", "%d: must be between 2 and %d", l.Pids, maxPids)
 	case l.CPUs != 0 && !(l.CPUs >= 0.01 && l.CPUs <= maxCPUs): // NaN fails both
 		return invalid("cpus", "%g: must be between 0.01 and %d", l.CPUs, maxCPUs)
 	case l.TmpfsSize < 0 || (l.TmpfsSize > 0 && l.TmpfsSize < 4096):
-		return invalid("tmpfs size", "%d bytes: must be at least 4096", l.TmpfsSize)
+		return invalid("tmpfs_size_bytes", "%d bytes: must be at least 4096", l.TmpfsSize)
 	}
 	return nil
 }
@@ -88,13 +88,13 @@ func (l Limits) Within(max Limits) error {
 	l = l.WithDefaults()
 	switch {
 	case max.Memory > 0 && l.Memory > max.Memory:
-		return invalid("memory", "%d bytes exceeds the maximum of %d", l.Memory, max.Memory)
+		return invalid("memory_bytes", "%d bytes exceeds the maximum of %d", l.Memory, max.Memory)
 	case max.Pids > 0 && l.Pids > max.Pids:
 		return invalid("pids", "%d exceeds the maximum of %d", l.Pids, max.Pids)
 	case max.CPUs > 0 && l.CPUs > max.CPUs:
 		return invalid("cpus", "%g exceeds the maximum of %g", l.CPUs, max.CPUs)
 	case max.TmpfsSize > 0 && l.TmpfsSize > max.TmpfsSize:
-		return invalid("tmpfs size", "%d bytes exceeds the maximum of %d", l.TmpfsSize, max.TmpfsSize)
+		return invalid("tmpfs_size_bytes", "%d bytes exceeds the maximum of %d", l.TmpfsSize, max.TmpfsSize)
 	}
 	return nil
 }

@@ -33,5 +33,5 @@ func ExampleChain() {
 	fmt.Println(err)
 	// Output:
 	// memory=134217728 timeout=10s
-	// invalid memory: 1073741824 bytes exceeds the maximum of 134217728
+	// invalid memory_bytes: 1073741824 bytes exceeds the maximum of 134217728
 }

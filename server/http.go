@@ -17,6 +17,7 @@ import (
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/box"
+	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 )
 
@@ -281,7 +282,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	// that goes away, and a deadline hitting that read would cancel the
 	// run as if the client had.
 	rc.SetReadDeadline(time.Time{})
-	spec, err := req.Spec()
+	limits, cmd, err := req.Spec()
 	if err != nil {
 		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, frontEnd == "raw")
@@ -298,6 +299,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	}
 	ctx := r.Context()
 	tf, tn, tu := req.TimeoutAsked()
+	spec := &jail.Spec{Limits: limits, Command: cmd}
 	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx).String(),
 		TimeoutField: tf, TimeoutValue: tn, TimeoutUnit: tu,
 		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,
@@ -398,7 +400,7 @@ func (s *Server) classify(err error, requestID string) (int, *api.ErrorResponse)
 	e := api.NewErrorResponse(o.Code, err.Error())
 	var ie *box.InvalidError
 	if errors.As(err, &ie) {
-		e.Field = api.FieldOf(ie)
+		e.Field = ie.Field
 	}
 	var de *api.DeniedError
 	if errors.As(err, &de) {

@@ -87,7 +87,7 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	case call.Timeout == 0:
 		call.Timeout = max
 	case call.Timeout < 0 || call.Timeout > max:
-		return "", invalid("timeout", "%v: a background job's must be between 0 and %v", call.Timeout, max)
+		return "", invalid("timeout_ms", "%v: a background job's must be between 0 and %v", call.Timeout, max)
 	}
 	spec, _ := s.spec(call)
 	if err := spec.Validate(); err != nil {
