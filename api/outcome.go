@@ -5,8 +5,6 @@ import (
 	"errors"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/jaild/jaild/box"
 )
 
@@ -175,7 +173,7 @@ func ResultOutcome(res *box.Result) Outcome {
 	case res.OOMKilled:
 		o.Exit = ExitOOM
 	case res.Signal != "":
-		o.Exit = 128 + int(unix.SignalNum(res.Signal))
+		o.Exit = 128 + linuxSignals[res.Signal]
 	default:
 		o.Exit = res.ExitCode
 	}
@@ -191,4 +189,17 @@ func RunOutcome(res *box.Result, err error) Outcome {
 		return internal
 	}
 	return ResultOutcome(res)
+}
+
+// linuxSignals are the numbers of the signals a sandbox's command can die
+// of, as Linux numbers them on amd64 and arm64 (where sandboxes run),
+// whatever the platform of the client that reads the result; an unknown
+// name counts as 0.
+var linuxSignals = map[string]int{
+	"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGILL": 4, "SIGTRAP": 5, "SIGABRT": 6,
+	"SIGBUS": 7, "SIGFPE": 8, "SIGKILL": 9, "SIGUSR1": 10, "SIGSEGV": 11, "SIGUSR2": 12,
+	"SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15, "SIGSTKFLT": 16, "SIGCHLD": 17, "SIGCONT": 18,
+	"SIGSTOP": 19, "SIGTSTP": 20, "SIGTTIN": 21, "SIGTTOU": 22, "SIGURG": 23, "SIGXCPU": 24,
+	"SIGXFSZ": 25, "SIGVTALRM": 26, "SIGPROF": 27, "SIGWINCH": 28, "SIGIO": 29, "SIGPWR": 30,
+	"SIGSYS": 31,
 }
