@@ -91,8 +91,9 @@
 // container: a program using this package must call libcontainer.Init from
 // an init function when os.Args[1] is "init", before anything else (see
 // internal/inithook), and lock its main goroutine to the main thread. Each
-// Manager re-executes it as "<binary> watchdog" too, which this package's
-// own init handles.
+// Manager re-executes it as "<binary> watchdog" too: the program must call
+// [MaybeWatchdog] as early (internal/inithook does both); importing this
+// package alone changes nothing in a process.
 // Building needs cgo and, for seccomp, the seccomp build tag and
 // libseccomp-dev; without the tag every sandbox start fails rather than run
 // unfiltered.
