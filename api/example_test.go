@@ -37,6 +37,6 @@ func ExampleErrorOutcome() {
 	o = api.ErrorOutcome(&box.BusyError{})
 	fmt.Println(o.Code, o.Status, errors.Is(&box.BusyError{}, box.ErrBusy))
 	// Output:
-	// not_found not_found 422 127
+	// command_not_found not_found 422 127
 	// busy 429 true
 }

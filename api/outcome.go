@@ -93,10 +93,7 @@ var outcomes = []struct {
 	{isErr(box.ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
 	{isErr(box.ErrUnavailable), Outcome{CodeUnavailable, VerdictError, 503, ExitInternal}},
 	{isErr(ErrDenied), Outcome{CodePolicyDenied, VerdictDenied, 403, ExitUsage}},
-	{isErr(box.ErrCommandNotFound), Outcome{CodeNotFound, VerdictNotFound, 422, ExitNotFound}},
-	// After the command's not_found: CodeOutcome (a client's view of a
-	// code) takes the first row of a code, and a command not found is
-	// what jaild run and remote report with 127.
+	{isErr(box.ErrCommandNotFound), Outcome{CodeCommandNotFound, VerdictNotFound, 422, ExitNotFound}},
 	{isErr(box.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 404, ExitUsage}},
 	{isErr(box.ErrSessionLost), Outcome{CodeSessionLost, VerdictNotFound, 410, ExitUsage}},
 	{isErr(box.ErrLimit), Outcome{CodeLimit, VerdictRejected, 409, ExitUsage}},

@@ -216,7 +216,8 @@ const (
 	CodeTooLarge         = "too_large"              // 413: body above the limit
 	CodeUnsupportedMedia = "unsupported_media_type" // 415: not application/json
 	CodeBodyTimeout      = "body_timeout"           // 408: body not sent in time
-	CodeNotFound         = "not_found"              // 422: command not found in the sandbox; 404: no such session or job
+	CodeNotFound         = "not_found"              // 404: no such session or job
+	CodeCommandNotFound  = "command_not_found"      // 422: command not found in the sandbox (older daemons answered not_found; package client reads that as this)
 	CodeLimit            = "limit"                  // 409: too many sessions, or jobs in a session
 	CodeNotExecutable    = "not_executable"         // 422: command not executable
 	CodeBusy             = "busy"                   // 429: admission queue full or wait expired

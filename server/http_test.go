@@ -198,7 +198,7 @@ func TestRunErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{box.ErrCommandNotFound, 422, api.CodeNotFound},
+		{box.ErrCommandNotFound, 422, api.CodeCommandNotFound},
 		{fmt.Errorf("exec: %w", box.ErrNotExecutable), 422, api.CodeNotExecutable},
 		{box.ErrNotRoot, 500, api.CodeNotRoot},
 		{box.ErrUnsupported, 500, api.CodeUnsupported},
@@ -709,7 +709,7 @@ func TestOpenAPI(t *testing.T) {
 		}
 	}
 	for _, code := range []string{api.CodeInvalid, api.CodeBadJSON, api.CodeUnauthorized, api.CodeTooLarge,
-		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeNotExecutable, api.CodeLimit, api.CodeBusy,
+		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeCommandNotFound, api.CodeNotExecutable, api.CodeLimit, api.CodeBusy,
 		api.CodeShuttingDown, api.CodeUnavailable, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal, api.CodeFileNotFound, api.CodeConflict, api.CodeNoSpace, api.CodeSessionLost} {
 		if !regexp.MustCompile(`enum: \[[^]]*\b` + code + `\b`).Match(doc) {
 			t.Errorf("openapi.yaml does not list error code %s", code)

@@ -348,7 +348,7 @@ func toolError(prog string, err error) error {
 	switch api.ErrorOutcome(err).Code {
 	case api.CodeInvalid:
 		return fmt.Errorf("invalid arguments: %w", err)
-	case api.CodeNotFound:
+	case api.CodeCommandNotFound:
 		return fmt.Errorf("command not found in the sandbox: %s", prog)
 	case api.CodeNotExecutable:
 		return fmt.Errorf("command not executable in the sandbox: %s", prog)

@@ -212,8 +212,7 @@ func remoteExit(exitCode int, v *api.Verdict) error {
 }
 
 // remoteError maps a failed call to jaild run's exit codes; a session that
-// is not there is a usage error, not a command not found (both are "not
-// found" on the wire; only a missing session is a 404).
+// is not there (404 not_found) is a usage error with a message of its own.
 func remoteError(ctx context.Context, req *api.Request, err error) error {
 	ae, exit := apiErrorOf(ctx, err, "interrupted; the remote sandbox was killed")
 	if ae == nil {

@@ -110,7 +110,7 @@ var sentinels = []struct {
 	kind string
 	err  error
 }{
-	{"not_found", box.ErrCommandNotFound},
+	{"command_not_found", box.ErrCommandNotFound},
 	{"not_executable", box.ErrNotExecutable},
 	{"closed", box.ErrClosed},
 	{"not_root", box.ErrNotRoot},
