@@ -9,7 +9,7 @@ import (
 )
 
 // Command is what runs inside a sandbox, modelled on [os/exec.Cmd]. It is
-// handed to a sandbox at run time (sandbox.Run).
+// handed to a sandbox at run time (package jail's Spec embeds it).
 type Command struct {
 	// Args is the command and its arguments; Args[0] is looked up in PATH
 	// inside the sandbox. Required. No shell is involved: to run a shell
@@ -23,7 +23,7 @@ type Command struct {
 	Env []string
 
 	// Dir is the working directory inside the sandbox; it must be the
-	// sandbox's working directory (the Manager's Config.WorkDir, /work by
+	// sandbox's working directory (the jail Manager's Config.WorkDir, /work by
 	// default), /tmp or below them (see CheckDir). Empty means the
 	// working directory.
 	Dir string
@@ -63,7 +63,7 @@ type Command struct {
 
 // Validate reports the first field of c that cannot be run in any
 // sandbox. Whether Dir is writable depends on the sandbox's working
-// directory, which the Manager checks (see CheckDir).
+// directory, which the engine checks (see CheckDir).
 func (c *Command) Validate() error {
 	if len(c.Args) == 0 || c.Args[0] == "" {
 		return invalid("command", "missing")

@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// Defaults for a [Spec] whose fields are left zero. They are deliberately
+// Defaults for the fields of [Limits] and [Command] left zero. They are deliberately
 // small: a caller who needs more asks for it, and an operator can cap what
 // callers may ask for.
 const (
@@ -14,8 +14,8 @@ const (
 	DefaultCPUs      = 1.0
 	DefaultTmpfsSize = 64 << 20 // bytes, for each of the working directory and /tmp
 	DefaultMaxOutput = 1 << 20  // bytes kept per stream
-	// DefaultDir is the sandbox's working directory unless the Manager's
-	// Config.WorkDir names another (see ValidateWorkDir).
+	// DefaultDir is the sandbox's working directory unless the jail
+	// Manager's Config.WorkDir names another.
 	DefaultDir = "/work"
 )
 
@@ -32,7 +32,7 @@ const (
 )
 
 // Limits are the resources of one sandbox. They are fixed when the sandbox is
-// created (see Manager.create), so a pool can create sandboxes ahead of
+// created, so a pool can create sandboxes ahead of
 // time. The zero value of each field means its Default*.
 type Limits struct {
 	// Memory is the cgroup memory limit in bytes, with swap disabled.

@@ -65,10 +65,10 @@ type Result struct {
 	Limits     Limits
 
 	// Prestarted: the command ran in a sandbox started ahead of time (a
-	// [Pool]'s, or a workspace's made [WithPrestart]).
+	// jail Pool's, or a workspace's made with jail.WithPrestart).
 	Prestarted bool `json:",omitempty"`
 
 	// Egress is what the sandbox's proxy counted, for a run given egress
-	// (see [Egress]); nil otherwise.
+	// (package jail's Spec.Egress); nil otherwise.
 	Egress *EgressUsage `json:",omitempty"`
 }

@@ -7,11 +7,9 @@ import (
 	"github.com/jaild/jaild/box"
 )
 
-// Defaults for a [Spec] whose fields are left zero. They are deliberately
-// small: a caller who needs more asks for it, and an operator can cap what
-// callers may ask for.
+// What every sandbox is the same in. The defaults of a Spec's fields left
+// zero are package box's (box.DefaultMemory, ...).
 const (
-
 	// SandboxUID and SandboxGID are the ids the command runs as inside the
 	// sandbox. Container root (uid 0) exists only to set the sandbox up.
 	SandboxUID = 1000
