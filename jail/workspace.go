@@ -105,7 +105,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 		size = DefaultWorkspaceSize
 	}
 	if size < minWorkspaceSize {
-		return nil, invalid("workspace size", "%d bytes: must be at least %d", size, minWorkspaceSize)
+		return nil, invalid("workspace_bytes", "%d bytes: must be at least %d", size, minWorkspaceSize)
 	}
 	if o.prestart != nil {
 		if err := o.prestart.Validate(); err != nil {

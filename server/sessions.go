@@ -187,13 +187,6 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var ie *box.InvalidError
-	if errors.As(err, &ie) {
-		// Named as the request names them.
-		if f, ok := sessionFields[ie.Field]; ok {
-			err = &box.InvalidError{Field: f, Reason: ie.Reason}
-		}
-	}
 	s.writeSessionError(w, r, sessionLimitHint(err))
 }
 
@@ -210,10 +203,6 @@ func sessionLimitHint(err error) error {
 	}
 	return fmt.Errorf("%w. %s", err, hint)
 }
-
-// sessionFields are SessionRequest's names of the fields package session
-// names otherwise.
-var sessionFields = map[string]string{"ttl": "ttl_seconds", "workspace bytes": "workspace_bytes"}
 
 // sessionOptions checks a SessionRequest, naming the field at fault, and
 // turns it into the session's options; its limits must be within the

@@ -363,9 +363,9 @@ func checkOptions(o *Options, cfg Config) (string, error) {
 	case o.Owner.IsZero():
 		return "", invalid("owner", "a session must have an owner")
 	case o.TTL < 0 || o.TTL > cfg.MaxLifetime:
-		return "", invalid("ttl", "%v: must be between 0 and the maximum lifetime %v", o.TTL, cfg.MaxLifetime)
+		return "", invalid("ttl_seconds", "%v: must be between 0 and the maximum lifetime %v", o.TTL, cfg.MaxLifetime)
 	case o.WorkspaceBytes < 0 || o.WorkspaceBytes > cfg.MaxWorkspaceBytes:
-		return "", invalid("workspace bytes", "%d: must be between 0 and %d", o.WorkspaceBytes, cfg.MaxWorkspaceBytes)
+		return "", invalid("workspace_bytes", "%d: must be between 0 and %d", o.WorkspaceBytes, cfg.MaxWorkspaceBytes)
 	}
 	if err := o.Limits.Validate(); err != nil {
 		return "", err
