@@ -59,38 +59,6 @@ func TestValidateWorkDir(t *testing.T) {
 	}
 }
 
-func TestCheckDir(t *testing.T) {
-	for _, tc := range []struct {
-		name, dir, workDir string
-		ok                 bool
-	}{
-		{name: "empty", dir: "", workDir: "/workspace", ok: true},
-		{name: "the workdir", dir: "/workspace", workDir: "/workspace", ok: true},
-		{name: "below it", dir: "/workspace/a/../b", workDir: "/workspace", ok: true},
-		{name: "tmp", dir: "/tmp/x", workDir: "/workspace", ok: true},
-		{name: "the default's dir under another", dir: "/work", workDir: "/workspace"},
-		{name: "a sibling sharing the prefix", dir: "/workspace2", workDir: "/workspace"},
-		{name: "default workdir", dir: "/work/x", workDir: "", ok: true},
-		{name: "outside", dir: "/etc", workDir: ""},
-		{name: "relative", dir: "work", workDir: ""},
-		{name: "escapes", dir: "/workspace/../etc", workDir: "/workspace"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := box.CheckDir(tc.dir, tc.workDir)
-			if tc.ok != (err == nil) {
-				t.Fatalf("CheckDir(%q, %q) = %v, want ok %v", tc.dir, tc.workDir, err, tc.ok)
-			}
-			var ie *box.InvalidError
-			if err != nil && (!errors.As(err, &ie) || ie.Field != "cwd") {
-				t.Fatalf("CheckDir(%q, %q) = %#v, want an *InvalidError of field cwd", tc.dir, tc.workDir, err)
-			}
-			if err != nil && tc.workDir != "" && !strings.Contains(err.Error(), tc.workDir) {
-				t.Errorf("%v does not name the working directory %s", err, tc.workDir)
-			}
-		})
-	}
-}
-
 // A Manager with another working directory puts everything there that
 // would be at /work: the tmpfs, cwd, HOME, the user's home in passwd, on a
 // fresh sandbox, a pooled one and a workspace's; nothing is at /work.
