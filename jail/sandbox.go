@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
@@ -34,7 +35,7 @@ type sandbox struct {
 	ws     *Workspace // nil for a sandbox on a slot of its own
 	hostID int        // where the uid range of its user namespace starts
 	group  *cgroup.Group
-	limits Limits
+	limits box.Limits
 	used   bool
 	// netns and proxy are a sandbox with egress's network namespace
 	// pin and the proxy listener in it; empty and nil otherwise.
@@ -87,20 +88,20 @@ func (ip *initProc) exited() <-chan struct{} {
 func (s *sandbox) ID() string { return s.id }
 
 // Limits are the sandbox's resource limits, with defaults applied.
-func (s *sandbox) Limits() Limits { return s.limits }
+func (s *sandbox) Limits() box.Limits { return s.limits }
 
 // Run runs cmd as the sandbox's init process and waits for it. A sandbox
 // runs one command; a second Run fails. See [Manager.Run] for how timeouts
 // and cancellation are reported.
-func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
+func (s *sandbox) Run(ctx context.Context, cmd *box.Command) (*box.Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
-	if err := CheckDir(cmd.Dir, s.m.workDir); err != nil {
+	if err := box.CheckDir(cmd.Dir, s.m.workDir); err != nil {
 		return nil, err
 	}
 	if s.used || s.c == nil {
-		return nil, ErrClosed
+		return nil, box.ErrClosed
 	}
 	s.used = true
 
@@ -265,16 +266,16 @@ func (s *sandbox) unpin() {
 // collect waits for a started command under cmd's timeout, drains its
 // output and reads the verdict. The timeout and Duration count from
 // r.started.
-func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Result, error) {
+func (s *sandbox) collect(ctx context.Context, cmd *box.Command, r *running) (*box.Result, error) {
 	defer r.outR.Close()
 	defer r.errR.Close()
 	timeout := cmd.Timeout
 	if timeout == 0 {
-		timeout = DefaultTimeout
+		timeout = box.DefaultTimeout
 	}
 	maxOut := cmd.MaxOutput
 	if maxOut == 0 {
-		maxOut = DefaultMaxOutput
+		maxOut = box.DefaultMaxOutput
 	}
 	runCtx, cancel := context.WithDeadline(ctx, r.started.Add(timeout))
 	defer cancel()
@@ -298,7 +299,7 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 	go func() { defer readers.Done(); _, _ = io.Copy(stdout, r.outR) }()
 	go func() { defer readers.Done(); _, _ = io.Copy(stderr, r.errR) }()
 
-	res := &Result{ID: s.id, Limits: s.limits}
+	res := &box.Result{ID: s.id, Limits: s.limits}
 	ps, waitErr := s.wait(ctx, runCtx, res)
 	res.Duration = time.Since(r.started)
 
@@ -333,7 +334,7 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 // wait waits for the command's end, or kills the sandbox when runCtx ends
 // first (its deadline: a timeout; ctx's end: a cancel, both marked in res)
 // and waits for its init to be gone.
-func (s *sandbox) wait(ctx, runCtx context.Context, res *Result) (*os.ProcessState, error) {
+func (s *sandbox) wait(ctx, runCtx context.Context, res *box.Result) (*os.ProcessState, error) {
 	select {
 	case <-s.init.exited():
 		return s.init.ps, s.init.err
@@ -359,7 +360,7 @@ func (s *sandbox) wait(ctx, runCtx context.Context, res *Result) (*os.ProcessSta
 
 // setExitStatus sets res's exit code and signal from ps; a nil ps (the
 // init's status is unknown) is exit code -1.
-func setExitStatus(res *Result, ps *os.ProcessState) {
+func setExitStatus(res *box.Result, ps *os.ProcessState) {
 	res.ExitCode = -1
 	if ps == nil {
 		return
@@ -374,7 +375,7 @@ func setExitStatus(res *Result, ps *os.ProcessState) {
 }
 
 // readUsage puts the sandbox cgroup's counters in res.
-func (s *sandbox) readUsage(res *Result) {
+func (s *sandbox) readUsage(res *box.Result) {
 	u, err := s.group.Read()
 	if err != nil {
 		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
@@ -406,9 +407,9 @@ func startError(name string, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "no such file or directory"):
-		return fmt.Errorf("%w: %s", ErrNotFound, name)
+		return fmt.Errorf("%w: %s", box.ErrCommandNotFound, name)
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "exec format error"):
-		return fmt.Errorf("%w: %s", ErrNotExecutable, name)
+		return fmt.Errorf("%w: %s", box.ErrNotExecutable, name)
 	}
 	return fmt.Errorf("start sandbox: %w", err)
 }
