@@ -117,8 +117,8 @@ type Manager struct {
 // every container's init, a Go process that lives for a few milliseconds
 // and does single-threaded work. Left unset, each init's runtime sizes
 // itself for every CPU of the host (a P, its caches and, on a GC, a worker
-// per CPU); 30 one-shot runs with GOMAXPROCS=64 took ~40% more CPU than
-// with 1 on the 2-core VM. This process's own runtime read its setting at
+// per CPU), which costs CPU on every run and more the more CPUs the host
+// has (docs/performance.md). This process's own runtime read its setting at
 // its start and keeps it; the watchdog inherits 1, which is all it needs.
 func New(cfg Config) (*Manager, error) {
 	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {

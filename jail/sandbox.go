@@ -228,17 +228,17 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 // pin opens the namespaces and the executable of the sandbox's init, pid,
 // and keeps them until Destroy, so that the kernel's work of ending them
 // happens there, after the answer (see teardown.go), rather than on the
-// way to it. Measured on this project's 2-core VM, per pooled `sh -c true`:
+// way to it (docs/performance.md has the figures):
 //
 //   - A namespace ends when its last reference goes: unpinned, when the
 //     command exits, and the exit of the container's pid 1 (unmounting the
-//     sandbox's mount tree, ...) delays its parent's wait: 0.84-0.95 ms
-//     from the exit to the SIGCHLD, 0.54-0.60 pinned.
+//     sandbox's mount tree, ...) delays its parent's wait, between the exit
+//     and the SIGCHLD.
 //   - libcontainer runs the init from a sealed copy of jaild (an overlayfs
 //     mount that only the init's executable holds, against CVE-2019-5736).
-//     The command's exec drops it, and the command's first return to user
-//     space then tears the overlay down, waiting out an expedited RCU grace
-//     period: 0.13 ms p50 but 2.7 ms p90 in uninterruptible sleep.
+//     Unpinned, the command's exec drops it, and the command's first return
+//     to user space then tears the overlay down, waiting out an expedited
+//     RCU grace period in uninterruptible sleep.
 //
 // Best effort: what cannot be opened ends as it would have.
 func (s *sandbox) pin(pid int) {
@@ -300,31 +300,7 @@ func (s *sandbox) collect(ctx context.Context, cmd *box.Command, r *running) (*b
 	go func() { defer readers.Done(); _, _ = io.Copy(stderr, r.errR) }()
 
 	res := &box.Result{ID: s.id, Limits: s.limits}
-	var (
-		ps      *os.ProcessState
-		waitErr error
-	)
-	select {
-	case <-s.init.exited():
-		ps, waitErr = s.init.ps, s.init.err
-	case <-runCtx.Done():
-		if ctx.Err() != nil {
-			res.Canceled = true
-		} else {
-			res.TimedOut = true
-		}
-		// Killing the pid namespace's init makes the kernel kill every
-		// other process in it.
-		if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
-			s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
-		}
-		select {
-		case <-s.init.exited():
-			ps, waitErr = s.init.ps, s.init.err
-		case <-time.After(waitDelay):
-			waitErr = errors.New("sandbox init did not exit after SIGKILL")
-		}
-	}
+	ps, waitErr := s.wait(ctx, runCtx, res)
 	res.Duration = time.Since(r.started)
 
 	// Output written before the end is still in the pipes: drain it, but
@@ -341,28 +317,9 @@ func (s *sandbox) collect(ctx context.Context, cmd *box.Command, r *running) (*b
 
 	res.Stdout, res.StdoutBytes, res.StdoutTruncated = stdout.String(), stdout.total, stdout.truncated()
 	res.Stderr, res.StderrBytes, res.StderrTruncated = stderr.String(), stderr.total, stderr.truncated()
-	if ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
-			switch {
-			case ws.Signaled():
-				res.ExitCode = -1
-				res.Signal = unix.SignalName(ws.Signal())
-			default:
-				res.ExitCode = ws.ExitStatus()
-			}
-		}
-	} else {
-		res.ExitCode = -1
-	}
-
+	setExitStatus(res, ps)
 	// Counters are read before Destroy removes the cgroup.
-	if u, err := s.group.Read(); err != nil {
-		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
-	} else {
-		res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
-		res.OOMKilled = u.OOMKills > 0
-		res.PidsLimitHit = u.PidsMax > 0
-	}
+	s.readUsage(res)
 
 	var exitErr *exec.ExitError
 	if waitErr != nil && ps == nil && !errors.As(waitErr, &exitErr) {
@@ -372,6 +329,61 @@ func (s *sandbox) collect(ctx context.Context, cmd *box.Command, r *running) (*b
 		return res, ctx.Err()
 	}
 	return res, nil
+}
+
+// wait waits for the command's end, or kills the sandbox when runCtx ends
+// first (its deadline: a timeout; ctx's end: a cancel, both marked in res)
+// and waits for its init to be gone.
+func (s *sandbox) wait(ctx, runCtx context.Context, res *box.Result) (*os.ProcessState, error) {
+	select {
+	case <-s.init.exited():
+		return s.init.ps, s.init.err
+	case <-runCtx.Done():
+	}
+	if ctx.Err() != nil {
+		res.Canceled = true
+	} else {
+		res.TimedOut = true
+	}
+	// Killing the pid namespace's init makes the kernel kill every other
+	// process in it.
+	if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+		s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
+	}
+	select {
+	case <-s.init.exited():
+		return s.init.ps, s.init.err
+	case <-time.After(waitDelay):
+		return nil, errors.New("sandbox init did not exit after SIGKILL")
+	}
+}
+
+// setExitStatus sets res's exit code and signal from ps; a nil ps (the
+// init's status is unknown) is exit code -1.
+func setExitStatus(res *box.Result, ps *os.ProcessState) {
+	res.ExitCode = -1
+	if ps == nil {
+		return
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
+		if ws.Signaled() {
+			res.Signal = unix.SignalName(ws.Signal())
+		} else {
+			res.ExitCode = ws.ExitStatus()
+		}
+	}
+}
+
+// readUsage puts the sandbox cgroup's counters in res.
+func (s *sandbox) readUsage(res *box.Result) {
+	u, err := s.group.Read()
+	if err != nil {
+		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
+		return
+	}
+	res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
+	res.OOMKilled = u.OOMKills > 0
+	res.PidsLimitHit = u.PidsMax > 0
 }
 
 // pipe returns an output pipe whose write end the container can use: it is

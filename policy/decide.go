@@ -157,9 +157,9 @@ func (st *state) ask(ctx context.Context, in *Input, name string) answer {
 
 // ActionQuery decides the requests that are not runs (Input.Action):
 // making a session, changing its environment, the files API. A set that
-// leaves it undefined allows them, as before sets could decide them: a set
-// written for runs only keeps working. Once defined, only a single true
-// allows; deny-all and evaluation errors deny.
+// leaves it undefined allows them, so that a set written for runs only
+// works unchanged. Once defined, only a single true allows; deny-all and
+// evaluation errors deny.
 const ActionQuery = "data.sandbox.main.allow_action"
 
 // decideAction evaluates ActionQuery on in.

@@ -135,8 +135,8 @@ PY
 }
 
 # Probes with a timeout T must come back (the whole `jaild run`, wall clock)
-# within T + SECTEST_SLACK_MS, default 1000 as the issue asks. Raise it only
-# on hosts where starting any process is slow (an emulated VM).
+# within T + SECTEST_SLACK_MS (default 1000). Raise it only on hosts where
+# starting any process is slow (an emulated VM).
 SLACK=${SECTEST_SLACK_MS:-1000}
 [[ $SLACK =~ ^[0-9]+$ ]] || die "SECTEST_SLACK_MS must be a number of milliseconds"
 

@@ -211,7 +211,7 @@ func TestRunErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
 			f := &fake{Fn: func(context.Context, *jail.Spec) (*box.Result, error) { return nil, tt.err }}
-			ts := start(t, server.Options{Runner: run.Direct(f), RetryAfter: 1500 * time.Millisecond})
+			ts := start(t, server.Options{Runner: server.Direct(f), RetryAfter: 1500 * time.Millisecond})
 			for _, path := range []string{"/run", "/raw"} {
 				resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
 				if resp.StatusCode != tt.status || decodeError(t, body).Code != tt.code {
@@ -305,7 +305,7 @@ func TestRawErrorAfterStart(t *testing.T) {
 		s.Stdout.Write([]byte("partial"))
 		return nil, fmt.Errorf("start container: %w", box.ErrRootfs)
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"x"}`)
 	evs := events(t, body)
 	if resp.StatusCode != 200 || len(evs) != 3 {
@@ -376,7 +376,7 @@ func TestRawStalledReaderCancels(t *testing.T) {
 		canceled <- ctx.Err()
 		return nil, ctx.Err()
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f), WriteTimeout: 200 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), WriteTimeout: 200 * time.Millisecond})
 	conn, err := net.Dial("tcp", ts.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +462,7 @@ func TestAdmitterBound(t *testing.T) {
 		mu.Unlock()
 		return okResult(""), nil
 	}}
-	a, err := run.Admit(run.Direct(base), run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
+	a, err := run.Admit(server.Direct(base), run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +497,7 @@ func TestAdmitterBound(t *testing.T) {
 func TestAdmitterQueuedCallerCancels(t *testing.T) {
 	g := newGate()
 	defer g.Open()
-	a, err := run.Admit(run.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+	a, err := run.Admit(server.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +521,7 @@ func TestAdmitterQueuedCallerCancels(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	g := newGate()
 	defer g.Open()
-	ts := start(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), ShutdownGrace: time.Hour})
+	ts := start(t, server.Options{Runner: server.Direct(&fake{Fn: g.Run}), ShutdownGrace: time.Hour})
 	var results []<-chan answer
 	for range 3 {
 		results = append(results, postAsync(t, ts.URL+"/run", `{"executable":"x"}`))
@@ -559,7 +559,7 @@ func TestGracefulShutdown(t *testing.T) {
 // Serve returns once their handlers did.
 func TestShutdownKillsAfterGrace(t *testing.T) {
 	g := newGate() // never opened: runs end only by cancellation
-	ts := start(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), ShutdownGrace: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(&fake{Fn: g.Run}), ShutdownGrace: 50 * time.Millisecond})
 	results := []<-chan answer{
 		postAsync(t, ts.URL+"/run", `{"executable":"x"}`),
 		postAsync(t, ts.URL+"/raw", `{"executable":"x"}`),
@@ -598,7 +598,7 @@ func TestShutdownKillsAfterGrace(t *testing.T) {
 // cut off instead of holding a connection (and memory) forever.
 func TestSlowClients(t *testing.T) {
 	f := &fake{}
-	ts := start(t, server.Options{Runner: run.Direct(f), ReadHeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), ReadHeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond})
 	t.Run("headers", func(t *testing.T) {
 		conn, err := net.Dial("tcp", ts.Addr)
 		if err != nil {
@@ -648,7 +648,7 @@ func TestLongRunOutlivesBodyTimeout(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f), BodyTimeout: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), BodyTimeout: 50 * time.Millisecond})
 	for _, path := range []string{"/run", "/raw"} {
 		resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
 		if resp.StatusCode != 200 || bytes.Contains(body, []byte(`"error"`)) {
@@ -739,16 +739,16 @@ func TestOptionsValidate(t *testing.T) {
 	if _, err := server.New(server.Options{}); err == nil {
 		t.Error("New without a Runner succeeded")
 	}
-	if _, err := server.New(server.Options{Runner: run.Direct(&fake{}), BodyTimeout: -1}); err == nil {
+	if _, err := server.New(server.Options{Runner: server.Direct(&fake{}), BodyTimeout: -1}); err == nil {
 		t.Error("New with a negative timeout succeeded")
 	}
 	if _, err := run.Chain(&fake{}, run.ChainOptions{Max: run.Maxima{Timeout: -1}}); err == nil {
 		t.Error("Chain with a negative maximum succeeded")
 	}
-	if _, err := run.Admit(run.Direct(&fake{}), run.AdmitOptions{MaxQueue: -1}); err == nil {
+	if _, err := run.Admit(server.Direct(&fake{}), run.AdmitOptions{MaxQueue: -1}); err == nil {
 		t.Error("Admit with a negative queue succeeded")
 	}
-	srv, err := server.New(server.Options{Runner: run.Direct(&fake{})})
+	srv, err := server.New(server.Options{Runner: server.Direct(&fake{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ const (
 // MaxBodyBytes of request, so its memory is bounded by about
 // MaxConns*2*MaxBodyBytes plus what the runner keeps per admitted run.
 type Options struct {
-	// Runner runs the commands; normally the chain built by [Chain], so
+	// Runner runs the commands; normally the chain built by [run.Chain], so
 	// that maxima, admission control, audit and metrics apply. Required.
 	Runner run.Runner
 	// Tokens, if non-nil, are required as "Authorization: Bearer TOKEN"
@@ -53,7 +53,7 @@ type Options struct {
 	// or a unix socket with a restrictive mode).
 	Tokens *Tokens
 	// Metrics is served at /metrics; nil means a fresh set that only
-	// counts rejected requests. Pass the same Metrics as to [Chain].
+	// counts rejected requests. Pass the same Metrics as to [run.Chain].
 	Metrics *run.Metrics
 	// Health reports whether sandboxes work on this host, for /healthz;
 	// nil means they are assumed to. Its result is cached for HealthTTL,
@@ -104,7 +104,7 @@ type Options struct {
 
 	// Audit, if non-nil, gets a record for each request refused before
 	// it became a run (bad body, authentication, Host, Origin); runs are
-	// audited by the chain. Pass the same AuditLog as to [Chain].
+	// audited by the chain. Pass the same AuditLog as to [run.Chain].
 	Audit *run.AuditLog
 
 	// Logger gets the server's own events; nil discards them.
