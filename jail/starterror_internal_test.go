@@ -6,10 +6,12 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/box"
 )
 
 // TestStartErrorPidsBudget: a start refused for want of a process (EAGAIN,
-// as libcontainer's nsexec and Go's runtime report it) is ErrPidsBudget,
+// as libcontainer's nsexec and Go's runtime report it) is box.ErrPidsBudget,
 // with a message that names no host pid; other failures are not.
 func TestStartErrorPidsBudget(t *testing.T) {
 	tests := []struct {
@@ -25,11 +27,11 @@ func TestStartErrorPidsBudget(t *testing.T) {
 	}
 	for _, tt := range tests {
 		err := startError("cmd", tt.err)
-		if got := errors.Is(err, ErrPidsBudget); got != tt.want {
+		if got := errors.Is(err, box.ErrPidsBudget); got != tt.want {
 			t.Errorf("startError(%q) = %v: pids budget %v, want %v", tt.err, err, got, tt.want)
 		}
-		if tt.want && err.Error() != ErrPidsBudget.Error() {
-			t.Errorf("startError(%q) says %q, want ErrPidsBudget's message alone", tt.err, err)
+		if tt.want && err.Error() != box.ErrPidsBudget.Error() {
+			t.Errorf("startError(%q) says %q, want box.ErrPidsBudget's message alone", tt.err, err)
 		}
 	}
 }
