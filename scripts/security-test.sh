@@ -1133,8 +1133,8 @@ if command -v curl > /dev/null && command -v python3 > /dev/null; then
     curl -s -D "$T/$1.hdr" -o "$T/$1.out" -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/run" \
       -H 'Content-Type: application/json' -d "$2" 2> /dev/null || true
   }
-  busy503() { # NAME CODE: 503, code busy, a Retry-After of at least 1
-    [ "$2" = 503 ] && grep -q '"code":"busy"' "$T/$1.out" &&
+  busy503() { # NAME CODE: 503, code capacity, a Retry-After of at least 1
+    [ "$2" = 503 ] && grep -q '"code":"capacity"' "$T/$1.out" &&
       [ "$(sed -n 's/^Retry-After: *\([0-9]*\).*/\1/Ip' "$T/$1.hdr" | tr -d '\r')" -ge 1 ] 2> /dev/null
   }
   holders=() refused=
