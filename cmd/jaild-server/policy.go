@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/policy"
 )
@@ -51,7 +52,7 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 	default:
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
-			return nil, nil, cli.Exit(fmt.Sprintf("open decision log: %v", err), 119)
+			return nil, nil, cli.Exit(fmt.Sprintf("open decision log: %v", err), api.ExitInternal)
 		}
 		dlog = f
 	}
