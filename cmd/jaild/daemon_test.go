@@ -47,7 +47,9 @@ func TestDaemonBadFlags(t *testing.T) {
 			for _, command := range []string{"serve", "mcp"} {
 				state := t.TempDir()
 				cmd := exec.Command(jaildBin, append([]string{command, "--state-dir", state}, tc.args...)...)
-				cmd.Env = []string{"PATH=/usr/bin:/bin"}
+				// serve binds its address before it opens the audit log:
+				// not the default port, which something else may hold.
+				cmd.Env = []string{"PATH=/usr/bin:/bin", "JAILD_LISTEN=127.0.0.1:0"}
 				out, err := cmd.CombinedOutput()
 				if code := exitCode(err); code != tc.code || !strings.Contains(string(out), tc.want) {
 					t.Errorf("jaild %s: exit %d, want %d and %q:\n%s", command, code, tc.code, tc.want, out)
