@@ -18,6 +18,7 @@ import (
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 	"github.com/jaild/jaild/session"
@@ -83,6 +84,10 @@ type daemonConfig struct {
 	// --mcp=false); mcpSessions gives each MCP session a jaild session.
 	mcp         *server.MCPOptions
 	mcpSessions bool
+	// policy, if not nil, decides every run; decisionLog is where the
+	// decisions go.
+	policy      *policy.Options
+	decisionLog string
 	egress      run.EgressOptions
 	proxy       egress.Config
 }
@@ -124,6 +129,10 @@ func readDaemonConfig(c *cli.Context, limits limitFlags) (daemonConfig, error) {
 		return d, err
 	}
 	d.mcp = &mcp
+	if d.policy, err = readPolicyOptions(c, d.log); err != nil {
+		return d, err
+	}
+	d.decisionLog = c.String("decision-log")
 	if d.egress, d.proxy, err = daemonEgressFlags(c, d.log); err != nil {
 		return d, err
 	}
@@ -231,7 +240,7 @@ func openDaemon(c *cli.Context, cfg daemonConfig, metrics *run.Metrics) (_ *daem
 	if err != nil {
 		return nil, err
 	}
-	pol, closePolicy, err := openPolicy(c, cfg.log, metrics.PolicyObserver())
+	pol, closePolicy, err := openPolicy(cfg.policy, cfg.decisionLog, metrics.PolicyObserver())
 	if err != nil {
 		return nil, err
 	}

@@ -27,38 +27,20 @@ var policyFlags = []cli.Flag{
 var policyShellModeFlag = &cli.StringFlag{Name: "policy-shell-mode", Value: string(policy.ShellAuto), EnvVars: []string{"JAILD_POLICY_SHELL_MODE"},
 	Usage: `shell strings: "whole" (the set decides the parse, input.shell), "each" (jaild asks data.sandbox.main.allow per simple command, as argv, and refuses anything dynamic: for sets written for argv requests), or "auto": each for a set that routes on data.sandbox[input.command] and never reads input.shell`}
 
-// openPolicy opens the --policy-dir engine, or returns nil without one.
-// A set that fails to load is no error: the engine starts in deny-all and
-// recovers on the first valid edit. obs, if not nil, gets the decisions
-// and loads (the daemon's metrics).
-func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.Engine, func(), error) {
+// readPolicyOptions reads the policy flags: the options of the
+// --policy-dir engine, or nil without one.
+func readPolicyOptions(c *cli.Context, log *slog.Logger) (*policy.Options, error) {
 	dir := c.String("policy-dir")
 	if dir == "" {
-		return nil, func() {}, nil
+		return nil, nil
 	}
 	mode, err := policy.ParseMode(c.String("policy-mode"))
 	if err != nil {
-		return nil, nil, command.UsageError("--policy-mode: %v", err)
+		return nil, command.UsageError("--policy-mode: %v", err)
 	}
 	shell, err := policy.ParseShellMode(c.String("policy-shell-mode"))
 	if err != nil {
-		return nil, nil, command.UsageError("--policy-shell-mode: %v", err)
-	}
-	var dlog io.WriteCloser
-	switch path := c.String("decision-log"); path {
-	case "":
-	case "-":
-		dlog = nopCloser{os.Stderr}
-	default:
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, nil, cli.Exit(fmt.Sprintf("open decision log: %v", err), api.ExitInternal)
-		}
-		dlog = f
-	}
-	opts := policy.Options{Dir: dir, Mode: mode, Shell: shell, Logger: log.With("part", "policy"), LogEnv: c.Bool("decision-log-env"), Observer: obs}
-	if dlog != nil {
-		opts.DecisionLog = dlog
+		return nil, command.UsageError("--policy-shell-mode: %v", err)
 	}
 	// Commands resolve as the sandboxes see them: in a prepared root
 	// (--rootfs DIR) there; over the host's /usr, on the host, whose
@@ -66,13 +48,48 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 	// working directory where the sandboxes have it.
 	workDir, err := command.SandboxWorkDir(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	root := "/"
 	if r := c.String("rootfs"); r != "" && r != "host" {
 		root = r
 	}
-	opts.Resolver = policy.NewRoot(root).WithWorkDir(workDir)
+	return &policy.Options{
+		Dir:      dir,
+		Mode:     mode,
+		Shell:    shell,
+		Logger:   log.With("part", "policy"),
+		LogEnv:   c.Bool("decision-log-env"),
+		Resolver: policy.NewRoot(root).WithWorkDir(workDir),
+	}, nil
+}
+
+// openPolicy opens the engine of o, or returns nil if o is nil, with its
+// decisions appended to decisionLog ("-": stderr; "": none). A set that
+// fails to load is no error: the engine starts in deny-all and recovers on
+// the first valid edit. obs, if not nil, gets the decisions and loads (the
+// daemon's metrics).
+func openPolicy(o *policy.Options, decisionLog string, obs policy.Observer) (*policy.Engine, func(), error) {
+	if o == nil {
+		return nil, func() {}, nil
+	}
+	opts := *o
+	opts.Observer = obs
+	var dlog io.WriteCloser
+	switch decisionLog {
+	case "":
+	case "-":
+		dlog = nopCloser{os.Stderr}
+	default:
+		f, err := os.OpenFile(decisionLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, nil, cli.Exit(fmt.Sprintf("open decision log: %v", err), api.ExitInternal)
+		}
+		dlog = f
+	}
+	if dlog != nil {
+		opts.DecisionLog = dlog
+	}
 	e, err := policy.Open(opts)
 	if err != nil {
 		if dlog != nil {
@@ -81,7 +98,7 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 		return nil, nil, command.UsageError("--policy-dir: %v", err)
 	}
 	if st := e.Status(); st.DenyAll {
-		log.Error("policy does not load: denying every run until it does", "dir", dir, "err", st.Error)
+		opts.Logger.Error("policy does not load: denying every run until it does", "dir", opts.Dir, "err", st.Error)
 	}
 	return e, func() {
 		e.Close()

@@ -39,6 +39,7 @@ func TestDaemonBadFlags(t *testing.T) {
 		{[]string{"--workspace-size", "0"}, api.ExitUsage, "--workspace-size"},
 		{[]string{"--mcp-session", "maybe"}, api.ExitUsage, "--mcp-session"},
 		{[]string{"--total-memory", "much"}, api.ExitUsage, "--total-memory"},
+		{[]string{"--policy-dir", "/nonexistent", "--policy-mode", "bogus"}, api.ExitUsage, "--policy-mode"},
 		// Not a flag's value but a file that cannot be opened: the same
 		// internal error in both, still before the worker builds anything.
 		{[]string{"--audit-log", "/nonexistent/audit.log"}, api.ExitInternal, "audit"},
