@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,10 +70,7 @@ func TestDaemonBadFlags(t *testing.T) {
 // of the host. The worker's own runtime is sized as if it were unset. An
 // operator's GOMAXPROCS reaches both unchanged.
 func TestWorkerGOMAXPROCS(t *testing.T) {
-	defaultProcs := runtime.GOMAXPROCS(0)
-	if _, set := os.LookupEnv("GOMAXPROCS"); set {
-		defaultProcs = 0 // this test's own runtime tells nothing of the default
-	}
+	defaultProcs := defaultGOMAXPROCS(t)
 	for _, tc := range []struct {
 		name       string
 		env        string // the operator's GOMAXPROCS; "" leaves it unset
@@ -108,11 +105,33 @@ func TestWorkerGOMAXPROCS(t *testing.T) {
 			switch {
 			case tc.wantWorker != 0 && procs != tc.wantWorker:
 				t.Errorf("the worker's runtime has GOMAXPROCS %d, want the operator's %d", procs, tc.wantWorker)
-			case tc.wantWorker == 0 && defaultProcs != 0 && procs != defaultProcs:
+			case tc.wantWorker == 0 && procs != defaultProcs:
 				t.Errorf("the worker's runtime has GOMAXPROCS %d, want the default %d", procs, defaultProcs)
 			}
 		})
 	}
+}
+
+// printGOMAXPROCS, set in this test binary's environment, makes it print
+// its runtime's GOMAXPROCS and exit (see TestMain).
+const printGOMAXPROCS = "JAILD_TEST_PRINT_GOMAXPROCS"
+
+// defaultGOMAXPROCS is the GOMAXPROCS a Go program started here without the
+// variable gets: this test binary run again, without GOMAXPROCS (this
+// process's own may have been set by the variable or by go test -cpu).
+func defaultGOMAXPROCS(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = []string{printGOMAXPROCS + "=1"}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", os.Args[0], err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("%s printed %q: %v", os.Args[0], out, err)
+	}
+	return n
 }
 
 // workerProcs reads the worker's GOMAXPROCS from its "worker ready" line in
