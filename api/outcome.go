@@ -119,6 +119,9 @@ var outcomes = []struct {
 	{jail.IsInvalid, Outcome{CodeInvalid, VerdictInvalid, 400, ExitUsage}},
 	{isErr(ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
 	{isErr(ErrUnavailable), Outcome{CodeUnavailable, VerdictError, 503, ExitInternal}},
+	// No process left in the sandboxes' pids budget: busy, as a full
+	// queue, but 503: the host, not this caller's rate, is at capacity.
+	{isErr(jail.ErrPidsBudget), Outcome{CodeBusy, VerdictBusy, 503, ExitInternal}},
 	{isErr(ErrDenied), Outcome{CodePolicyDenied, VerdictDenied, 403, ExitUsage}},
 	{isErr(jail.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 422, ExitNotFound}},
 	// After the command's not_found: CodeOutcome (a client's view of a

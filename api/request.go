@@ -237,10 +237,10 @@ func (req *Request) TimeoutAsked() (field string, n int64, unit time.Duration) {
 // Spec turns a decoded request into a jail spec and checks everything that
 // does not depend on the operator's configuration. Errors are
 // *jail.InvalidError naming the request field. Limits left unset stay zero;
-// [Maxima.Apply] fills them in. A timeout of 0 is the default, like none;
-// one above jail.MaxTimeout becomes jail.MaxTimeout here, which no maximum
-// exceeds: the run chain refuses what exceeds the operator's maximum, with
-// TimeoutAsked's field and value.
+// the run chain's Maxima.Apply fills them in. A timeout of 0 is the
+// default, like none; one above jail.MaxTimeout becomes jail.MaxTimeout
+// here, which no maximum exceeds: the run chain refuses what exceeds the
+// operator's maximum, with TimeoutAsked's field and value.
 func (req *Request) Spec() (*jail.Spec, error) {
 	s := &jail.Spec{}
 	switch {
@@ -322,7 +322,7 @@ func (req *Request) Spec() (*jail.Spec, error) {
 	case req.TimeoutSeconds != nil && req.TimeoutMS != nil:
 		return nil, invalid("timeout_ms", "timeout_seconds and timeout_ms are mutually exclusive")
 	default:
-		// The maximum is the operator's: run.Enforce checks it, in the
+		// The maximum is the operator's: the run chain checks it, in the
 		// caller's field and unit (see TimeoutAsked).
 		field, n, unit := req.TimeoutAsked()
 		if n < 0 {

@@ -128,7 +128,7 @@ func TestRequestSpec(t *testing.T) {
 			},
 		},
 		{
-			// run.Enforce refuses it, naming timeout_seconds.
+			// The run chain refuses it, naming timeout_seconds.
 			name: "timeout beyond the jail's maximum is the jail's maximum",
 			req:  api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1 << 40)},
 			check: func(t *testing.T, s *jail.Spec) {

@@ -219,7 +219,7 @@ const (
 	CodeNotFound         = "not_found"              // 422: command not found in the sandbox; 404: no such session or job
 	CodeLimit            = "limit"                  // 409: too many sessions, or jobs in a session
 	CodeNotExecutable    = "not_executable"         // 422: command not executable
-	CodeBusy             = "busy"                   // 429: admission queue full or wait expired
+	CodeBusy             = "busy"                   // 429: admission queue full or wait expired; 503: the sandboxes' pids budget is used up
 	CodeShuttingDown     = "shutting_down"          // 503: the daemon is stopping
 	CodeDraining         = "draining"               // 503: the daemon takes no new sessions or one-shot runs; retry elsewhere
 	CodeSessionLost      = "session_lost"           // 410: the node that held the session is gone, and the session's workspace with it

@@ -68,3 +68,21 @@ func PrestartCounts(w *Workspace) (ready, want int) {
 
 // HotWindow is how long a hot workspace keeps its extra sandboxes.
 const HotWindow = hotWindow
+
+// PoolBuilding is how many sandboxes are being started for p. Ready plus
+// building never exceeds the pool's size.
+func PoolBuilding(p *Pool) int { return int(p.building.Load()) }
+
+// TearingDown is how many sandboxes m is destroying after their runs
+// returned.
+func TearingDown(m *Manager) int { return len(m.teardowns.slots) }
+
+// PrestartStats reports how many runs a prestarted sandbox of w served
+// (hits) and how many it could serve found none ready (misses); zero for a
+// workspace made without WithPrestart.
+func PrestartStats(w *Workspace) (hits, misses int64) {
+	if w.pre == nil {
+		return 0, 0
+	}
+	return w.pre.hits.Load(), w.pre.misses.Load()
+}

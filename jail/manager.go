@@ -194,6 +194,18 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// HostRoot is the generated root that sandboxes get without a prepared
+// one (rootfs.Host under stateDir, with the working directory workDir),
+// made if it is not there yet: what their "/" holds, for those that must
+// see what a sandbox sees (the policy's resolver).
+func HostRoot(stateDir, workDir string) (*rootfs.Root, error) {
+	r, err := rootfs.Host(stateDir, sandboxUser, workDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRootfs, err)
+	}
+	return r, nil
+}
+
 // prepare makes the other state dirs and opens the rootfs, each only once
 // it is known that no one but root can change it (see trust.go).
 func (m *Manager) prepare(root string) error {

@@ -12,7 +12,7 @@ import (
 // counts the rest. It holds one buffer that grows with the output up to
 // max, never beyond, whatever the stream's size: the head in its first half
 // and, once the stream overflows, a ring of the latest bytes in its second
-// half. [capture.String] turns that buffer into the result in place.
+// half. Its String method turns that buffer into the result in place.
 type capture struct {
 	max    int64
 	buf    []byte

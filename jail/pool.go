@@ -265,10 +265,11 @@ const replaceDelay = 50 * time.Millisecond
 // replaces the one a run took, once: when the returned func is called (the
 // run has ended) or replaceDelay after the take, whichever comes first. A
 // build is a burst of CPU (a Go process start, the container's mounts, the
-// kernel's namespace work): started at the take, it competed on two cores
-// with the very command it replaces and with the answer's path, which on
-// this project's 2-core VM made a paced caller's pooled run 20 ms instead of
-// 11. A long command still gets its replacement built while it runs.
+// kernel's namespace work): started at the take, it would compete for the
+// host's cores with the very command it replaces and with the answer's
+// path, and on a small host lengthen every paced caller's run
+// (docs/performance.md). A long command still gets its replacement built
+// while it runs.
 func replaceLater(replace func()) (now func()) {
 	var once sync.Once
 	do := func() { once.Do(replace) }
@@ -358,10 +359,6 @@ func poolMessage(cmd *Command, files int, workDir string) []byte {
 
 // Ready is how many sandboxes wait for a command now.
 func (p *Pool) Ready() int { return len(p.ready) }
-
-// Building is how many sandboxes are being started for the pool. Ready plus
-// Building never exceeds the pool's size.
-func (p *Pool) Building() int { return int(p.building.Load()) }
 
 // Stats reports how many runs a pooled sandbox served (hits) and how many
 // eligible runs found the pool empty (misses).

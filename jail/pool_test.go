@@ -218,11 +218,11 @@ func TestPoolSize(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second)
 		// The pool settles full and idle, the used sandbox of the last
 		// round torn down: every container left is a ready one.
-		for (p.Ready() < 2 || p.Building() > 0 || containers() != 2) && time.Now().Before(deadline) {
+		for (p.Ready() < 2 || jail.PoolBuilding(p) > 0 || containers() != 2) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if n := containers(); p.Ready() != 2 || p.Building() != 0 || n != 2 {
-			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), p.Building(), n)
+		if n := containers(); p.Ready() != 2 || jail.PoolBuilding(p) != 0 || n != 2 {
+			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), jail.PoolBuilding(p), n)
 		}
 		// Each waits in jaild's own minimal init, not a shell (once it
 		// has been exec'd: Ready counts started sandboxes).
@@ -280,12 +280,14 @@ func TestPoolReplacesDuringLongRun(t *testing.T) {
 // TestPoolIsolation: a command handed to a pooled sandbox runs exactly as
 // locked down as in a fresh one: same user, no capabilities, no_new_privs,
 // the same seccomp filter, the same mounts, and it is pid 1 with nothing of
-// the waiting init left (no extra fd, no other process).
+// the waiting init left (no extra fd, no other process). The processes are
+// counted by the shell's own glob, so that no other process of the probe's
+// is running then.
 func TestPoolIsolation(t *testing.T) {
 	p := newPool(t, 1)
 	probe := sh(`grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
 tr '\0' ' ' < /proc/1/cmdline; echo
-ls /proc | grep -c '^[0-9]'
+set -- /proc/[0-9]*; echo $# processes
 ls /proc/self/fd | wc -l
 awk '{print $4, $5, $6, $(NF-2), $NF}' /proc/self/mountinfo | sed -E 's/(uid|gid)=[0-9]+/\1=N/g' | sort
 hostname`)
@@ -310,7 +312,7 @@ hostname`)
 	if pooled.Stdout != fresh.Stdout {
 		t.Errorf("a pooled sandbox differs from a fresh one:\npooled:\n%s\nfresh:\n%s", pooled.Stdout, fresh.Stdout)
 	}
-	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "/bin/sh -c grep"} {
+	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "/bin/sh -c grep", "\n1 processes\n"} {
 		if !strings.Contains(pooled.Stdout, want) {
 			t.Errorf("pooled sandbox: no %q in\n%s", want, pooled.Stdout)
 		}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -136,7 +137,12 @@ func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 		for _, d := range p.ExtraFiles {
 			d.Close()
 		}
-		return nil, startError(cmd.Args[0], err)
+		err = s.m.startError(cmd.Args[0], err)
+		var pe *pidsBudgetError
+		if errors.As(err, &pe) {
+			s.m.log.Warn("sandbox not started: the pids budget is used up", "sandbox", s.id, "err", pe.cause)
+		}
+		return nil, err
 	}
 	return s.collect(ctx, cmd, st)
 }
@@ -227,17 +233,17 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 // pin opens the namespaces and the executable of the sandbox's init, pid,
 // and keeps them until Destroy, so that the kernel's work of ending them
 // happens there, after the answer (see teardown.go), rather than on the
-// way to it. Measured on this project's 2-core VM, per pooled `sh -c true`:
+// way to it (docs/performance.md has the figures):
 //
 //   - A namespace ends when its last reference goes: unpinned, when the
 //     command exits, and the exit of the container's pid 1 (unmounting the
-//     sandbox's mount tree, ...) delays its parent's wait: 0.84-0.95 ms
-//     from the exit to the SIGCHLD, 0.54-0.60 pinned.
+//     sandbox's mount tree, ...) delays its parent's wait, between the exit
+//     and the SIGCHLD.
 //   - libcontainer runs the init from a sealed copy of jaild (an overlayfs
 //     mount that only the init's executable holds, against CVE-2019-5736).
-//     The command's exec drops it, and the command's first return to user
-//     space then tears the overlay down, waiting out an expedited RCU grace
-//     period: 0.13 ms p50 but 2.7 ms p90 in uninterruptible sleep.
+//     Unpinned, the command's exec drops it, and the command's first return
+//     to user space then tears the overlay down, waiting out an expedited
+//     RCU grace period in uninterruptible sleep.
 //
 // Best effort: what cannot be opened ends as it would have.
 func (s *sandbox) pin(pid int) {
@@ -299,31 +305,7 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 	go func() { defer readers.Done(); _, _ = io.Copy(stderr, r.errR) }()
 
 	res := &Result{ID: s.id, Limits: s.limits}
-	var (
-		ps      *os.ProcessState
-		waitErr error
-	)
-	select {
-	case <-s.init.exited():
-		ps, waitErr = s.init.ps, s.init.err
-	case <-runCtx.Done():
-		if ctx.Err() != nil {
-			res.Canceled = true
-		} else {
-			res.TimedOut = true
-		}
-		// Killing the pid namespace's init makes the kernel kill every
-		// other process in it.
-		if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
-			s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
-		}
-		select {
-		case <-s.init.exited():
-			ps, waitErr = s.init.ps, s.init.err
-		case <-time.After(waitDelay):
-			waitErr = errors.New("sandbox init did not exit after SIGKILL")
-		}
-	}
+	ps, waitErr := s.wait(ctx, runCtx, res)
 	res.Duration = time.Since(r.started)
 
 	// Output written before the end is still in the pipes: drain it, but
@@ -340,28 +322,9 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 
 	res.Stdout, res.StdoutBytes, res.StdoutTruncated = stdout.String(), stdout.total, stdout.truncated()
 	res.Stderr, res.StderrBytes, res.StderrTruncated = stderr.String(), stderr.total, stderr.truncated()
-	if ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
-			switch {
-			case ws.Signaled():
-				res.ExitCode = -1
-				res.Signal = unix.SignalName(ws.Signal())
-			default:
-				res.ExitCode = ws.ExitStatus()
-			}
-		}
-	} else {
-		res.ExitCode = -1
-	}
-
+	setExitStatus(res, ps)
 	// Counters are read before Destroy removes the cgroup.
-	if u, err := s.group.Read(); err != nil {
-		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
-	} else {
-		res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
-		res.OOMKilled = u.OOMKills > 0
-		res.PidsLimitHit = u.PidsMax > 0
-	}
+	s.readUsage(res)
 
 	var exitErr *exec.ExitError
 	if waitErr != nil && ps == nil && !errors.As(waitErr, &exitErr) {
@@ -371,6 +334,61 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 		return res, ctx.Err()
 	}
 	return res, nil
+}
+
+// wait waits for the command's end, or kills the sandbox when runCtx ends
+// first (its deadline: a timeout; ctx's end: a cancel, both marked in res)
+// and waits for its init to be gone.
+func (s *sandbox) wait(ctx, runCtx context.Context, res *Result) (*os.ProcessState, error) {
+	select {
+	case <-s.init.exited():
+		return s.init.ps, s.init.err
+	case <-runCtx.Done():
+	}
+	if ctx.Err() != nil {
+		res.Canceled = true
+	} else {
+		res.TimedOut = true
+	}
+	// Killing the pid namespace's init makes the kernel kill every other
+	// process in it.
+	if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+		s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
+	}
+	select {
+	case <-s.init.exited():
+		return s.init.ps, s.init.err
+	case <-time.After(waitDelay):
+		return nil, errors.New("sandbox init did not exit after SIGKILL")
+	}
+}
+
+// setExitStatus sets res's exit code and signal from ps; a nil ps (the
+// init's status is unknown) is exit code -1.
+func setExitStatus(res *Result, ps *os.ProcessState) {
+	res.ExitCode = -1
+	if ps == nil {
+		return
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
+		if ws.Signaled() {
+			res.Signal = unix.SignalName(ws.Signal())
+		} else {
+			res.ExitCode = ws.ExitStatus()
+		}
+	}
+}
+
+// readUsage puts the sandbox cgroup's counters in res.
+func (s *sandbox) readUsage(res *Result) {
+	u, err := s.group.Read()
+	if err != nil {
+		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
+		return
+	}
+	res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
+	res.OOMKilled = u.OOMKills > 0
+	res.PidsLimitHit = u.PidsMax > 0
 }
 
 // pipe returns an output pipe whose write end the container can use: it is
@@ -388,11 +406,22 @@ func (s *sandbox) pipe() (r, w *os.File, err error) {
 	return r, w, nil
 }
 
+// ErrPidsBudget: a sandbox could not start because no process could be
+// made for it: the sandboxes' parent cgroup's pids budget is used up by
+// the sandboxes running (or the host's own process limits are reached).
+// Nothing ran; the same request may succeed once some sandboxes end.
+var ErrPidsBudget = errors.New("jail: no process left for a new sandbox: the sandboxes' pids budget is used up; try again later")
+
 // startError classifies a failure to start the command. libcontainer
-// reports the init's exec failure only as text.
+// reports the init's exec failure, and a clone refused in its init, only
+// as text: EAGAIN is what fork, clone and Go's thread creation get from a
+// pids cgroup at its limit (strerror's "Resource temporarily
+// unavailable", as nsexec reports it).
 func startError(name string, err error) error {
 	msg := err.Error()
 	switch {
+	case errors.Is(err, unix.EAGAIN), strings.Contains(strings.ToLower(msg), unix.EAGAIN.Error()), eagainErrno.MatchString(msg):
+		return &pidsBudgetError{cause: err}
 	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "no such file or directory"):
 		return fmt.Errorf("%w: %s", ErrNotFound, name)
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "exec format error"):
@@ -400,6 +429,37 @@ func startError(name string, err error) error {
 	}
 	return fmt.Errorf("start sandbox: %w", err)
 }
+
+// startPids is more than a sandbox's start takes at its peak: its init's
+// nsexec stages and the threads of its Go runtime.
+const startPids = 32
+
+// startError is the package's startError, and also ErrPidsBudget for a
+// start that failed in another way (runc's init died: "procReady not
+// received", "container process is already dead") while the parent's pids
+// budget had no room for a start: a thread the init's runtime could not
+// create kills it with no EAGAIN in what libcontainer reports.
+func (m *Manager) startError(name string, err error) error {
+	err = startError(name, err)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotExecutable) || errors.Is(err, ErrPidsBudget) {
+		return err
+	}
+	if free, ok := m.parent.PidsFree(); ok && free < startPids {
+		return &pidsBudgetError{cause: err}
+	}
+	return err
+}
+
+// eagainErrno is how the Go runtime of runc's init reports a thread it
+// could not create ("failed to create new OS thread ... errno=11").
+var eagainErrno = regexp.MustCompile(`errno=11\b`)
+
+// pidsBudgetError is ErrPidsBudget, with the start's own error for the log.
+// Its message is ErrPidsBudget's alone: the cause names host pids.
+type pidsBudgetError struct{ cause error }
+
+func (e *pidsBudgetError) Error() string { return ErrPidsBudget.Error() }
+func (e *pidsBudgetError) Unwrap() error { return ErrPidsBudget }
 
 // environ builds the command's environment: fixed defaults (HOME is the
 // working directory workDir), overridden by the caller's pairs. Nothing

@@ -58,7 +58,7 @@ func TestTeardownAfterAnswer(t *testing.T) {
 	for i := range 2 {
 		res := run()
 		held = append(held, res.ID)
-		if n := m.TearingDown(); n != i+1 {
+		if n := jail.TearingDown(m); n != i+1 {
 			t.Fatalf("after run %d: %d teardowns in progress, want %d", i+1, n, i+1)
 		}
 		if len(testenv.CgroupsNamed(res.ID)) == 0 {
@@ -67,7 +67,7 @@ func TestTeardownAfterAnswer(t *testing.T) {
 	}
 	// The backlog is full: the third run destroys its sandbox first.
 	res := run()
-	if n := m.TearingDown(); n != 2 {
+	if n := jail.TearingDown(m); n != 2 {
 		t.Fatalf("after a run with the backlog full: %d teardowns in progress, want 2", n)
 	}
 	if s := testenv.CgroupsNamed(res.ID); len(s) > 0 {
@@ -80,7 +80,7 @@ func TestTeardownAfterAnswer(t *testing.T) {
 			t.Errorf("sandbox %s: cgroups left after its teardown: %v", id, s)
 		}
 	}
-	if n := m.TearingDown(); n != 0 {
+	if n := jail.TearingDown(m); n != 0 {
 		t.Errorf("%d teardowns still counted after they finished", n)
 	}
 }

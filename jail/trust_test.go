@@ -17,9 +17,9 @@ import (
 const nobody = 65534
 
 // trustBase returns a directory for one test's state dirs, inside a private
-// installation that checks for leftovers. It is searchable by everyone, as
-// the old code needed to accept the state dirs in it: each refusal below
-// is then down to the trust checks alone.
+// installation that checks for leftovers. It is searchable by everyone, so
+// that no refusal below is down to the directory that holds the state
+// dirs: each is down to the trust checks alone.
 func trustBase(t *testing.T) *testenv.Install {
 	t.Helper()
 	requireHost(t)

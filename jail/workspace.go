@@ -26,7 +26,7 @@ const minWorkspaceSize = 4096
 // namespace (loopback only) that a server started by one is reachable in
 // from the next, and the host uid range their files are owned by.
 //
-// Every sandbox created on a workspace ([Workspace.Create], or a [Spec]
+// Every sandbox created on a workspace ([Workspace.Run], or a [Spec]
 // whose Workspace is set) has its own pid, mount, IPC, UTS, user and cgroup
 // namespaces, cgroup limits, seccomp filter, read-only root and fresh /tmp,
 // exactly like any other; only /work, the network namespace and the uid

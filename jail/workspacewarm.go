@@ -393,16 +393,6 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *Result, _
 	return res, err, true
 }
 
-// PrestartStats reports how many runs a prestarted sandbox served (hits)
-// and how many it could serve found none ready (misses); zero for a
-// workspace made without [WithPrestart].
-func (w *Workspace) PrestartStats() (hits, misses int64) {
-	if w.pre == nil {
-		return 0, 0
-	}
-	return w.pre.hits.Load(), w.pre.misses.Load()
-}
-
 // Prestarted reports whether a sandbox waits for the workspace's next run
 // now.
 func (w *Workspace) Prestarted() bool {

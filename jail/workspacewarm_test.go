@@ -135,7 +135,7 @@ func TestWorkspacePrestart(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			waitPrestarted(t, ws)
-			hits, _ := ws.PrestartStats()
+			hits, _ := jail.PrestartStats(ws)
 			spec, extra := tc.spec(t)
 			res, err := ws.Run(context.Background(), spec)
 			if tc.wantErr != nil {
@@ -155,7 +155,7 @@ func TestWorkspacePrestart(t *testing.T) {
 					t.Errorf("fd 3 got %q, want %q", got, tc.wantExtra)
 				}
 			}
-			after, _ := ws.PrestartStats()
+			after, _ := jail.PrestartStats(ws)
 			if res.Prestarted != tc.wantPrestart || (after == hits+1) != tc.wantPrestart {
 				t.Errorf("Prestarted %v, hits %d -> %d; want prestarted %v", res.Prestarted, hits, after, tc.wantPrestart)
 			}

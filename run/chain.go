@@ -8,9 +8,9 @@ import (
 // Chain builds the daemon's runner chain around base (the jail), and the
 // session manager for requests that name a session:
 //
-//	Enforce(max) -> Audit -> Egress -> Decide(policy) -> Admit -> Instrument -> base, or the session
+//	maxima -> Audit -> Egress -> Decide(policy) -> Admit -> Instrument -> base, or the session
 //
-// Enforce comes first so that invalid requests are refused before they wait
+// The maxima come first so that invalid requests are refused before they wait
 // for a slot and audit records and the policy see effective limits; Audit
 // sees refused and denied runs too; the policy decides before a run takes a
 // place in the queue, except a run in a session, which it decides at the

@@ -94,14 +94,10 @@ func orCapped(v, def, max int64) int64 {
 	return def
 }
 
-// Enforce returns a Runner that applies max to every spec (on a copy, so the
-// caller's spec is left alone) before passing it on, and refuses specs above
-// it with a *jail.InvalidError. It is the first link of the daemon's chain,
-// so no front end can skip the operator's maxima.
-func Enforce(r Runner, max Maxima) Runner {
-	return &enforcer{next: r, max: max}
-}
-
+// enforcer applies max to every spec (on a copy, so the caller's spec is
+// left alone) before passing it on, and refuses specs above it with a
+// *jail.InvalidError. It is the first link of the daemon's chain, so no
+// front end can skip the operator's maxima.
 type enforcer struct {
 	next     Runner
 	max      Maxima

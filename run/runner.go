@@ -129,11 +129,6 @@ func (r *Request) ReleaseOutput() {
 	r.released = true
 }
 
-// Direct returns a Runner that runs requests straight on base, outside any
-// chain: no maxima, admission (OnAdmit is not called), audit or metrics.
-// Requests that name a session are refused. For tests and tools.
-func Direct(base Base) Runner { return baseRunner{base: base} }
-
 // baseRunner runs requests on the base, or in their session: the end of
 // the chain. policy, if not nil, decides the requests in a session (see
 // Decide).

@@ -49,7 +49,7 @@ func TestParseTokens(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tok, err := server.ParseTokens(strings.NewReader(tt.file))
 			if tt.wantErr == "" {
-				if err != nil || tok.Len() != 2 {
+				if err != nil || server.TokenCount(tok) != 2 {
 					t.Fatalf("ParseTokens: %v", err)
 				}
 				return
@@ -91,7 +91,7 @@ func TestLoadTokensRefusesOpenFile(t *testing.T) {
 		t.Fatalf("world-readable token file: %v", err)
 	}
 	os.Chmod(path, 0o640)
-	if tok, err := server.LoadTokens(path); err != nil || tok.Len() != 1 {
+	if tok, err := server.LoadTokens(path); err != nil || server.TokenCount(tok) != 1 {
 		t.Fatalf("LoadTokens: %v", err)
 	}
 	if _, err := server.LoadTokens(path + ".missing"); err == nil {
@@ -291,7 +291,7 @@ func TestAudit(t *testing.T) {
 
 	t.Run("LogCommand", func(t *testing.T) {
 		var buf bytes.Buffer
-		r := run.Audit(run.Direct(&fake{}), run.NewAuditLog(&buf, run.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
+		r := run.Audit(server.Direct(&fake{}), run.NewAuditLog(&buf, run.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
 		r.Run(context.Background(), &run.Request{Caller: "bob", Spec: &jail.Spec{Command: jail.Command{Args: []string{"ls", "-l"}}}})
 		var rec api.AuditRecord
 		json.Unmarshal(buf.Bytes(), &rec)

@@ -9,11 +9,30 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 )
 
 // Test doubles of the jail, shared by both test packages of server: this
 // one (the MCP tests) and server_test (the HTTP tests), which sees them by
 // their exported names. They exist only in test builds.
+
+// Direct returns a Runner that runs requests straight on base, outside any
+// chain: no maxima, admission, audit or metrics. Requests that name a
+// session or ask for the background are refused, as by a daemon that
+// serves no sessions.
+func Direct(base run.Base) run.Runner { return direct{base} }
+
+type direct struct{ base run.Base }
+
+func (d direct) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+	if req.SessionID != "" || req.Background {
+		return nil, &jail.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
+	}
+	return d.base.Run(ctx, req.Spec)
+}
+
+// TokenCount is the number of tokens t holds.
+func TokenCount(t *Tokens) int { return len(t.names) }
 
 // TestPatience bounds every wait of the tests for something that must
 // happen; it only fails a test that would otherwise hang, it never measures.

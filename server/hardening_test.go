@@ -24,7 +24,7 @@ import (
 func TestHostOrigin(t *testing.T) {
 	f := &fake{}
 	var audit syncBuffer
-	ts := start(t, server.Options{Runner: run.Direct(f), AllowedHosts: []string{"jaild.internal"},
+	ts := start(t, server.Options{Runner: server.Direct(f), AllowedHosts: []string{"jaild.internal"},
 		AllowedOrigins: []string{"https://app.example.com"}, Audit: run.NewAuditLog(&audit, run.AuditOptions{}),
 		MCP: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })})
 	do := func(method, path string, hdr ...string) int {
@@ -151,7 +151,7 @@ func TestRunOutputStreamed(t *testing.T) {
 	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return &jail.Result{ID: "sb", Stdout: ctrl, Stderr: bin, StdoutBytes: int64(len(ctrl)), StderrBytes: int64(len(bin))}, nil
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	resp, body := post(t, ts.URL+"/run", `{"command":"x"}`)
 	if resp.StatusCode != 200 || resp.ContentLength != int64(len(body)) {
 		t.Fatalf("status %d, Content-Length %d, body %d bytes", resp.StatusCode, resp.ContentLength, len(body))
@@ -177,7 +177,7 @@ func TestRawExitNotTruncated(t *testing.T) {
 		s.Stdout.Write([]byte("all of it\n"))
 		return &jail.Result{ID: "sb", StdoutBytes: 10, StdoutTruncated: true, StderrTruncated: true}, nil
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	_, body := post(t, ts.URL+"/raw", `{"command":"x"}`)
 	evs := events(t, body)
 	last := evs[len(evs)-1]
@@ -247,7 +247,7 @@ func TestQueueAbandoned(t *testing.T) {
 func TestOutputMemory(t *testing.T) {
 	g := newGate()
 	defer g.Open()
-	a, err := run.Admit(run.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
+	a, err := run.Admit(server.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestOutputHeldUntilWritten(t *testing.T) {
 	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return okResult("x"), nil
 	}}
-	adm, err := run.Admit(run.Direct(f), run.AdmitOptions{MaxOutputMemory: 64 << 20})
+	adm, err := run.Admit(server.Direct(f), run.AdmitOptions{MaxOutputMemory: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestInternalErrorHidesDetail(t *testing.T) {
 	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
 		return nil, errors.New("mkdir /run/jaild/secret-path: permission denied")
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	resp, body := post(t, ts.URL+"/run", `{"command":"x"}`)
 	e := decodeError(t, body)
 	if resp.StatusCode != 500 || e.Code != api.CodeInternal || strings.Contains(string(body), "/run/jaild") ||

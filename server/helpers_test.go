@@ -66,7 +66,7 @@ type testServer struct {
 func start(t *testing.T, opts server.Options) *testServer {
 	t.Helper()
 	if opts.Runner == nil {
-		opts.Runner = run.Direct(&fake{})
+		opts.Runner = server.Direct(&fake{})
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = run.NewMetrics()

@@ -357,8 +357,11 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
 	case http.StatusServiceUnavailable:
-		if errors.Is(err, api.ErrUnavailable) {
+		switch {
+		case errors.Is(err, api.ErrUnavailable):
 			w.Header().Set("Retry-After", "1") // a worker restarts within a second
+		case e.Code == api.CodeBusy: // the host's sandbox capacity is used up
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((s.opts.RetryAfter+time.Second-1)/time.Second), 10))
 		}
 	case http.StatusBadRequest:
 		s.metrics.Rejected(run.RejectInvalid)

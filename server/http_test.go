@@ -210,7 +210,7 @@ func TestRunErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
 			f := &fake{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
-			ts := start(t, server.Options{Runner: run.Direct(f), RetryAfter: 1500 * time.Millisecond})
+			ts := start(t, server.Options{Runner: server.Direct(f), RetryAfter: 1500 * time.Millisecond})
 			for _, path := range []string{"/run", "/raw"} {
 				resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
 				if resp.StatusCode != tt.status || decodeError(t, body).Code != tt.code {
@@ -304,7 +304,7 @@ func TestRawErrorAfterStart(t *testing.T) {
 		s.Stdout.Write([]byte("partial"))
 		return nil, fmt.Errorf("start container: %w", jail.ErrRootfs)
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"x"}`)
 	evs := events(t, body)
 	if resp.StatusCode != 200 || len(evs) != 3 {
@@ -375,7 +375,7 @@ func TestRawStalledReaderCancels(t *testing.T) {
 		canceled <- ctx.Err()
 		return nil, ctx.Err()
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f), WriteTimeout: 200 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), WriteTimeout: 200 * time.Millisecond})
 	conn, err := net.Dial("tcp", ts.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -461,7 +461,7 @@ func TestAdmitterBound(t *testing.T) {
 		mu.Unlock()
 		return okResult(""), nil
 	}}
-	a, err := run.Admit(run.Direct(base), run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
+	a, err := run.Admit(server.Direct(base), run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestAdmitterBound(t *testing.T) {
 func TestAdmitterQueuedCallerCancels(t *testing.T) {
 	g := newGate()
 	defer g.Open()
-	a, err := run.Admit(run.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+	a, err := run.Admit(server.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +520,7 @@ func TestAdmitterQueuedCallerCancels(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	g := newGate()
 	defer g.Open()
-	ts := start(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), ShutdownGrace: time.Hour})
+	ts := start(t, server.Options{Runner: server.Direct(&fake{Fn: g.Run}), ShutdownGrace: time.Hour})
 	var results []<-chan answer
 	for range 3 {
 		results = append(results, postAsync(t, ts.URL+"/run", `{"executable":"x"}`))
@@ -558,7 +558,7 @@ func TestGracefulShutdown(t *testing.T) {
 // Serve returns once their handlers did.
 func TestShutdownKillsAfterGrace(t *testing.T) {
 	g := newGate() // never opened: runs end only by cancellation
-	ts := start(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), ShutdownGrace: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(&fake{Fn: g.Run}), ShutdownGrace: 50 * time.Millisecond})
 	results := []<-chan answer{
 		postAsync(t, ts.URL+"/run", `{"executable":"x"}`),
 		postAsync(t, ts.URL+"/raw", `{"executable":"x"}`),
@@ -597,7 +597,7 @@ func TestShutdownKillsAfterGrace(t *testing.T) {
 // cut off instead of holding a connection (and memory) forever.
 func TestSlowClients(t *testing.T) {
 	f := &fake{}
-	ts := start(t, server.Options{Runner: run.Direct(f), ReadHeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), ReadHeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond})
 	t.Run("headers", func(t *testing.T) {
 		conn, err := net.Dial("tcp", ts.Addr)
 		if err != nil {
@@ -647,7 +647,7 @@ func TestLongRunOutlivesBodyTimeout(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f), BodyTimeout: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), BodyTimeout: 50 * time.Millisecond})
 	for _, path := range []string{"/run", "/raw"} {
 		resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
 		if resp.StatusCode != 200 || bytes.Contains(body, []byte(`"error"`)) {
@@ -683,6 +683,50 @@ func TestHealthz(t *testing.T) {
 	if resp.StatusCode != 503 || !bytes.Contains(body, []byte("no user namespaces")) {
 		t.Errorf("failing health: status %d: %s", resp.StatusCode, body)
 	}
+}
+
+// TestHealthzAnswersDuringACheck: once the health check has an answer,
+// /healthz and /readyz give it at once while an expired one is checked
+// again, even if that check never ends: a fleet's peers read /readyz with
+// a short timeout.
+func TestHealthzAnswersDuringACheck(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	ts := start(t, server.Options{Health: func(ctx context.Context) error {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n > 1 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return errors.New("the host broke")
+		}
+		return nil
+	}, HealthTTL: time.Nanosecond})
+	defer close(release)
+	for _, path := range []string{"/healthz", "/readyz", "/healthz", "/readyz"} {
+		if resp, body := get(t, ts.URL+path); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls
+	}
+	eventually(t, "a second check to start", func() bool { return count() >= 2 })
+	if n := count(); n != 2 {
+		t.Errorf("the check ran %d times, want the first and one still running", n)
+	}
+	release <- struct{}{}
+	eventually(t, "the check's new answer", func() bool {
+		resp, _ := get(t, ts.URL+"/healthz")
+		return resp.StatusCode == 503
+	})
 }
 
 func TestOpenAPI(t *testing.T) {
@@ -738,16 +782,16 @@ func TestOptionsValidate(t *testing.T) {
 	if _, err := server.New(server.Options{}); err == nil {
 		t.Error("New without a Runner succeeded")
 	}
-	if _, err := server.New(server.Options{Runner: run.Direct(&fake{}), BodyTimeout: -1}); err == nil {
+	if _, err := server.New(server.Options{Runner: server.Direct(&fake{}), BodyTimeout: -1}); err == nil {
 		t.Error("New with a negative timeout succeeded")
 	}
 	if _, err := run.Chain(&fake{}, run.ChainOptions{Max: run.Maxima{Timeout: -1}}); err == nil {
 		t.Error("Chain with a negative maximum succeeded")
 	}
-	if _, err := run.Admit(run.Direct(&fake{}), run.AdmitOptions{MaxQueue: -1}); err == nil {
+	if _, err := run.Admit(server.Direct(&fake{}), run.AdmitOptions{MaxQueue: -1}); err == nil {
 		t.Error("Admit with a negative queue succeeded")
 	}
-	srv, err := server.New(server.Options{Runner: run.Direct(&fake{})})
+	srv, err := server.New(server.Options{Runner: server.Direct(&fake{})})
 	if err != nil {
 		t.Fatal(err)
 	}

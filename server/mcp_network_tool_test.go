@@ -139,7 +139,7 @@ func TestNetworkToolCall(t *testing.T) {
 	b := &FakeBase{Fn: echoStreams}
 	r := requestRunner(func(ctx context.Context, req *run.Request) (*jail.Result, error) {
 		got = append(got, req)
-		return run.Direct(b).Run(ctx, req)
+		return Direct(b).Run(ctx, req)
 	})
 	cs := connectRunner(t, r, MCPOptions{Tools: []string{ToolRunNetworkTool}})
 	res, out := callNetworkTool(t, cs, map[string]any{

@@ -366,7 +366,7 @@ func TestMCPSessionOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	srv, tools := newMCPServer(run.Direct(&FakeBase{}), MCPOptions{Sessions: m}.withDefaults(), nil)
+	srv, tools := newMCPServer(Direct(&FakeBase{}), MCPOptions{Sessions: m}.withDefaults(), nil)
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(ctx, st, nil)

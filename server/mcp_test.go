@@ -31,7 +31,7 @@ func connect(t *testing.T, b run.Base, opts MCPOptions, copts *mcp.ClientOptions
 	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(run.Direct(b), opts).Connect(ctx, st, nil)
+	ss, err := NewMCPServer(Direct(b), opts).Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatalf("server connect: %v", err)
 	}
@@ -593,7 +593,7 @@ type raw struct {
 func rawConn(t *testing.T, b run.Base) raw {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(run.Direct(b), MCPOptions{}).Connect(context.Background(), st, nil)
+	ss, err := NewMCPServer(Direct(b), MCPOptions{}).Connect(context.Background(), st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -714,7 +714,7 @@ func checkMethodNotFound(t *testing.T, r *jsonrpc.Response) {
 // httpMCP serves NewMCPHandler on a loopback test server.
 func httpMCP(t *testing.T, b run.Base, opts MCPOptions) string {
 	t.Helper()
-	srv := httptest.NewServer(NewMCPHandler(run.Direct(b), opts))
+	srv := httptest.NewServer(NewMCPHandler(Direct(b), opts))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

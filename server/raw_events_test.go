@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/jail"
-	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
 
@@ -62,7 +61,7 @@ func TestRawEventShapes(t *testing.T) {
 		}
 		return &jail.Result{ID: "x", ExitCode: 7, Stdout: "out\n", Stderr: "err\n"}, nil
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"ok"}`)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {

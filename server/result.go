@@ -16,7 +16,7 @@ import (
 // A result may carry two streams of up to --max-output bytes each. Marshaled
 // whole, as encoding/json does, it would be held in memory several times
 // over (each control byte becomes a six-byte escape), so writeResult encodes
-// it straight into the response, in the field order of [Response].
+// it straight into the response, in the field order of [api.Response].
 
 // writeResult answers /run with res. It encodes the body twice, first only
 // to count it for Content-Length (a client can tell a complete answer from
@@ -38,7 +38,7 @@ func writeResult(w http.ResponseWriter, res *jail.Result) {
 	}
 }
 
-// encodeResult writes res as a [Response] JSON object and a newline.
+// encodeResult writes res as a [api.Response] JSON object and a newline.
 func encodeResult(w io.Writer, res *jail.Result) error {
 	bw, ok := w.(*bufio.Writer)
 	if !ok {

@@ -84,12 +84,10 @@ type daemonConfig struct {
 	// --mcp=false); mcpSessions gives each MCP session a jaild session.
 	mcp         *server.MCPOptions
 	mcpSessions bool
-	// policy, if not nil, decides every run; decisionLog is where the
-	// decisions go.
-	policy      *policy.Options
-	decisionLog string
-	egress      run.EgressOptions
-	proxy       egress.Config
+	// policy, if not nil, decides every run.
+	policy *policy.Options
+	egress run.EgressOptions
+	proxy  egress.Config
 }
 
 // readDaemonConfig reads daemonFlags, after the --config file, and the
@@ -132,7 +130,6 @@ func readDaemonConfig(c *cli.Context, limits limitFlags) (daemonConfig, error) {
 	if d.policy, err = readPolicyOptions(c, d.log); err != nil {
 		return d, err
 	}
-	d.decisionLog = c.String("decision-log")
 	if d.egress, d.proxy, err = daemonEgressFlags(c, d.log); err != nil {
 		return d, err
 	}
@@ -240,7 +237,7 @@ func openDaemon(c *cli.Context, cfg daemonConfig, metrics *run.Metrics) (_ *daem
 	if err != nil {
 		return nil, err
 	}
-	pol, closePolicy, err := openPolicy(cfg.policy, cfg.decisionLog, metrics.PolicyObserver())
+	pol, closePolicy, err := openPolicy(c, cfg.policy, metrics.PolicyObserver())
 	if err != nil {
 		return nil, err
 	}

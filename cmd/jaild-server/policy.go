@@ -5,11 +5,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/command"
+	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 )
 
@@ -28,7 +30,8 @@ var policyShellModeFlag = &cli.StringFlag{Name: "policy-shell-mode", Value: stri
 	Usage: `shell strings: "whole" (the set decides the parse, input.shell), "each" (jaild asks data.sandbox.main.allow per simple command, as argv, and refuses anything dynamic: for sets written for argv requests), or "auto": each for a set that routes on data.sandbox[input.command] and never reads input.shell`}
 
 // readPolicyOptions reads the policy flags: the options of the
-// --policy-dir engine, or nil without one.
+// --policy-dir engine but its resolver (see openPolicy), or nil without
+// one.
 func readPolicyOptions(c *cli.Context, log *slog.Logger) (*policy.Options, error) {
 	dir := c.String("policy-dir")
 	if dir == "" {
@@ -42,46 +45,46 @@ func readPolicyOptions(c *cli.Context, log *slog.Logger) (*policy.Options, error
 	if err != nil {
 		return nil, command.UsageError("--policy-shell-mode: %v", err)
 	}
-	// Commands resolve as the sandboxes see them: in a prepared root
-	// (--rootfs DIR) there; over the host's /usr, on the host, whose
-	// /usr the generated template binds (policy.NewRoot("/")); with the
-	// working directory where the sandboxes have it.
-	workDir, err := command.SandboxWorkDir(c)
-	if err != nil {
-		return nil, err
-	}
-	root := "/"
-	if r := c.String("rootfs"); r != "" && r != "host" {
-		root = r
-	}
 	return &policy.Options{
-		Dir:      dir,
-		Mode:     mode,
-		Shell:    shell,
-		Logger:   log.With("part", "policy"),
-		LogEnv:   c.Bool("decision-log-env"),
-		Resolver: policy.NewRoot(root).WithWorkDir(workDir),
+		Dir:    dir,
+		Mode:   mode,
+		Shell:  shell,
+		Logger: log.With("part", "policy"),
+		LogEnv: c.Bool("decision-log-env"),
 	}, nil
 }
 
 // openPolicy opens the engine of o, or returns nil if o is nil, with its
-// decisions appended to decisionLog ("-": stderr; "": none). A set that
-// fails to load is no error: the engine starts in deny-all and recovers on
-// the first valid edit. obs, if not nil, gets the decisions and loads (the
+// decisions appended to --decision-log ("-": stderr). A set that fails to
+// load is no error: the engine starts in deny-all and recovers on the
+// first valid edit. obs, if not nil, gets the decisions and loads (the
 // daemon's metrics).
-func openPolicy(o *policy.Options, decisionLog string, obs policy.Observer) (*policy.Engine, func(), error) {
+func openPolicy(c *cli.Context, o *policy.Options, obs policy.Observer) (*policy.Engine, func(), error) {
 	if o == nil {
 		return nil, func() {}, nil
 	}
 	opts := *o
 	opts.Observer = obs
+	// Commands resolve as the sandboxes see them, with the working
+	// directory where the sandboxes have it: in a prepared root (--rootfs
+	// DIR), or in the generated template with the host paths it binds
+	// (/usr, ...), so that a host file no sandbox can see resolves as
+	// not found. The template is made if missing: after the worker,
+	// whose Manager checks the state dir first.
+	workDir, err := command.SandboxWorkDir(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if opts.Resolver, err = sandboxResolver(c.String("rootfs"), c.String("state-dir"), workDir); err != nil {
+		return nil, nil, err
+	}
 	var dlog io.WriteCloser
-	switch decisionLog {
+	switch path := c.String("decision-log"); path {
 	case "":
 	case "-":
 		dlog = nopCloser{os.Stderr}
 	default:
-		f, err := os.OpenFile(decisionLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, nil, cli.Exit(fmt.Sprintf("open decision log: %v", err), api.ExitInternal)
 		}
@@ -129,3 +132,21 @@ func healthOfPolicy(e *policy.Engine) func() (string, bool) {
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
+
+// sandboxResolver resolves commands in the sandboxes' root: the prepared
+// directory rootfs, or ("" or "host") the template generated under
+// stateDir over the host paths it binds.
+func sandboxResolver(rootfs, stateDir, workDir string) (*policy.Root, error) {
+	if rootfs != "" && rootfs != "host" {
+		return policy.NewRoot(rootfs).WithWorkDir(workDir), nil
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, command.UsageError("--state-dir: %v", err)
+	}
+	r, err := jail.HostRoot(abs, workDir)
+	if err != nil {
+		return nil, cli.Exit(fmt.Sprintf("the policy resolves commands in the sandboxes' root: %v", err), api.ExitRootfs)
+	}
+	return policy.NewRoot(r.Dir, r.Binds()...).WithWorkDir(workDir), nil
+}

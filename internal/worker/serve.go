@@ -305,37 +305,7 @@ func fdConn(fd int) (*net.UnixConn, error) {
 // serveRun serves one run: fds are its socket and the descriptors flags
 // announce, in order.
 func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
-	flags := msg[0]
-	var files []*os.File // the command's stdio and extra files, closed once it ends
-	spec := &jail.Spec{}
-	i := 1
-	for _, s := range []struct {
-		flag byte
-		name string
-	}{{hasStdin, "stdin"}, {hasStdout, "stdout"}, {hasStderr, "stderr"}} {
-		if flags&s.flag == 0 {
-			continue
-		}
-		f := os.NewFile(uintptr(fds[i]), s.name)
-		i++
-		files = append(files, f)
-		switch s.flag {
-		case hasStdin:
-			spec.Stdin = f
-		case hasStdout:
-			spec.Stdout = f
-		case hasStderr:
-			spec.Stderr = f
-		}
-	}
-	if flags&hasExtra != 0 {
-		for range int(msg[1]) {
-			f := os.NewFile(uintptr(fds[i]), "extra")
-			i++
-			files = append(files, f)
-			spec.ExtraFiles = append(spec.ExtraFiles, f)
-		}
-	}
+	spec, files := receivedFiles(msg, fds)
 	closeFiles := func() {
 		for _, f := range files {
 			f.Close()
@@ -384,7 +354,54 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 	// The live streams end here, before the answer, so that the front
 	// end has delivered all of them when it returns the result.
 	closeFiles()
-	a := answer{Err: encodeError(err)}
+	err = sendAnswer(conn, res, err)
+	conn.Close()
+	<-watched
+	return err
+}
+
+// receivedFiles turns the descriptors of a run's control message into a
+// spec's stdin, stdout, stderr and extra files, as msg's flags say
+// (fds[0] is the run's socket). files are all of them, for the caller to
+// close once the command has ended.
+func receivedFiles(msg []byte, fds []int) (spec *jail.Spec, files []*os.File) {
+	flags := msg[0]
+	spec = &jail.Spec{}
+	i := 1
+	for _, s := range []struct {
+		flag byte
+		name string
+	}{{hasStdin, "stdin"}, {hasStdout, "stdout"}, {hasStderr, "stderr"}} {
+		if flags&s.flag == 0 {
+			continue
+		}
+		f := os.NewFile(uintptr(fds[i]), s.name)
+		i++
+		files = append(files, f)
+		switch s.flag {
+		case hasStdin:
+			spec.Stdin = f
+		case hasStdout:
+			spec.Stdout = f
+		case hasStderr:
+			spec.Stderr = f
+		}
+	}
+	if flags&hasExtra != 0 {
+		for range int(msg[1]) {
+			f := os.NewFile(uintptr(fds[i]), "extra")
+			i++
+			files = append(files, f)
+			spec.ExtraFiles = append(spec.ExtraFiles, f)
+		}
+	}
+	return spec, files
+}
+
+// sendAnswer writes a run's answer, its result without the output and
+// the run's error, then the output bytes as they are, in one writev.
+func sendAnswer(conn *net.UnixConn, res *jail.Result, runErr error) error {
+	a := answer{Err: encodeError(runErr)}
 	var stdout, stderr string
 	if res != nil {
 		r := *res
@@ -392,7 +409,6 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 		r.Stdout, r.Stderr = "", ""
 		a.Result, a.StdoutLen, a.StderrLen = &r, int64(len(stdout)), int64(len(stderr))
 	}
-	// One writev: the header, then the output bytes as they are.
 	head, err := frame(a)
 	if err == nil {
 		bufs := net.Buffers{head}
@@ -403,8 +419,6 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 		}
 		_, err = bufs.WriteTo(conn)
 	}
-	conn.Close()
-	<-watched
 	if err != nil {
 		return fmt.Errorf("send result: %w", err)
 	}

@@ -117,6 +117,7 @@ var sentinels = []struct {
 	{"unsupported", jail.ErrUnsupported},
 	{"rootfs", jail.ErrRootfs},
 	{"untrusted", jail.ErrUntrusted},
+	{"pids_budget", jail.ErrPidsBudget},
 	{"canceled", context.Canceled},
 	{"no_workspace", ErrNoWorkspace},
 	{"deadline", context.DeadlineExceeded},

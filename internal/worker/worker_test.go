@@ -67,6 +67,8 @@ func (fake) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 		return nil, fmt.Errorf("check: %w", &jail.InvalidError{Field: "cwd", Reason: "outside"})
 	case "untrusted":
 		return nil, fmt.Errorf("%w: /run/x is writable by uid 5", jail.ErrUntrusted)
+	case "pids-budget":
+		return nil, jail.ErrPidsBudget
 	case "other":
 		return nil, errors.New("something else")
 	}
@@ -178,6 +180,7 @@ func TestErrorsKeepTheirIdentity(t *testing.T) {
 		}, "invalid memory: too much"},
 		{"wrapped-invalid", func(err error) bool { return errors.As(err, &invalid) && invalid.Field == "cwd" }, "check: invalid cwd: outside"},
 		{"untrusted", func(err error) bool { return errors.Is(err, jail.ErrUntrusted) }, "jail: directory not safe from other users: /run/x is writable by uid 5"},
+		{"pids-budget", func(err error) bool { return errors.Is(err, jail.ErrPidsBudget) }, jail.ErrPidsBudget.Error()},
 		{"other", func(err error) bool { return err != nil && !errors.Is(err, jail.ErrNotFound) }, "something else"},
 	}
 	for _, tt := range tests {
