@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // A request body decodes strictly, then becomes a jail.Spec.
@@ -30,12 +30,12 @@ func ExampleDecodeRequest() {
 
 // Every front end reports a failed run through the same table.
 func ExampleErrorOutcome() {
-	err := fmt.Errorf("start: %w", jail.ErrNotFound)
+	err := fmt.Errorf("start: %w", box.ErrCommandNotFound)
 	o := api.ErrorOutcome(err)
 	fmt.Println(o.Code, o.Verdict, o.Status, o.Exit)
 
-	o = api.ErrorOutcome(&api.BusyError{})
-	fmt.Println(o.Code, o.Status, errors.Is(&api.BusyError{}, api.ErrBusy))
+	o = api.ErrorOutcome(&box.BusyError{})
+	fmt.Println(o.Code, o.Status, errors.Is(&box.BusyError{}, box.ErrBusy))
 	// Output:
 	// not_found not_found 422 127
 	// busy 429 true

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -236,9 +237,9 @@ func (req *Request) TimeoutAsked() (field string, n int64, unit time.Duration) {
 
 // Spec turns a decoded request into a jail spec and checks everything that
 // does not depend on the operator's configuration. Errors are
-// *jail.InvalidError naming the request field. Limits left unset stay zero;
+// *box.InvalidError naming the request field. Limits left unset stay zero;
 // the run chain's Maxima.Apply fills them in. A timeout of 0 is the
-// default, like none; one above jail.MaxTimeout becomes jail.MaxTimeout
+// default, like none; one above box.MaxTimeout becomes box.MaxTimeout
 // here, which no maximum exceeds: the run chain refuses what exceeds the
 // operator's maximum, with TimeoutAsked's field and value.
 func (req *Request) Spec() (*jail.Spec, error) {
@@ -328,8 +329,8 @@ func (req *Request) Spec() (*jail.Spec, error) {
 		if n < 0 {
 			return nil, invalid(field, "%d: must not be negative (0 means the default)", n)
 		}
-		s.Timeout = jail.MaxTimeout
-		if n <= int64(jail.MaxTimeout/unit) {
+		s.Timeout = box.MaxTimeout
+		if n <= int64(box.MaxTimeout/unit) {
 			s.Timeout = time.Duration(n) * unit
 		}
 	}
@@ -374,7 +375,7 @@ func positive(field string, p *int64, max int64) (int64, error) {
 }
 
 // jailFields are the request properties behind the jail's own names for
-// what an *jail.InvalidError is about, where they differ.
+// what an *box.InvalidError is about, where they differ.
 var jailFields = map[string]string{
 	"memory":     "memory_bytes",
 	"tmpfs size": "tmpfs_size_bytes",
@@ -383,16 +384,16 @@ var jailFields = map[string]string{
 	"timeout": "timeout_ms",
 }
 
-// FieldOf is the request property that err, an *jail.InvalidError, is
+// FieldOf is the request property that err, an *box.InvalidError, is
 // about: ErrorResponse.Field names request properties, whichever layer
 // refused the value.
-func FieldOf(ie *jail.InvalidError) string {
+func FieldOf(ie *box.InvalidError) string {
 	if f, ok := jailFields[ie.Field]; ok {
 		return f
 	}
 	return ie.Field
 }
 
-func invalid(field, format string, args ...any) *jail.InvalidError {
-	return &jail.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+func invalid(field, format string, args ...any) *box.InvalidError {
+	return &box.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // TestSessionOutcomes: session errors are 404 and 409, and keep their
@@ -13,8 +13,8 @@ import (
 // for a command not found (exit 127), what jaild run and remote report.
 func TestSessionOutcomes(t *testing.T) {
 	base := errors.New("session: not found: session \"x\"")
-	err := api.Mark(base, api.ErrNoSession)
-	if err.Error() != base.Error() || !errors.Is(err, base) || !errors.Is(err, api.ErrNoSession) {
+	err := box.Mark(base, box.ErrNotFound)
+	if err.Error() != base.Error() || !errors.Is(err, base) || !errors.Is(err, box.ErrNotFound) {
 		t.Errorf("Mark: %v", err)
 	}
 	for _, tt := range []struct {
@@ -23,8 +23,8 @@ func TestSessionOutcomes(t *testing.T) {
 		code   string
 	}{
 		{err, 404, api.CodeNotFound},
-		{api.Mark(errors.New("too many"), api.ErrLimit), 409, api.CodeLimit},
-		{jail.ErrNotFound, 422, api.CodeNotFound},
+		{box.Mark(errors.New("too many"), box.ErrLimit), 409, api.CodeLimit},
+		{box.ErrCommandNotFound, 422, api.CodeNotFound},
 	} {
 		if o := api.ErrorOutcome(tt.err); o.Status != tt.status || o.Code != tt.code {
 			t.Errorf("%v: %+v, want %d %s", tt.err, o, tt.status, tt.code)
@@ -33,7 +33,7 @@ func TestSessionOutcomes(t *testing.T) {
 	if o := api.CodeOutcome(api.CodeNotFound); o.Exit != api.ExitNotFound {
 		t.Errorf("CodeOutcome(not_found).Exit = %d, want %d", o.Exit, api.ExitNotFound)
 	}
-	if api.Mark(nil, api.ErrLimit) != nil {
+	if box.Mark(nil, box.ErrLimit) != nil {
 		t.Error("Mark(nil) is not nil")
 	}
 }

@@ -4,7 +4,7 @@
 // A [Manager] builds sandboxes; [Manager.Run] is the whole life of one:
 //
 //	m, err := jail.New(jail.Config{})
-//	res, err := m.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"echo", "hi"}}})
+//	res, err := m.Run(ctx, &jail.Spec{Command: box.Command{Args: []string{"echo", "hi"}}})
 //
 // Each sandbox has its own user, pid, mount, network (loopback only), IPC,
 // UTS and cgroup namespaces. Container root maps to a host uid range of its
@@ -21,8 +21,8 @@
 //
 // # Verdict
 //
-// [Result] carries the exit status, the output (capped while it is read:
-// head and tail kept with an [Elide] marker between, the rest drained so
+// [box.Result] carries the exit status, the output (capped while it is read:
+// head and tail kept with an [box.Elide] marker between, the rest drained so
 // the command never blocks), and the verdict: timed out, cancelled,
 // OOM-killed (from the cgroup's oom_kill counter: a shell can exit 0 after
 // its child was OOM-killed), pids limit hit (pids.events), CPU time and

@@ -1,6 +1,10 @@
 package jail
 
-import "context"
+import (
+	"context"
+
+	"github.com/jaild/jaild/box"
+)
 
 // Test hooks for the external tests.
 
@@ -21,8 +25,8 @@ func SetLimitsHook(m *Manager, f func() error) { m.limitsHook = f }
 
 // RunKept runs cmd in a fresh sandbox with default limits and returns the
 // sandbox's Destroy instead of calling it, for BenchmarkDestroy.
-func RunKept(m *Manager, cmd *Command) (destroy func() error, err error) {
-	sb, err := m.create(context.Background(), Limits{}, nil, false)
+func RunKept(m *Manager, cmd *box.Command) (destroy func() error, err error) {
+	sb, err := m.create(context.Background(), box.Limits{}, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +46,7 @@ type Warm struct {
 
 // Prestart starts a pooled sandbox with default limits on m.
 func Prestart(m *Manager) (*Warm, error) {
-	p := &Pool{m: m, limits: Limits{}.WithDefaults()}
+	p := &Pool{m: m, limits: box.Limits{}.WithDefaults()}
 	w, err := p.prestart()
 	if err != nil {
 		return nil, err
@@ -51,7 +55,7 @@ func Prestart(m *Manager) (*Warm, error) {
 }
 
 // Handover hands cmd to the waiting sandbox and collects the result.
-func (w *Warm) Handover(cmd *Command) (*Result, error) {
+func (w *Warm) Handover(cmd *box.Command) (*box.Result, error) {
 	return w.w.runCommand(context.Background(), cmd, nil)
 }
 

@@ -1,11 +1,11 @@
 package jail
 
 import (
-	"fmt"
 	"io"
-	"strconv"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/jaild/jaild/box"
 )
 
 // capture keeps the first and last bytes of a stream, up to max in all, and
@@ -110,13 +110,13 @@ func (c *capture) String() string {
 	// (too long, if anything) and shorten it while keeping more bytes
 	// takes a digit off the count: the count only falls, so this ends,
 	// and the result fills max exactly.
-	mlen := int64(len(Elide(c.total)))
+	mlen := int64(len(box.Elide(c.total)))
 	if mlen > c.max {
 		head := c.buf[:headEnd(c.buf[:c.half()])]
 		return unsafe.String(unsafe.SliceData(head), len(head)) // no room for the marker
 	}
 	for {
-		shorter := int64(len(Elide(c.total - (c.max - mlen))))
+		shorter := int64(len(box.Elide(c.total - (c.max - mlen))))
 		if shorter >= mlen {
 			break
 		}
@@ -134,7 +134,7 @@ func (c *capture) String() string {
 	tail := c.buf[int(c.max)-tailN:]
 	tail = tail[tailStart(tail):]
 	headN = headEnd(c.buf[:headN])
-	marker := Elide(c.total - int64(headN) - int64(len(tail)))
+	marker := box.Elide(c.total - int64(headN) - int64(len(tail)))
 	n := copy(c.buf[headN:], marker)
 	n += copy(c.buf[headN+n:], tail)
 	return unsafe.String(unsafe.SliceData(c.buf), headN+n)
@@ -179,11 +179,4 @@ func reverse(b []byte) {
 	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
 		b[i], b[j] = b[j], b[i]
 	}
-}
-
-// Elide is the marker that stands in output for n bytes that were cut from
-// its middle. It is on a line of its own so that both people and models can
-// tell a partial result from a complete one.
-func Elide(n int64) string {
-	return fmt.Sprintf("\n[... jaild: %s bytes of output elided ...]\n", strconv.FormatInt(n, 10))
 }

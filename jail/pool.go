@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
+
+	"github.com/jaild/jaild/box"
 )
 
 // A Pool keeps sandboxes started ahead of time and hands each the command of
@@ -41,7 +43,7 @@ import (
 // extra files.
 type Pool struct {
 	m        *Manager
-	limits   Limits
+	limits   box.Limits
 	ready    chan *warm
 	room     chan struct{} // a token per place in the pool not yet filled
 	stop     chan struct{}
@@ -70,7 +72,7 @@ var poolInit = []string{"/proc/self/exe", "pool-wait"}
 
 // NewPool starts a pool that keeps size sandboxes with limits l ready. Close
 // it before closing m.
-func (m *Manager) NewPool(size int, l Limits) (*Pool, error) {
+func (m *Manager) NewPool(size int, l box.Limits) (*Pool, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("jail: pool size %d: must be positive", size)
 	}
@@ -134,7 +136,7 @@ func (p *Pool) prestart() (*warm, error) {
 // at fd 5, whose read end is the warm's extra: the init makes it the
 // command's fd 3 if the message asks for it (see poolMessage), else closes
 // it.
-func (m *Manager) startWaiting(l Limits, ws *Workspace, extra bool) (_ *warm, retErr error) {
+func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm, retErr error) {
 	sb, err := m.create(context.Background(), l, ws, false)
 	if err != nil {
 		return nil, err
@@ -219,7 +221,7 @@ func (w *warm) closePipes() {
 
 // Run implements the same contract as [Manager.Run], on a pooled sandbox
 // when one is ready and can serve spec, else on a fresh one.
-func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
+func (p *Pool) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	if err := p.m.validate(spec); err != nil {
 		return nil, err
 	}
@@ -305,16 +307,16 @@ func pooledDir(dir, workDir string) bool {
 
 // initStatus is the error of a waiting init's report on its status pipe,
 // nil for none (the command was exec'ed).
-func initStatus(status []byte, cmd *Command) error {
+func initStatus(status []byte, cmd *box.Command) error {
 	switch s := strings.TrimSpace(string(status)); s {
 	case "":
 		return nil
 	case "nodir":
 		return errNoDir
 	case "notfound":
-		return fmt.Errorf("%w: %s", ErrNotFound, cmd.Args[0])
+		return fmt.Errorf("%w: %s", box.ErrCommandNotFound, cmd.Args[0])
 	case "notexec":
-		return fmt.Errorf("%w: %s", ErrNotExecutable, cmd.Args[0])
+		return fmt.Errorf("%w: %s", box.ErrNotExecutable, cmd.Args[0])
 	default:
 		return fmt.Errorf("start sandbox: pooled init: %s", s)
 	}
@@ -330,7 +332,7 @@ var errNoDir = errors.New("pooled init: no such directory")
 // command gets (0, or 1: the init's fd 5 becomes its fd 3), the number of
 // arguments, the arguments, then the environment. Validate has refused NUL
 // bytes in all of them.
-func poolMessage(cmd *Command, files int, workDir string) []byte {
+func poolMessage(cmd *box.Command, files int, workDir string) []byte {
 	env := environ(cmd.Env, workDir)
 	path := Path
 	for _, kv := range env {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
@@ -35,7 +36,7 @@ type sandbox struct {
 	ws     *Workspace // nil for a sandbox on a slot of its own
 	hostID int        // where the uid range of its user namespace starts
 	group  *cgroup.Group
-	limits Limits
+	limits box.Limits
 	used   bool
 	// netns and proxy are a sandbox with egress's network namespace
 	// pin and the proxy listener in it; empty and nil otherwise.
@@ -88,20 +89,20 @@ func (ip *initProc) exited() <-chan struct{} {
 func (s *sandbox) ID() string { return s.id }
 
 // Limits are the sandbox's resource limits, with defaults applied.
-func (s *sandbox) Limits() Limits { return s.limits }
+func (s *sandbox) Limits() box.Limits { return s.limits }
 
 // Run runs cmd as the sandbox's init process and waits for it. A sandbox
 // runs one command; a second Run fails. See [Manager.Run] for how timeouts
 // and cancellation are reported.
-func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
+func (s *sandbox) Run(ctx context.Context, cmd *box.Command) (*box.Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
-	if err := CheckDir(cmd.Dir, s.m.workDir); err != nil {
+	if err := box.CheckDir(cmd.Dir, s.m.workDir); err != nil {
 		return nil, err
 	}
 	if s.used || s.c == nil {
-		return nil, ErrClosed
+		return nil, box.ErrClosed
 	}
 	s.used = true
 
@@ -271,16 +272,16 @@ func (s *sandbox) unpin() {
 // collect waits for a started command under cmd's timeout, drains its
 // output and reads the verdict. The timeout and Duration count from
 // r.started.
-func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Result, error) {
+func (s *sandbox) collect(ctx context.Context, cmd *box.Command, r *running) (*box.Result, error) {
 	defer r.outR.Close()
 	defer r.errR.Close()
 	timeout := cmd.Timeout
 	if timeout == 0 {
-		timeout = DefaultTimeout
+		timeout = box.DefaultTimeout
 	}
 	maxOut := cmd.MaxOutput
 	if maxOut == 0 {
-		maxOut = DefaultMaxOutput
+		maxOut = box.DefaultMaxOutput
 	}
 	runCtx, cancel := context.WithDeadline(ctx, r.started.Add(timeout))
 	defer cancel()
@@ -304,7 +305,7 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 	go func() { defer readers.Done(); _, _ = io.Copy(stdout, r.outR) }()
 	go func() { defer readers.Done(); _, _ = io.Copy(stderr, r.errR) }()
 
-	res := &Result{ID: s.id, Limits: s.limits}
+	res := &box.Result{ID: s.id, Limits: s.limits}
 	ps, waitErr := s.wait(ctx, runCtx, res)
 	res.Duration = time.Since(r.started)
 
@@ -339,7 +340,7 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 // wait waits for the command's end, or kills the sandbox when runCtx ends
 // first (its deadline: a timeout; ctx's end: a cancel, both marked in res)
 // and waits for its init to be gone.
-func (s *sandbox) wait(ctx, runCtx context.Context, res *Result) (*os.ProcessState, error) {
+func (s *sandbox) wait(ctx, runCtx context.Context, res *box.Result) (*os.ProcessState, error) {
 	select {
 	case <-s.init.exited():
 		return s.init.ps, s.init.err
@@ -365,7 +366,7 @@ func (s *sandbox) wait(ctx, runCtx context.Context, res *Result) (*os.ProcessSta
 
 // setExitStatus sets res's exit code and signal from ps; a nil ps (the
 // init's status is unknown) is exit code -1.
-func setExitStatus(res *Result, ps *os.ProcessState) {
+func setExitStatus(res *box.Result, ps *os.ProcessState) {
 	res.ExitCode = -1
 	if ps == nil {
 		return
@@ -380,7 +381,7 @@ func setExitStatus(res *Result, ps *os.ProcessState) {
 }
 
 // readUsage puts the sandbox cgroup's counters in res.
-func (s *sandbox) readUsage(res *Result) {
+func (s *sandbox) readUsage(res *box.Result) {
 	u, err := s.group.Read()
 	if err != nil {
 		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
@@ -423,9 +424,9 @@ func startError(name string, err error) error {
 	case errors.Is(err, unix.EAGAIN), strings.Contains(strings.ToLower(msg), unix.EAGAIN.Error()), eagainErrno.MatchString(msg):
 		return &pidsBudgetError{cause: err}
 	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "no such file or directory"):
-		return fmt.Errorf("%w: %s", ErrNotFound, name)
+		return fmt.Errorf("%w: %s", box.ErrCommandNotFound, name)
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "exec format error"):
-		return fmt.Errorf("%w: %s", ErrNotExecutable, name)
+		return fmt.Errorf("%w: %s", box.ErrNotExecutable, name)
 	}
 	return fmt.Errorf("start sandbox: %w", err)
 }
@@ -441,7 +442,7 @@ const startPids = 32
 // create kills it with no EAGAIN in what libcontainer reports.
 func (m *Manager) startError(name string, err error) error {
 	err = startError(name, err)
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotExecutable) || errors.Is(err, ErrPidsBudget) {
+	if errors.Is(err, box.ErrCommandNotFound) || errors.Is(err, box.ErrNotExecutable) || errors.Is(err, ErrPidsBudget) {
 		return err
 	}
 	if free, ok := m.parent.PidsFree(); ok && free < startPids {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -40,9 +41,9 @@ func TestTeardownAfterAnswer(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	run := func() *jail.Result {
+	run := func() *box.Result {
 		t.Helper()
-		res, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{
+		res, err := m.Run(context.Background(), &jail.Spec{Command: box.Command{
 			Args: []string{"/bin/sh", "-c", "echo out; head -c 4000000 /dev/zero > /tmp/f; exit 3"},
 		}})
 		if err != nil {
@@ -136,7 +137,7 @@ func helperTeardown() {
 	}
 	jail.SetTeardownHook(m, func(string) { select {} })
 	for range 2 {
-		if _, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"true"}}}); err != nil {
+		if _, err := m.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"true"}}}); err != nil {
 			fmt.Println("ERR", err)
 			os.Exit(1)
 		}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"golang.org/x/sys/unix"
 )
@@ -112,7 +113,7 @@ func (w *watchdog) startAsync() {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		if err := w.ensure(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := w.ensure(); err != nil && !errors.Is(err, box.ErrClosed) {
 			w.log.Warn("starting the sandbox watchdog", "err", err)
 		}
 	}()
@@ -123,7 +124,7 @@ func (w *watchdog) ensure() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return box.ErrClosed
 	}
 	if w.cur != nil {
 		select {
@@ -203,7 +204,7 @@ func (w *watchdog) reap(p *dogProc) {
 		case <-time.After(wait):
 		}
 	}
-	if err := w.ensure(); err != nil && !errors.Is(err, ErrClosed) {
+	if err := w.ensure(); err != nil && !errors.Is(err, box.ErrClosed) {
 		w.log.Warn("restarting the sandbox watchdog", "err", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"golang.org/x/sys/unix"
 )
@@ -81,7 +82,7 @@ type WorkspaceOption func(*workspaceOptions)
 
 type workspaceOptions struct {
 	proxy    bool
-	prestart *Limits // WithPrestart (workspacewarm.go)
+	prestart *box.Limits // WithPrestart (workspacewarm.go)
 }
 
 // WithProxy makes the workspace's network namespace with a proxy listener
@@ -114,7 +115,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil, ErrClosed
+		return nil, box.ErrClosed
 	}
 	m.live.Add(1)
 	m.mu.Unlock()
@@ -221,7 +222,7 @@ func (w *Workspace) HostIDs() (uid, gid int) {
 // with spec.Workspace set to w (spec itself is left alone): the one started
 // for it ahead of time if the workspace was made [WithPrestart] and that
 // sandbox can serve spec.
-func (w *Workspace) Run(ctx context.Context, spec *Spec) (*Result, error) {
+func (w *Workspace) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	s := *spec
 	s.Workspace = w
 	if res, err, ok := w.runPrestarted(ctx, &s); ok {
@@ -245,7 +246,7 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, ErrClosed
+		return 0, box.ErrClosed
 	}
 	w.rec.Sandboxes = append(w.rec.Sandboxes, member{ID: id, Cgroup: g})
 	if err := w.slot.rewrite(&w.rec); err != nil {

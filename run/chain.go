@@ -60,8 +60,8 @@ type ChainOptions struct {
 	// no run any network.
 	Egress EgressOptions
 	// WorkDir is the sandboxes' working directory (the jail's
-	// Config.WorkDir); empty means jail.DefaultDir. A request's cwd must
-	// be it, /tmp or below them (jail.CheckDir), or it is refused before
+	// Config.WorkDir); empty means box.DefaultDir. A request's cwd must
+	// be it, /tmp or below them (box.CheckDir), or it is refused before
 	// anything else.
 	WorkDir string
 }

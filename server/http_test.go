@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
@@ -34,7 +35,7 @@ func chain(t *testing.T, base run.Base, m *run.Metrics, audit io.Writer, adm run
 	}
 	r, err := run.Chain(base, run.ChainOptions{
 		Max: run.Maxima{
-			Limits:    jail.Limits{Memory: 512 << 20, Pids: 100, CPUs: 1, TmpfsSize: 128 << 20},
+			Limits:    box.Limits{Memory: 512 << 20, Pids: 100, CPUs: 1, TmpfsSize: 128 << 20},
 			Timeout:   30 * time.Second,
 			MaxOutput: 1 << 20,
 		},
@@ -147,9 +148,9 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		in, _ := io.ReadAll(s.Stdin)
-		return &jail.Result{ID: "sb-7", ExitCode: 3, Stdout: "out:" + string(in), Stderr: "err\xff", StdoutBytes: 7,
+		return &box.Result{ID: "sb-7", ExitCode: 3, Stdout: "out:" + string(in), Stderr: "err\xff", StdoutBytes: 7,
 			StderrBytes: 4, TimedOut: true, OOMKilled: true, PidsLimitHit: true, StdoutTruncated: true,
 			Duration: 12 * time.Millisecond, CPUTime: 5 * time.Millisecond, MemoryPeak: 1 << 20}, nil
 	}}
@@ -183,9 +184,9 @@ func TestRun(t *testing.T) {
 		t.Fatalf("%d calls", len(calls))
 	}
 	s := calls[0]
-	wantLimits := jail.Limits{Memory: jail.DefaultMemory, Pids: 50, CPUs: 1, TmpfsSize: jail.DefaultTmpfsSize}
+	wantLimits := box.Limits{Memory: box.DefaultMemory, Pids: 50, CPUs: 1, TmpfsSize: box.DefaultTmpfsSize}
 	if !slices.Equal(s.Args, []string{"/bin/sh", "-c", "cat; exit 3"}) || !slices.Equal(s.Env, []string{"A=2", "Z=1"}) ||
-		s.Dir != "/tmp" || s.Timeout != 5*time.Second || s.Limits != wantLimits || s.MaxOutput != jail.DefaultMaxOutput {
+		s.Dir != "/tmp" || s.Timeout != 5*time.Second || s.Limits != wantLimits || s.MaxOutput != box.DefaultMaxOutput {
 		t.Errorf("spec %+v", s)
 	}
 }
@@ -197,19 +198,19 @@ func TestRunErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{jail.ErrNotFound, 422, api.CodeNotFound},
-		{fmt.Errorf("exec: %w", jail.ErrNotExecutable), 422, api.CodeNotExecutable},
-		{jail.ErrNotRoot, 500, api.CodeNotRoot},
-		{jail.ErrUnsupported, 500, api.CodeUnsupported},
-		{jail.ErrRootfs, 500, api.CodeRootfs},
+		{box.ErrCommandNotFound, 422, api.CodeNotFound},
+		{fmt.Errorf("exec: %w", box.ErrNotExecutable), 422, api.CodeNotExecutable},
+		{box.ErrNotRoot, 500, api.CodeNotRoot},
+		{box.ErrUnsupported, 500, api.CodeUnsupported},
+		{box.ErrRootfs, 500, api.CodeRootfs},
 		{errors.New("boom"), 500, api.CodeInternal},
-		{&jail.InvalidError{Field: "cwd", Reason: "no"}, 400, api.CodeInvalid},
-		{api.ErrBusy, 429, api.CodeBusy},
+		{&box.InvalidError{Field: "cwd", Reason: "no"}, 400, api.CodeInvalid},
+		{box.ErrBusy, 429, api.CodeBusy},
 		{fmt.Errorf("%w: it exited and is being restarted", worker.ErrDown), 503, api.CodeUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
-			f := &fake{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
+			f := &fake{Fn: func(context.Context, *jail.Spec) (*box.Result, error) { return nil, tt.err }}
 			ts := start(t, server.Options{Runner: server.Direct(f), RetryAfter: 1500 * time.Millisecond})
 			for _, path := range []string{"/run", "/raw"} {
 				resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
@@ -250,7 +251,7 @@ func readEvent(t *testing.T, r *bufio.Reader) api.Event {
 // chunks, so a server that buffered until the end would hang this test.
 func TestRawStreams(t *testing.T) {
 	seen := make(chan struct{})
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		s.Stdout.Write([]byte("hello\n"))
 		s.Stderr.Write([]byte{0xff, 0})
 		select {
@@ -259,7 +260,7 @@ func TestRawStreams(t *testing.T) {
 			return nil, ctx.Err()
 		}
 		s.Stdout.Write([]byte("bye\n"))
-		return &jail.Result{ID: "sb-2", ExitCode: -1, Signal: "SIGKILL", TimedOut: true, StdoutBytes: 10, Duration: 9 * time.Millisecond}, nil
+		return &box.Result{ID: "sb-2", ExitCode: -1, Signal: "SIGKILL", TimedOut: true, StdoutBytes: 10, Duration: 9 * time.Millisecond}, nil
 	}}
 	ts := start(t, server.Options{Runner: chain(t, f, nil, nil, run.AdmitOptions{})})
 	// Bounded: a server that does not flush never even sends the headers.
@@ -300,9 +301,9 @@ func TestRawStreams(t *testing.T) {
 }
 
 func TestRawErrorAfterStart(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		s.Stdout.Write([]byte("partial"))
-		return nil, fmt.Errorf("start container: %w", jail.ErrRootfs)
+		return nil, fmt.Errorf("start container: %w", box.ErrRootfs)
 	}}
 	ts := start(t, server.Options{Runner: server.Direct(f)})
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"x"}`)
@@ -324,7 +325,7 @@ func TestDisconnectCancels(t *testing.T) {
 	for _, path := range []string{"/raw", "/run"} {
 		t.Run(path, func(t *testing.T) {
 			g := newGate()
-			f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+			f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 				if s.Stdout != nil { // only /raw streams
 					s.Stdout.Write([]byte("tick\n"))
 				}
@@ -364,7 +365,7 @@ func TestDisconnectCancels(t *testing.T) {
 // than holding a sandbox until the command's own timeout.
 func TestRawStalledReaderCancels(t *testing.T) {
 	canceled := make(chan error, 1)
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		chunk := bytes.Repeat([]byte("y\n"), 32<<10)
 		for ctx.Err() == nil {
 			if _, err := s.Stdout.Write(chunk); err != nil {
@@ -445,12 +446,12 @@ func TestAdmissionWaitExpires(t *testing.T) {
 // TestAdmitterBound hammers an Admitter: never more than MaxConcurrent runs
 // are inside at once, and every caller either ran or got ErrBusy.
 // trueSpec is a valid spec for tests whose fake does not look at it.
-func trueSpec() *jail.Spec { return &jail.Spec{Command: jail.Command{Args: []string{"true"}}} }
+func trueSpec() *jail.Spec { return &jail.Spec{Command: box.Command{Args: []string{"true"}}} }
 
 func TestAdmitterBound(t *testing.T) {
 	var mu sync.Mutex
 	inside, peak := 0, 0
-	base := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	base := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		mu.Lock()
 		inside++
 		peak = max(peak, inside)
@@ -477,7 +478,7 @@ func TestAdmitterBound(t *testing.T) {
 			switch {
 			case err == nil:
 				ok++
-			case errors.Is(err, api.ErrBusy):
+			case errors.Is(err, box.ErrBusy):
 				busy++
 			default:
 				other++
@@ -639,7 +640,7 @@ func TestSlowClients(t *testing.T) {
 // TestLongRunOutlivesBodyTimeout: the body deadline is lifted once the body
 // is read; a run longer than it is not cancelled by it.
 func TestLongRunOutlivesBodyTimeout(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		select {
 		case <-time.After(300 * time.Millisecond):
 			return okResult("slow\n"), nil

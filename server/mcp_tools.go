@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -65,17 +66,17 @@ func (t *mcpTools) egressText() string {
 // workDir is the sandboxes' working directory (MCPOptions.WorkDir).
 func (t *mcpTools) workDir() string {
 	if t.opts.WorkDir == "" {
-		return jail.DefaultDir
+		return box.DefaultDir
 	}
 	return t.opts.WorkDir
 }
 
 // atWorkDir is a description written for the default working directory
-// (jail.DefaultDir, /work) as it reads for the operator's: the path is
+// (box.DefaultDir, /work) as it reads for the operator's: the path is
 // what an agent types, so it must be the one that exists.
 func (t *mcpTools) atWorkDir(desc string) string {
-	if wd := t.workDir(); wd != jail.DefaultDir {
-		return strings.ReplaceAll(desc, jail.DefaultDir, wd)
+	if wd := t.workDir(); wd != box.DefaultDir {
+		return strings.ReplaceAll(desc, box.DefaultDir, wd)
 	}
 	return desc
 }
@@ -173,7 +174,7 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 		}
 		env = append(env, k+"="+in.Env[k])
 	}
-	cmd := jail.Command{
+	cmd := box.Command{
 		Args: []string{t.opts.Shell, "-c", in.Command},
 		Env:  env,
 		Dir:  in.Cwd,
@@ -188,7 +189,7 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 	if in.Command == "" {
 		return nil, nil, errors.New("invalid arguments: command is empty")
 	}
-	cmd := jail.Command{Args: append([]string{in.Command}, in.Args...)}
+	cmd := box.Command{Args: append([]string{in.Command}, in.Args...)}
 	if in.Stdin != "" {
 		cmd.Stdin = strings.NewReader(in.Stdin)
 	}
@@ -198,7 +199,7 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 // call runs cmd and turns the outcome into a tool result. Errors it returns
 // become tool errors (isError with the message) that a model can read; an
 // error that only a cancelled call can see is returned as is.
-func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, egress bool, cmd jail.Command, background bool) (res *mcp.CallToolResult, out *RunOutput, err error) {
+func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, egress bool, cmd box.Command, background bool) (res *mcp.CallToolResult, out *RunOutput, err error) {
 	defer func() {
 		// A bug in a run must not take down a daemon serving other
 		// agents; the caller gets a tool error, the log the stack.
@@ -244,7 +245,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		}
 	}
 	r, err := t.run.Run(runCtx, rreq)
-	if t.sess != nil && errors.Is(err, api.ErrNoSession) && runCtx.Err() == nil {
+	if t.sess != nil && errors.Is(err, box.ErrNotFound) && runCtx.Err() == nil {
 		// Removed since get (expired, evicted, lost): said as get says
 		// it, not as a command that was not found.
 		return nil, nil, t.sess.lostUnder(req.Session, rreq.SessionID, err)
@@ -295,7 +296,7 @@ func (t *mcpTools) egressOf(egress bool) (*api.Egress, error) {
 // setTimeout sets cmd's timeout from the call's (0: the default; above the
 // maximum: the maximum, which the result then says) and its output cap,
 // and returns the timeout the call runs under.
-func (t *mcpTools) setTimeout(cmd *jail.Command, tool string, timeoutMS int64, background bool) (time.Duration, error) {
+func (t *mcpTools) setTimeout(cmd *box.Command, tool string, timeoutMS int64, background bool) (time.Duration, error) {
 	// The SDK validates against the schema; this guards a caller that
 	// bypasses it (and documents the contract).
 	if timeoutMS < 0 {
@@ -357,7 +358,7 @@ func (t *mcpTools) runContext(ctx context.Context, req *mcp.CallToolRequest) (ru
 
 // result is the tool result of a finished run; clamped says the call asked
 // for more than the maximum timeout.
-func (t *mcpTools) result(r *jail.Result, timeout time.Duration, clamped bool) (*mcp.CallToolResult, *RunOutput) {
+func (t *mcpTools) result(r *box.Result, timeout time.Duration, clamped bool) (*mcp.CallToolResult, *RunOutput) {
 	out := &RunOutput{
 		ExitCode:  r.ExitCode,
 		TimeoutMS: timeout.Milliseconds(),

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // A result may carry two streams of up to --max-output bytes each. Marshaled
@@ -21,7 +21,7 @@ import (
 // writeResult answers /run with res. It encodes the body twice, first only
 // to count it for Content-Length (a client can tell a complete answer from
 // one cut off), then onto the wire through a small buffer.
-func writeResult(w http.ResponseWriter, res *jail.Result) {
+func writeResult(w http.ResponseWriter, res *box.Result) {
 	var count countWriter
 	if err := encodeResult(&count, res); err != nil {
 		writeJSON(w, http.StatusInternalServerError, &api.ErrorResponse{Error: "encode answer", Code: api.CodeInternal})
@@ -39,7 +39,7 @@ func writeResult(w http.ResponseWriter, res *jail.Result) {
 }
 
 // encodeResult writes res as a [api.Response] JSON object and a newline.
-func encodeResult(w io.Writer, res *jail.Result) error {
+func encodeResult(w io.Writer, res *box.Result) error {
 	bw, ok := w.(*bufio.Writer)
 	if !ok {
 		bw = bufio.NewWriter(w)

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/route"
 	"github.com/jaild/jaild/run"
@@ -80,7 +80,7 @@ type Options struct {
 	// chain's (run.ChainOptions.Egress).
 	SessionEgress    run.EgressOptions
 	Sessions         *session.Manager
-	SessionMaxLimits jail.Limits
+	SessionMaxLimits box.Limits
 	// Files, if non-nil (and Sessions too), serves
 	// /sessions/{id}/files/{path...}: it is called behind the same
 	// authentication, with the caller's session in the request's

@@ -14,10 +14,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/egress"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/worker"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
@@ -37,7 +37,7 @@ import (
 var daemonFlags = slices.Concat([]cli.Flag{
 	&cli.StringFlag{Name: "config", EnvVars: []string{"JAILD_CONFIG"}, Usage: `config file of "flag-name = value" lines`},
 	&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"JAILD_LOG_FORMAT"}, Usage: `format of the daemon's log on stderr: "text" or "json"`},
-	&cli.DurationFlag{Name: "max-timeout", Value: 10 * time.Minute, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "longest timeout a request may ask for (default timeout: " + jail.DefaultTimeout.String() + " or this, if lower); an MCP tool call's is at most " + server.MaxMCPTimeout.String()},
+	&cli.DurationFlag{Name: "max-timeout", Value: 10 * time.Minute, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "longest timeout a request may ask for (default timeout: " + box.DefaultTimeout.String() + " or this, if lower); an MCP tool call's is at most " + server.MaxMCPTimeout.String()},
 	&cli.StringFlag{Name: "max-output", Value: "16M", EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "most output per stream a run may keep, in bytes: the most a request may ask for; the MCP tools keep --mcp-max-output characters of it, run_network_tool up to 1 MiB"},
 	&cli.IntFlag{Name: "max-concurrent", Value: run.DefaultMaxConcurrent, EnvVars: []string{"JAILD_MAX_CONCURRENT"}, Usage: "sandboxes running at once; further requests and tool calls wait in the queue"},
 	&cli.IntFlag{Name: "pool", Value: 2, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time for runs with the default limits, so that they do not wait for one to be built (0: none)"},
@@ -76,7 +76,7 @@ type daemonConfig struct {
 	max       run.Maxima
 	// defaults are the limits of a run that asks for none: the pool's
 	// sandboxes are built with them, and every MCP tool call gets them.
-	defaults  jail.Limits
+	defaults  box.Limits
 	pool      int
 	admission run.AdmitOptions
 	sessions  session.Config
@@ -139,7 +139,7 @@ func readDaemonConfig(c *cli.Context, limits limitFlags) (daemonConfig, error) {
 // readMaxima reads the most a run may get: the command's limit flags of
 // kind limits, --max-timeout and --max-output. defaults are what a run
 // that asks for nothing gets.
-func readMaxima(c *cli.Context, limits limitFlags) (max run.Maxima, defaults jail.Limits, err error) {
+func readMaxima(c *cli.Context, limits limitFlags) (max run.Maxima, defaults box.Limits, err error) {
 	prefix := "max-"
 	if limits == sandboxFlags {
 		prefix = ""
@@ -151,8 +151,8 @@ func readMaxima(c *cli.Context, limits limitFlags) (max run.Maxima, defaults jai
 	if max.Timeout <= 0 {
 		return max, defaults, command.UsageError("--max-timeout must be positive")
 	}
-	if max.Timeout > jail.MaxTimeout {
-		return max, defaults, command.UsageError("--max-timeout %v: at most %v", max.Timeout, jail.MaxTimeout)
+	if max.Timeout > box.MaxTimeout {
+		return max, defaults, command.UsageError("--max-timeout %v: at most %v", max.Timeout, box.MaxTimeout)
 	}
 	if limits == sandboxFlags {
 		return max, max.Limits, nil
@@ -164,7 +164,7 @@ func readMaxima(c *cli.Context, limits limitFlags) (max run.Maxima, defaults jai
 // readMCPOptions reads the MCP tools' flags. A tool call gets the limits
 // of a run that asks for none, so that it agrees with an HTTP request
 // and the chain's maxima never refuse it.
-func readMCPOptions(c *cli.Context, max run.Maxima, defaults jail.Limits, log *slog.Logger) (server.MCPOptions, error) {
+func readMCPOptions(c *cli.Context, max run.Maxima, defaults box.Limits, log *slog.Logger) (server.MCPOptions, error) {
 	tools, err := mcpTools(c)
 	if err != nil {
 		return server.MCPOptions{}, err

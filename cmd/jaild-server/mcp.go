@@ -10,8 +10,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/command"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
@@ -34,10 +34,10 @@ beats the defaults shown here.`,
 		// Client configurations often say "jaild mcp --stdio": accepted,
 		// and changes nothing, since stdio is jaild mcp's only transport.
 		&cli.BoolFlag{Name: "stdio", Usage: "serve over stdin/stdout, which jaild mcp always does (for client configurations that name the transport)"},
-		&cli.StringFlag{Name: "memory", Value: command.Size(jail.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit of each sandbox, no swap"},
-		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads of each sandbox"},
-		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota of each sandbox in cores"},
-		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of the working directory and /tmp"},
+		&cli.StringFlag{Name: "memory", Value: command.Size(box.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit of each sandbox, no swap"},
+		&cli.Int64Flag{Name: "pids", Value: box.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads of each sandbox"},
+		&cli.Float64Flag{Name: "cpus", Value: box.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota of each sandbox in cores"},
+		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(box.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of the working directory and /tmp"},
 		&cli.DurationFlag{Name: "timeout", Value: server.DefaultMCPTimeout, EnvVars: []string{"JAILD_MCP_TIMEOUT"}, Usage: "timeout of a tool call that gives none (at most --max-timeout)"},
 	}, daemonFlags...),
 	Action:       mcpAction,
@@ -133,7 +133,7 @@ type shutdownRunner struct {
 	caller string
 }
 
-func (s shutdownRunner) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+func (s shutdownRunner) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
 	// The caller, for the audit log, is whoever started jaild mcp.
 	req.Caller = s.caller
 	ctx, cancel := context.WithCancel(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/sibling"
@@ -33,7 +34,7 @@ func startWorker(c *cli.Context, log *slog.Logger, o command.WorkerOptions) (*wo
 	// in the daemon's leaf of the unit's cgroup (see cgroup.Settle).
 	if c.String("cgroup-parent") == "" {
 		if err := cgroup.Settle(); err != nil {
-			return nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+			return nil, command.ExitError(fmt.Errorf("%w: %w", box.ErrUnsupported, err))
 		}
 	}
 	env, added := command.BuilderEnv(os.Environ())
@@ -69,7 +70,7 @@ const serverName = "jaild-server"
 // server caches its result, so it runs at most every few seconds.
 func runnerHealth(r worker.Runner) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		res, err := r.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: 10 * time.Second}})
+		res, err := r.Run(ctx, &jail.Spec{Command: box.Command{Args: []string{"true"}, Timeout: 10 * time.Second}})
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
 )
@@ -49,7 +50,7 @@ type WorkerOptions struct {
 	LogFormat string
 	// Pool is how many sandboxes of PoolLimits the worker keeps started.
 	Pool       int
-	PoolLimits jail.Limits
+	PoolLimits box.Limits
 	// Sweep is how often the worker sweeps orphaned sandboxes; zero: only
 	// at start.
 	Sweep time.Duration
@@ -182,7 +183,7 @@ func openWorker(c *cli.Context) (_ *openedWorker, err error) {
 		return nil, err
 	}
 	w.log = w.log.With("proc", "worker")
-	var l jail.Limits
+	var l box.Limits
 	if l.Memory, err = SizeFlag(c, "pool-memory"); err != nil {
 		return nil, err
 	}
@@ -218,7 +219,7 @@ func (w *openedWorker) base() worker.Runner {
 }
 
 // newWorkspace makes a session's workspace of size bytes.
-func (w *openedWorker) newWorkspace(size int64, proxy bool, prestart *jail.Limits) (worker.Workspace, error) {
+func (w *openedWorker) newWorkspace(size int64, proxy bool, prestart *box.Limits) (worker.Workspace, error) {
 	var opts []jail.WorkspaceOption
 	if proxy {
 		opts = append(opts, jail.WithProxy())

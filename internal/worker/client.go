@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/fdpass"
 	"io"
 	"log/slog"
@@ -20,19 +21,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 )
 
 // ErrDown: no worker serves runs now (it died and is being restarted), and
 // the run was not handed to one: no worker had all of it. It matches
-// api.ErrUnavailable, which front ends answer with "try again".
+// box.ErrUnavailable, which front ends answer with "try again".
 var ErrDown error = downError{}
 
 type downError struct{}
 
 func (downError) Error() string        { return "jaild worker is not running" }
-func (downError) Is(target error) bool { return target == api.ErrUnavailable }
+func (downError) Is(target error) bool { return target == box.ErrUnavailable }
 
 // ErrLost: the worker died while it held the run, or the workspace the run
 // named. What became of the command is unknown, so it is no ErrDown: "try
@@ -309,7 +309,7 @@ func (c *Client) current() (*proc, error) {
 	defer c.mu.Unlock()
 	switch {
 	case c.closed:
-		return nil, jail.ErrClosed
+		return nil, box.ErrClosed
 	case c.cur == nil:
 		return nil, c.down
 	}
@@ -319,7 +319,7 @@ func (c *Client) current() (*proc, error) {
 // Run runs spec in the worker, with the contract of jail.Manager.Run: the
 // spec's Stdout and Stderr receive the output live, and when ctx ends the
 // sandbox is killed and the partial result comes back with ctx's error.
-func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*box.Result, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -331,7 +331,7 @@ func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
 }
 
 // runOn runs spec on p, on the workspace wsID if it is not empty.
-func runOn(ctx context.Context, p *proc, spec *jail.Spec, wsID string) (*jail.Result, error) {
+func runOn(ctx context.Context, p *proc, spec *jail.Spec, wsID string) (*box.Result, error) {
 	res, err := p.run(ctx, spec, wsID)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The worker's run was cancelled because ctx ended; say why.
@@ -343,9 +343,9 @@ func runOn(ctx context.Context, p *proc, spec *jail.Spec, wsID string) (*jail.Re
 // run sends one run to the worker and collects its answer: a socket of
 // its own for the run, the run's descriptors over the control socket, the
 // spec over the run's socket, then the answer (see receive).
-func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Result, error) {
+func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*box.Result, error) {
 	if len(spec.ExtraFiles) > maxExtra {
-		return nil, &jail.InvalidError{Field: "extra files", Reason: fmt.Sprintf("%d: at most %d through the worker", len(spec.ExtraFiles), maxExtra)}
+		return nil, &box.InvalidError{Field: "extra files", Reason: fmt.Sprintf("%d: at most %d through the worker", len(spec.ExtraFiles), maxExtra)}
 	}
 	conn, peer, err := runSocket()
 	if err != nil {
@@ -496,7 +496,7 @@ func (fs *runFiles) close() {
 // receive reads the worker's answer to a run sent on conn: the proxy
 // listener first for a run with egress (unless the run failed before its
 // sandbox was built), then the answer frame, then the output it announces.
-func (p *proc) receive(ctx context.Context, conn *net.UnixConn, spec *jail.Spec) (*jail.Result, error) {
+func (p *proc) receive(ctx context.Context, conn *net.UnixConn, spec *jail.Spec) (*box.Result, error) {
 	var in io.Reader = conn
 	var egress *egressServer
 	if spec.Egress != nil {
@@ -521,7 +521,7 @@ func (p *proc) receive(ctx context.Context, conn *net.UnixConn, spec *jail.Spec)
 	}
 	maxOut := spec.MaxOutput
 	if maxOut == 0 {
-		maxOut = jail.DefaultMaxOutput
+		maxOut = box.DefaultMaxOutput
 	}
 	if a.Result == nil && (a.StdoutLen > 0 || a.StderrLen > 0) || a.StdoutLen < 0 || a.StderrLen < 0 || a.StdoutLen > maxOut || a.StderrLen > maxOut {
 		return nil, fmt.Errorf("jaild worker answered %d and %d bytes of output for a run that keeps %d", a.StdoutLen, a.StderrLen, maxOut)
@@ -599,12 +599,12 @@ func tee(dst io.Writer, r *os.File) {
 type egressServer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	usage  jail.EgressUsage
+	usage  box.EgressUsage
 	once   sync.Once
 }
 
 // stop ends the proxy and returns its counters; safe to call twice.
-func (e *egressServer) stop() *jail.EgressUsage {
+func (e *egressServer) stop() *box.EgressUsage {
 	if e == nil {
 		return nil
 	}

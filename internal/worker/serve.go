@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/fdpass"
 	"io"
 	"log/slog"
@@ -21,7 +22,7 @@ import (
 // Runner runs one spec in a fresh sandbox and tears it down: *jail.Manager
 // or *jail.Pool in the worker, *Client in the front end.
 type Runner interface {
-	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+	Run(ctx context.Context, spec *jail.Spec) (*box.Result, error)
 }
 
 // ControlFD is the worker's descriptor of the control connection.
@@ -63,7 +64,7 @@ type Workspace interface {
 	Dir() string
 	Size() int64
 	HostIDs() (uid, gid int)
-	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+	Run(ctx context.Context, spec *jail.Spec) (*box.Result, error)
 	Close() error
 	// TakeProxyListener is jail.Workspace.TakeProxyListener.
 	TakeProxyListener() net.Listener
@@ -74,7 +75,7 @@ type Workspace interface {
 // not nil: with a *jail.Manager m, m.NewWorkspace (with jail.WithProxy and
 // jail.WithPrestart), with the nil check that converting a nil
 // *jail.Workspace needs.
-type Workspaces func(size int64, proxy bool, prestart *jail.Limits) (Workspace, error)
+type Workspaces func(size int64, proxy bool, prestart *box.Limits) (Workspace, error)
 
 // ErrNoWorkspace: a run or a close names a workspace the worker does not
 // hold (it was closed, or another worker made it), or the worker makes none.
@@ -260,7 +261,7 @@ func passWorkspaceListener(conn *net.UnixConn, ln net.Listener) error {
 	return nil
 }
 
-func (w *served) create(size int64, proxy bool, prestart *jail.Limits) (Workspace, error) {
+func (w *served) create(size int64, proxy bool, prestart *box.Limits) (Workspace, error) {
 	if w.make == nil {
 		return nil, fmt.Errorf("%w: this worker makes no workspaces", ErrNoWorkspace)
 	}
@@ -272,7 +273,7 @@ func (w *served) create(size int64, proxy bool, prestart *jail.Limits) (Workspac
 	defer w.mu.Unlock()
 	if w.done {
 		_ = ws.Close()
-		return nil, jail.ErrClosed
+		return nil, box.ErrClosed
 	}
 	w.held[ws.ID()] = ws
 	return ws, nil
@@ -327,7 +328,7 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 	spec.Args, spec.Env, spec.Dir = ws.Args, ws.Env, ws.Dir
 	spec.Timeout, spec.MaxOutput = ws.Timeout, ws.MaxOutput
 	if ws.Egress {
-		spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+		spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) box.EgressUsage {
 			return passListener(ctx, conn, ln)
 		}}
 	}
@@ -343,7 +344,7 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 		_, _ = conn.Read(b[:])
 		cancel()
 	}()
-	var res *jail.Result
+	var res *box.Result
 	if ws.Workspace == "" {
 		res, err = w.base.Run(runCtx, spec)
 	} else if wsp, werr := w.workspace(ws.Workspace); werr != nil {
@@ -400,7 +401,7 @@ func receivedFiles(msg []byte, fds []int) (spec *jail.Spec, files []*os.File) {
 
 // sendAnswer writes a run's answer, its result without the output and
 // the run's error, then the output bytes as they are, in one writev.
-func sendAnswer(conn *net.UnixConn, res *jail.Result, runErr error) error {
+func sendAnswer(conn *net.UnixConn, res *box.Result, runErr error) error {
 	a := answer{Err: encodeError(runErr)}
 	var stdout, stderr string
 	if res != nil {
@@ -428,20 +429,20 @@ func sendAnswer(conn *net.UnixConn, res *jail.Result, runErr error) error {
 // passListener hands the proxy listener of a run with egress to the front
 // end, which serves it and counts the run's usage, and holds the worker's
 // copy until the sandbox is gone (ctx ends).
-func passListener(ctx context.Context, conn *net.UnixConn, ln net.Listener) jail.EgressUsage {
+func passListener(ctx context.Context, conn *net.UnixConn, ln net.Listener) box.EgressUsage {
 	defer ln.Close()
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
-		return jail.EgressUsage{}
+		return box.EgressUsage{}
 	}
 	f, err := tl.File() // a duplicate, closed once sent
 	if err != nil {
-		return jail.EgressUsage{}
+		return box.EgressUsage{}
 	}
 	// A failure leaves the listener unserved: the sandbox's connections
 	// wait in its backlog and fail when it ends, refused, not let out.
 	_, _, _ = conn.WriteMsgUnix([]byte{egressMark}, unix.UnixRights(int(f.Fd())), nil)
 	f.Close()
 	<-ctx.Done()
-	return jail.EgressUsage{}
+	return box.EgressUsage{}
 }
