@@ -57,6 +57,12 @@ func mcpAction(c *cli.Context) error {
 	if cfg.mcp.DefaultTimeout = c.Duration("timeout"); cfg.mcp.DefaultTimeout <= 0 {
 		return command.UsageError("--timeout must be positive")
 	}
+	if c.IsSet("max-output") && !c.IsSet("mcp-max-output") {
+		// A client configuration written when jaild mcp's --max-output
+		// counted the characters a tool result keeps.
+		cfg.log.Warn("--max-output caps the bytes a run keeps per stream, as in jaild serve; " +
+			"the characters a tool result keeps are --mcp-max-output (JAILD_MCP_MAX_OUTPUT)")
+	}
 	// The protocol gets its own descriptor for stdout, and fd 1 becomes
 	// stderr: nothing but protocol messages can reach the client, even if
 	// some library prints.
