@@ -15,7 +15,7 @@ import (
 // sees refused and denied runs too; the policy decides before a run takes a
 // place in the queue, except a run in a session, which it decides at the
 // end, on the call the session builds (its environment, directory and
-// workspace are only known there: see Decide); Instrument sits inside
+// workspace are only known there: see withPolicy); instrument sits inside
 // admission to count only what reached the jail. Audit, Policy and Metrics
 // may be nil (none).
 func Chain(base Base, c ChainOptions) (Runner, error) {
@@ -28,17 +28,17 @@ func Chain(base Base, c ChainOptions) (Runner, error) {
 		c.Admission.BaseUp = u.Up
 	}
 	c.Metrics.observeSessions(c.Sessions)
-	adm, err := Admit(Instrument(baseRunner{base: base, sessions: c.Sessions, policy: c.Policy}, c.Metrics), c.Admission)
+	adm, err := Admit(instrument(baseRunner{base: base, sessions: c.Sessions, policy: c.Policy}, c.Metrics), c.Admission)
 	if err != nil {
 		return nil, err
 	}
 	var r Runner = adm
 	if c.Policy != nil {
-		r = Decide(r, c.Policy)
+		r = withPolicy(r, c.Policy)
 	}
 	// Always linked: without a proxy it refuses the requests that ask
 	// for egress rather than run them without.
-	r = Egress(r, c.Egress)
+	r = withEgress(r, c.Egress)
 	if c.Audit != nil {
 		r = Audit(r, c.Audit)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/jaild/jaild/jail"
 )
 
-// EgressOptions configure the chain's egress link (see [Egress]).
+// EgressOptions configure the chain's egress link (see [withEgress]).
 type EgressOptions struct {
 	// Proxy serves the runs given egress; nil means the daemon has no
 	// egress, and a request asking for it is refused.
@@ -26,13 +26,13 @@ type EgressOptions struct {
 	Tokens map[string][]egress.Pattern
 }
 
-// Egress returns a Runner that gives each run the network its request asks
+// withEgress returns a Runner that gives each run the network its request asks
 // for and the operator allows, on a copy of its spec: a request's
 // egress field true means the allowlist (the caller's token's, or the
 // daemon's), false none, a list that list, which may only narrow the
 // allowlist. A request that asks for egress the daemon cannot give is
 // refused with an InvalidError naming the field, never run without it.
-func Egress(next Runner, o EgressOptions) Runner {
+func withEgress(next Runner, o EgressOptions) Runner {
 	return &egressLink{next: next, o: o}
 }
 
@@ -42,7 +42,7 @@ type egressLink struct {
 }
 
 // Grant decides what a request's (or a session's) egress field gives
-// caller, with the rules of [Egress]: nil (and no error) means no network;
+// caller, with the rules of [withEgress]: nil (and no error) means no network;
 // an ask the daemon cannot give is an InvalidError naming the field. The
 // grant's who-asked fields other than Caller are the caller's to fill.
 func (o EgressOptions) Grant(want *api.Egress, caller string) (*egress.Grant, error) {

@@ -59,7 +59,7 @@ func TestEgressLink(t *testing.T) {
 			base := &specJail{}
 			spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
 			req := &Request{Spec: spec, Caller: tt.caller, Egress: tt.want, SessionID: tt.session}
-			_, err := Egress(baseRunner{base: base}, tt.o).Run(context.Background(), req)
+			_, err := withEgress(baseRunner{base: base}, tt.o).Run(context.Background(), req)
 			var ie *box.InvalidError
 			switch {
 			case tt.wantErr != "":

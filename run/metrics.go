@@ -192,11 +192,11 @@ func (m *Metrics) observeAdmitter(a *Admitter) {
 	)
 }
 
-// Instrument returns a Runner that records every run of r in m: the
+// instrument returns a Runner that records every run of r in m: the
 // running gauge, and per finished run its verdict, duration and CPU time.
 // It belongs next to the jail, inside admission control, so that it counts
 // only runs that really reached the jail.
-func Instrument(r Runner, m *Metrics) Runner {
+func instrument(r Runner, m *Metrics) Runner {
 	if m == nil {
 		return r
 	}

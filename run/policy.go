@@ -10,7 +10,7 @@ import (
 	"github.com/jaild/jaild/policy"
 )
 
-// Decide returns a Runner that asks the operator's policy about every
+// withPolicy returns a Runner that asks the operator's policy about every
 // request before passing it on, and refuses what it denies with an
 // *api.DeniedError: nothing is built for a denied request. In shadow mode
 // the engine allows and only logs what it would deny.
@@ -19,7 +19,7 @@ import (
 // the session's environment, directory and workspace, which only the
 // session knows when it builds the call, so the chain's end decides it
 // there (sessionCheck), on the spec that runs.
-func Decide(r Runner, e *policy.Engine) Runner {
+func withPolicy(r Runner, e *policy.Engine) Runner {
 	return &decider{next: r, engine: e}
 }
 

@@ -132,7 +132,7 @@ func (r *Request) ReleaseOutput() {
 
 // baseRunner runs requests on the base, or in their session: the end of
 // the chain. policy, if not nil, decides the requests in a session (see
-// Decide).
+// withPolicy).
 type baseRunner struct {
 	base     Base
 	sessions *session.Manager
