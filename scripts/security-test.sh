@@ -776,8 +776,10 @@ if command -v curl > /dev/null; then
     read -r st pp _ < <(sed 's/.*) //' "$p/stat" 2> /dev/null) || continue
     [ "$pp" = "$SERVE_PID" ] && parents+="${p#/proc/} "
   done
+  # Teardowns run after the answers (--teardown-backlog): on a loaded host
+  # the last cycles' sandboxes may take seconds to be waited for.
   zombies=
-  for _ in $(seq 50); do
+  for _ in $(seq 300); do
     zombies=
     for p in /proc/[0-9]*; do
       read -r st pp _ < <(sed 's/.*) //' "$p/stat" 2> /dev/null) || continue
