@@ -46,7 +46,12 @@ command_allowed(c) if {
 	named_as_command(c)
 }
 
-named_as_command(c) if file_name(c) == c.command
+# file_name(c) == c.command, written out: every allowed command comes
+# this way, one call fewer.
+named_as_command(c) if {
+	parts := split(c.path, "/")
+	parts[count(parts) - 1] == c.command
+}
 
 named_as_command(c) if data.sandbox[c.command].binaries[file_name(c)]
 
