@@ -30,7 +30,7 @@ allow if {
 
 # The commands of a shell string as their packages see them, by their
 # keys in input.shell.commands: the request with the command's fields
-# over it, made once for allow and reasons.
+# over it, made once per evaluation.
 shell_commands := {i: object.union(input, c) | some i, c in input.shell.commands}
 
 # The command's package decides, and the file that runs must bear the
