@@ -9,8 +9,15 @@ commands := input.shell.commands if input.shell
 
 commands := [input] if not input.shell
 
+# The base names of the commands, each computed once (a name without a
+# slash is its own): every rule on commands first looks up the names it
+# is about here, so a string that names none of them costs a set lookup
+# per rule.
+bases := {c.command | some c in commands; not contains(c.command, "/")} | {base(c.command) | some c in commands; contains(c.command, "/")}
+
 # rm -rf / (any spelling of the recursive flag, / or /*).
 reasons contains "rm -rf /" if {
+	"rm" in bases
 	some c in commands
 	base(c.command) == "rm"
 	some f in c.args
@@ -20,11 +27,12 @@ reasons contains "rm -rf /" if {
 }
 
 reasons contains "mkfs" if {
-	some c in commands
-	startswith(base(c.command), "mkfs")
+	some b in bases
+	startswith(b, "mkfs")
 }
 
 reasons contains "dd if=/dev/zero" if {
+	"dd" in bases
 	some c in commands
 	base(c.command) == "dd"
 	some a in c.args
@@ -42,9 +50,8 @@ reasons contains "fork bomb" if {
 # interpreter that reads its program from stdin or a substitution, in one
 # string. The parse lists commands, not pipes: a downloader anywhere with
 # such an interpreter anywhere is refused.
-reasons contains sprintf("pipe to a shell: %s | %s", [base(d.command), base(i.command)]) if {
-	some d in commands
-	base(d.command) in downloaders
+reasons contains sprintf("pipe to a shell: %s | %s", [d, base(i.command)]) if {
+	some d in bases & downloaders
 	some i in interpreters_run
 	reads_program_from_stdin(i)
 }
@@ -91,9 +98,10 @@ reads_program_from_stdin(c) if {
 
 # Recursive chmod/chown/chgrp of / or of a top-level system directory:
 # chmod -R 777 /, chown -R user /etc, chgrp --recursive g /usr/*.
-reasons contains sprintf("%s -R of %s", [base(c.command), t]) if {
+reasons contains sprintf("%s -R of %s", [n, t]) if {
+	some n in bases & {"chmod", "chown", "chgrp"}
 	some c in commands
-	base(c.command) in {"chmod", "chown", "chgrp"}
+	base(c.command) == n
 	some f in c.args
 	regex.match(`^-[a-zA-Z]*R|^--recursive$`, f)
 	some t in c.args
@@ -110,7 +118,8 @@ system_dir(p) if regex.match(`^/+((bin|boot|dev|etc|home|lib|lib32|lib64|libx32|
 # parse does not list, count too; in argv mode, in an argument.
 reasons contains sprintf("reads credentials or history: %s", [trim(m, ` "'<>;|&()=`)]) if {
 	some w in words
-	some p in secrets
+	some i, p in secrets
+	contains(w, needs[i])
 	some m in regex.find_n(p, w, -1)
 }
 
@@ -122,5 +131,8 @@ secrets := [
 	`(^|[\s"'<>;|&()=])([^\s"'<>;|&()=]*/)?\.((bash|zsh|sh|python|mysql|psql|node_repl|sqlite|rediscli)_history|history|lesshst|netrc|git-credentials|pgpass|ssh|gnupg|aws/credentials|aws/config|docker/config\.json|kube/config|config/gh/hosts\.yml)(/[^\s"'<>;|&()]*)?($|[\s"'<>;|&()])`,
 	`(^|[\s"'<>;|&()=])(/etc/g?shadow-?|/etc/ssh/ssh_host_[A-Za-z0-9]+_key)($|[\s"'<>;|&()])`,
 ]
+
+# A literal that every match of secrets[i] holds, looked for first.
+needs := [".", "/etc/"]
 
 base(p) := parts[count(parts) - 1] if parts := split(p, "/")
