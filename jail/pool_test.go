@@ -1,6 +1,7 @@
 package jail_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -351,10 +352,11 @@ func TestPoolLimits(t *testing.T) {
 	}
 }
 
-// TestNamespacePins: a started sandbox's namespaces and its init's sealed
-// executable are held open by jaild until its teardown (so that their end is
-// not on the answer's path), and none is left open once the sandboxes are
-// gone.
+// TestNamespacePins: a sandbox's namespaces and its init's sealed
+// executable are held open by jaild from its command's start until its
+// teardown (so that their end is not on the answer's path), not while it
+// waits for a command (an idle one costs no descriptors for them), and none
+// is left open once the sandboxes are gone.
 func TestNamespacePins(t *testing.T) {
 	requireHost(t)
 	env := testenv.New(t, "jaild-test")
@@ -369,13 +371,41 @@ func TestNamespacePins(t *testing.T) {
 	}
 	defer p.Close()
 	waitReady(t, p)
+	if kinds := pinFDs(t); len(kinds) != 0 {
+		t.Errorf("pins open for a waiting sandbox: %v", kinds)
+	}
+	// While the command runs (until its stdin ends), its sandbox is
+	// pinned.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inR.Close()
+	defer inW.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	done := make(chan error, 1)
+	go func() {
+		spec := sh("echo started; read x")
+		spec.Stdin, spec.Stdout = inR, outW
+		_, err := p.Run(context.Background(), spec)
+		outW.Close()
+		done <- err
+	}()
+	if _, err := bufio.NewReader(outR).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
 	kinds := pinFDs(t)
 	for _, k := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup", "exe"} {
 		if kinds[k] == 0 {
-			t.Errorf("no %s pinned for the waiting sandbox (open: %v)", k, kinds)
+			t.Errorf("no %s pinned for the running sandbox (open: %v)", k, kinds)
 		}
 	}
-	if _, err := runPooled(t, p, sh("true")); err != nil {
+	inW.Close()
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if res, err := m.Run(context.Background(), sh("true")); err != nil || res.ExitCode != 0 {
