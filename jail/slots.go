@@ -50,7 +50,8 @@ type record struct {
 	Dir       string `json:"dir,omitempty"`
 	// Detached marks a workspace whose tmpfs is mounted nowhere on the
 	// host (see detachedTmpfs): nothing of it outlives its owner but
-	// its sandboxes.
+	// its sandboxes. Its Dir is the path it is reached at while its
+	// owner lives (/proc/<owner>/fd/<n>/.), which a sweep never uses.
 	Detached bool `json:"detached,omitempty"`
 	// NetNS marks a sandbox with egress: its network namespace is
 	// pinned at a path derived from StateRoot and ID (see egressNetNS).

@@ -167,6 +167,13 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 		// "/." makes a walk follow the fd's link, even one that
 		// refuses to follow a last component that is a symlink.
 		w.dir = procFD(w.mnt) + "/."
+		// Where the workspace is reached while jaild lives, for
+		// whoever reads the record (an operator, a test); a sweep
+		// has nothing of it to remove.
+		w.rec.Dir = w.dir
+		if err := w.slot.rewrite(&w.rec); err != nil {
+			return nil, err
+		}
 	} else if err := mountTmpfs(w.dir, opts); err != nil {
 		return nil, err
 	}
