@@ -139,10 +139,10 @@ func TestMCPEndToEnd(t *testing.T) {
 // the host sees of an MCP session's jaild session, which that scenario marks
 // with a file named MARKER in /work and a working directory /work/MARKER/src.
 type agentHost struct {
-	stateDir   string // the daemons' state dir, whose workspaces testenv.Workspaces lists
-	base       string // jaild serve's URL
-	tokenFile  string // its token, the e2e.mjs HTTP clients'
-	ids        map[string]string
+	stateDir  string // the daemons' state dir, whose workspaces testenv.Workspaces lists
+	base      string // jaild serve's URL
+	tokenFile string // its token, the e2e.mjs HTTP clients'
+	ids       map[string]string
 }
 
 // answer answers "present MARKER" (the workspace with MARKER exists, and
