@@ -468,7 +468,10 @@ if [[ $WANT == *" density "* ]]; then
   # The front end and its worker: their mount tables and descriptors.
   dens_pids="$DAEMON_PID,$(pgrep -P "$DAEMON_PID" -f ' worker ' | head -1)"
   "$T/sessionbench" -url "http://127.0.0.1:$dens_port" -token-file "$T/dens.tokens" -density "$DENSITY" \
-    -secs "${SECS}s" -n 20 -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} 2> /dev/null || echo "bench: the density benchmark failed: $(tail -c 300 "$T/serve-density.log")" >&2
+    -secs "${SECS}s" -n 20 -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} 2> "$T/sessionbench.err" ||
+    echo "bench: the density benchmark failed; its levels so far:
+$(cat "$T/sessionbench.err")
+the daemon's log: $(grep -v 'level=INFO' "$T/serve-density.log" | tail -c 1500)" >&2
   stop_daemon
   if [ -n "$MEMCG" ]; then
     for _ in 1 2 3 4 5 6 7 8 9 10; do
