@@ -6,20 +6,20 @@ import (
 	"strings"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
-// A request body decodes strictly, then becomes a jail.Spec.
+// A request body decodes strictly, then becomes a run's limits and command.
 func ExampleDecodeRequest() {
 	req, err := api.DecodeRequest(strings.NewReader(`{"command":"echo hi","timeout_ms":2000}`))
 	if err != nil {
 		panic(err)
 	}
-	spec, err := req.Spec()
+	_, cmd, err := req.Spec()
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(spec.Args, spec.Timeout)
+	fmt.Println(cmd.Args, cmd.Timeout)
 
 	_, err = api.DecodeRequest(strings.NewReader(`{"command":"id","command":"true"}`))
 	fmt.Println(err)
@@ -30,13 +30,13 @@ func ExampleDecodeRequest() {
 
 // Every front end reports a failed run through the same table.
 func ExampleErrorOutcome() {
-	err := fmt.Errorf("start: %w", jail.ErrNotFound)
+	err := fmt.Errorf("start: %w", box.ErrCommandNotFound)
 	o := api.ErrorOutcome(err)
 	fmt.Println(o.Code, o.Verdict, o.Status, o.Exit)
 
-	o = api.ErrorOutcome(&api.BusyError{})
-	fmt.Println(o.Code, o.Status, errors.Is(&api.BusyError{}, api.ErrBusy))
+	o = api.ErrorOutcome(&box.BusyError{})
+	fmt.Println(o.Code, o.Status, errors.Is(&box.BusyError{}, box.ErrBusy))
 	// Output:
-	// not_found not_found 422 127
+	// command_not_found not_found 422 127
 	// busy 429 true
 }

@@ -4,24 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
-
-// ErrBusy is the refusal of a run that can neither start nor wait: the
-// admission queue is full, or the run waited its maximum in it. Front ends
-// answer it with "try again later" (HTTP 429 with Retry-After). Admission
-// control returns a *BusyError, which matches ErrBusy with errors.Is.
-var ErrBusy = errors.New("too many sandboxes running, try again later")
-
-// ErrUnavailable: nothing can build sandboxes for a moment (the daemon's
-// worker died and is being restarted). Front ends answer it with "try again
-// shortly" (HTTP 503 with Retry-After); the worker's errors match it with
-// errors.Is.
-var ErrUnavailable = errors.New("sandboxes are unavailable for a moment, try again shortly")
 
 // ErrDenied is a run the operator's policy refused; the error returned is
 // a *DeniedError, which matches it with errors.Is.
@@ -69,18 +54,6 @@ func (e *DeniedError) Error() string {
 // Is makes errors.Is(err, ErrDenied) true.
 func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
 
-// BusyError is ErrBusy with an estimate of when a slot may be free.
-type BusyError struct {
-	// RetryAfter is how long the queue ahead should take to drain, from
-	// the recent runs' duration; at least a second.
-	RetryAfter time.Duration
-}
-
-func (e *BusyError) Error() string { return ErrBusy.Error() }
-
-// Is makes errors.Is(err, ErrBusy) true.
-func (e *BusyError) Is(target error) bool { return target == ErrBusy }
-
 // Exit statuses of jaild run and jaild remote. A command's own exit status
 // passes through (128+N when signal N killed it); jaild's outcomes use codes
 // that shells and container runtimes already use for the same ideas.
@@ -116,27 +89,27 @@ var outcomes = []struct {
 	is func(error) bool
 	o  Outcome
 }{
-	{jail.IsInvalid, Outcome{CodeInvalid, VerdictInvalid, 400, ExitUsage}},
-	{isErr(ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
-	{isErr(ErrUnavailable), Outcome{CodeUnavailable, VerdictError, 503, ExitInternal}},
+	{box.IsInvalid, Outcome{CodeInvalid, VerdictInvalid, 400, ExitUsage}},
+	{isErr(box.ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
+	{isErr(box.ErrUnavailable), Outcome{CodeUnavailable, VerdictError, 503, ExitInternal}},
+	// No process left in the sandboxes' pids budget: busy, as a full
+	// queue, but 503: the host, not this caller's rate, is at capacity.
+	{isErr(box.ErrPidsBudget), Outcome{CodeBusy, VerdictBusy, 503, ExitInternal}},
 	{isErr(ErrDenied), Outcome{CodePolicyDenied, VerdictDenied, 403, ExitUsage}},
-	{isErr(jail.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 422, ExitNotFound}},
-	// After the command's not_found: CodeOutcome (a client's view of a
-	// code) takes the first row of a code, and a command not found is
-	// what jaild run and remote report with 127.
-	{isErr(ErrNoSession), Outcome{CodeNotFound, VerdictNotFound, 404, ExitUsage}},
-	{isErr(ErrSessionLost), Outcome{CodeSessionLost, VerdictNotFound, 410, ExitUsage}},
-	{isErr(ErrLimit), Outcome{CodeLimit, VerdictRejected, 409, ExitUsage}},
-	{isErr(jail.ErrNotExecutable), Outcome{CodeNotExecutable, VerdictNotExecutable, 422, ExitNotExecutable}},
+	{isErr(box.ErrCommandNotFound), Outcome{CodeCommandNotFound, VerdictNotFound, 422, ExitNotFound}},
+	{isErr(box.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 404, ExitUsage}},
+	{isErr(box.ErrSessionLost), Outcome{CodeSessionLost, VerdictNotFound, 410, ExitUsage}},
+	{isErr(box.ErrLimit), Outcome{CodeLimit, VerdictRejected, 409, ExitUsage}},
+	{isErr(box.ErrNotExecutable), Outcome{CodeNotExecutable, VerdictNotExecutable, 422, ExitNotExecutable}},
 	// A run ended by its caller, or by the daemon closing under it.
 	{isErr(context.Canceled), Outcome{CodeCanceled, VerdictCanceled, 503, ExitInternal}},
 	{isErr(context.DeadlineExceeded), Outcome{CodeCanceled, VerdictCanceled, 503, ExitInternal}},
-	{isErr(jail.ErrClosed), Outcome{CodeCanceled, VerdictCanceled, 503, ExitInternal}},
-	{isErr(jail.ErrNotRoot), Outcome{CodeNotRoot, VerdictError, 500, ExitNotRoot}},
-	{isErr(jail.ErrUnsupported), Outcome{CodeUnsupported, VerdictError, 500, ExitUnsupported}},
-	{isErr(jail.ErrRootfs), Outcome{CodeRootfs, VerdictError, 500, ExitRootfs}},
+	{isErr(box.ErrClosed), Outcome{CodeCanceled, VerdictCanceled, 503, ExitInternal}},
+	{isErr(box.ErrNotRoot), Outcome{CodeNotRoot, VerdictError, 500, ExitNotRoot}},
+	{isErr(box.ErrUnsupported), Outcome{CodeUnsupported, VerdictError, 500, ExitUnsupported}},
+	{isErr(box.ErrRootfs), Outcome{CodeRootfs, VerdictError, 500, ExitRootfs}},
 	// A state dir other users could change: the operator's to fix.
-	{isErr(jail.ErrUntrusted), Outcome{CodeInternal, VerdictError, 500, ExitUsage}},
+	{isErr(box.ErrUntrusted), Outcome{CodeInternal, VerdictError, 500, ExitUsage}},
 }
 
 var internal = Outcome{CodeInternal, VerdictError, 500, ExitInternal}
@@ -176,7 +149,7 @@ func CodeOutcome(code string) Outcome {
 // exit status puts a timeout and an OOM kill before the command's own
 // status (a shell may exit 0 after its child was OOM-killed), and reports
 // a signal N as 128+N, as a shell does.
-func ResultOutcome(res *jail.Result) Outcome {
+func ResultOutcome(res *box.Result) Outcome {
 	o := Outcome{Status: 200}
 	switch {
 	case res.TimedOut:
@@ -200,7 +173,7 @@ func ResultOutcome(res *jail.Result) Outcome {
 	case res.OOMKilled:
 		o.Exit = ExitOOM
 	case res.Signal != "":
-		o.Exit = 128 + int(unix.SignalNum(res.Signal))
+		o.Exit = 128 + linuxSignals[res.Signal]
 	default:
 		o.Exit = res.ExitCode
 	}
@@ -208,7 +181,7 @@ func ResultOutcome(res *jail.Result) Outcome {
 }
 
 // RunOutcome is ResultOutcome or ErrorOutcome, as err says.
-func RunOutcome(res *jail.Result, err error) Outcome {
+func RunOutcome(res *box.Result, err error) Outcome {
 	if err != nil {
 		return ErrorOutcome(err)
 	}
@@ -216,4 +189,17 @@ func RunOutcome(res *jail.Result, err error) Outcome {
 		return internal
 	}
 	return ResultOutcome(res)
+}
+
+// linuxSignals are the numbers of the signals a sandbox's command can die
+// of, as Linux numbers them on amd64 and arm64 (where sandboxes run),
+// whatever the platform of the client that reads the result; an unknown
+// name counts as 0.
+var linuxSignals = map[string]int{
+	"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGILL": 4, "SIGTRAP": 5, "SIGABRT": 6,
+	"SIGBUS": 7, "SIGFPE": 8, "SIGKILL": 9, "SIGUSR1": 10, "SIGSEGV": 11, "SIGUSR2": 12,
+	"SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15, "SIGSTKFLT": 16, "SIGCHLD": 17, "SIGCONT": 18,
+	"SIGSTOP": 19, "SIGTSTP": 20, "SIGTTIN": 21, "SIGTTOU": 22, "SIGURG": 23, "SIGXCPU": 24,
+	"SIGXFSZ": 25, "SIGVTALRM": 26, "SIGPROF": 27, "SIGWINCH": 28, "SIGIO": 29, "SIGPWR": 30,
+	"SIGSYS": 31,
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // Sanity bounds on request fields, whatever the operator allows: they keep
@@ -234,23 +234,61 @@ func (req *Request) TimeoutAsked() (field string, n int64, unit time.Duration) {
 	return "timeout_ms", 0, time.Millisecond
 }
 
-// Spec turns a decoded request into a jail spec and checks everything that
-// does not depend on the operator's configuration. Errors are
-// *jail.InvalidError naming the request field. Limits left unset stay zero;
-// [Maxima.Apply] fills them in. A timeout of 0 is the default, like none;
-// one above jail.MaxTimeout becomes jail.MaxTimeout here, which no maximum
-// exceeds: the run chain refuses what exceeds the operator's maximum, with
-// TimeoutAsked's field and value.
-func (req *Request) Spec() (*jail.Spec, error) {
-	s := &jail.Spec{}
+// Spec turns a decoded request into the limits and the command of a run,
+// and checks everything that does not depend on the operator's
+// configuration; the caller (the front end) puts them into the engine's
+// spec. Errors are *box.InvalidError naming the request field. Limits left
+// unset stay zero; the run chain's maxima fill them in. A timeout of 0 is
+// the default, like none; one above box.MaxTimeout becomes box.MaxTimeout
+// here, which no maximum exceeds: the run chain refuses what exceeds the
+// operator's maximum, with TimeoutAsked's field and value. Egress is not
+// part of it: the run chain decides it from the request's field and the
+// operator's lists.
+func (req *Request) Spec() (box.Limits, box.Command, error) {
+	var (
+		l   box.Limits
+		c   box.Command
+		err error
+	)
 	switch {
 	case req.RunInBackground && req.SessionID == "":
-		return nil, invalid("run_in_background", "a background job runs in a session: set session_id")
+		return l, c, invalid("run_in_background", "a background job runs in a session: set session_id")
 	case len(req.SessionID) > maxSessionID || strings.IndexByte(req.SessionID, 0) >= 0:
-		return nil, invalid("session_id", "not a session id")
+		return l, c, invalid("session_id", "not a session id")
 	}
-	// Egress is not part of the spec: the run chain's egress link (package
-	// run) decides it from the request's field and the operator's lists.
+	if c.Args, err = req.argv(); err != nil {
+		return l, c, err
+	}
+	switch {
+	case req.Stdin != nil && req.StdinB64 != nil:
+		return l, c, invalid("stdin", "stdin and stdin_b64 are mutually exclusive")
+	case req.Stdin != nil:
+		c.Stdin = strings.NewReader(*req.Stdin)
+	case req.StdinB64 != nil:
+		c.Stdin = bytes.NewReader(req.StdinB64)
+	}
+	if c.Env, err = req.env(); err != nil {
+		return l, c, err
+	}
+	if strings.IndexByte(req.Cwd, 0) >= 0 {
+		return l, c, invalid("cwd", "contains a NUL byte")
+	}
+	c.Dir = req.Cwd
+	if c.Timeout, err = req.timeout(); err != nil {
+		return l, c, err
+	}
+	if l, c.MaxOutput, err = req.limits(); err != nil {
+		return l, c, err
+	}
+	if err := l.Validate(); err != nil {
+		return l, c, err
+	}
+	return l, c, c.Validate()
+}
+
+// argv is the command line of the request, shell mode or argv mode.
+func (req *Request) argv() ([]string, error) {
+	var args []string
 	switch {
 	case req.Command != "" && req.Executable != "":
 		return nil, invalid("command", "command (shell mode) and executable (argv mode) are mutually exclusive")
@@ -261,16 +299,16 @@ func (req *Request) Spec() (*jail.Spec, error) {
 		if len(req.Args) > 0 {
 			return nil, invalid("args", "only allowed with executable; in shell mode put the arguments in command")
 		}
-		s.Args = []string{"/bin/sh", "-c", req.Command}
+		args = []string{"/bin/sh", "-c", req.Command}
 	case req.Executable != "":
 		if len(req.Args) >= maxArgs {
 			return nil, invalid("args", "more than %d arguments", maxArgs)
 		}
-		s.Args = append([]string{req.Executable}, req.Args...)
+		args = append([]string{req.Executable}, req.Args...)
 	default:
 		return nil, invalid("command", "missing: set command (shell mode) or executable (argv mode)")
 	}
-	for i, a := range s.Args {
+	for i, a := range args {
 		if strings.IndexByte(a, 0) >= 0 {
 			field := "args"
 			if i == 0 {
@@ -282,16 +320,12 @@ func (req *Request) Spec() (*jail.Spec, error) {
 			return nil, invalid(field, "contains a NUL byte")
 		}
 	}
+	return args, nil
+}
 
-	switch {
-	case req.Stdin != nil && req.StdinB64 != nil:
-		return nil, invalid("stdin", "stdin and stdin_b64 are mutually exclusive")
-	case req.Stdin != nil:
-		s.Stdin = strings.NewReader(*req.Stdin)
-	case req.StdinB64 != nil:
-		s.Stdin = bytes.NewReader(req.StdinB64)
-	}
-
+// env is the request's variables as KEY=VALUE, sorted by name so that equal
+// requests give equal commands (and audit hashes).
+func (req *Request) env() ([]string, error) {
 	if len(req.Env) > maxEnv {
 		return nil, invalid("env", "more than %d variables", maxEnv)
 	}
@@ -307,60 +341,56 @@ func (req *Request) Spec() (*jail.Spec, error) {
 		}
 		keys = append(keys, k)
 	}
-	// Sorted so that equal requests give equal specs (and audit hashes).
 	sort.Strings(keys)
+	var env []string
 	for _, k := range keys {
-		s.Env = append(s.Env, k+"="+req.Env[k])
+		env = append(env, k+"="+req.Env[k])
 	}
+	return env, nil
+}
 
-	if strings.IndexByte(req.Cwd, 0) >= 0 {
-		return nil, invalid("cwd", "contains a NUL byte")
+// timeout is the timeout asked for, at most box.MaxTimeout. The maximum is
+// the operator's: the run chain checks it, in the caller's field and unit
+// (see TimeoutAsked).
+func (req *Request) timeout() (time.Duration, error) {
+	if req.TimeoutSeconds != nil && req.TimeoutMS != nil {
+		return 0, invalid("timeout_ms", "timeout_seconds and timeout_ms are mutually exclusive")
 	}
-	s.Dir = req.Cwd
+	field, n, unit := req.TimeoutAsked()
+	if n < 0 {
+		return 0, invalid(field, "%d: must not be negative (0 means the default)", n)
+	}
+	if n > int64(box.MaxTimeout/unit) {
+		return box.MaxTimeout, nil
+	}
+	return time.Duration(n) * unit, nil
+}
 
-	switch {
-	case req.TimeoutSeconds != nil && req.TimeoutMS != nil:
-		return nil, invalid("timeout_ms", "timeout_seconds and timeout_ms are mutually exclusive")
-	default:
-		// The maximum is the operator's: run.Enforce checks it, in the
-		// caller's field and unit (see TimeoutAsked).
-		field, n, unit := req.TimeoutAsked()
-		if n < 0 {
-			return nil, invalid(field, "%d: must not be negative (0 means the default)", n)
-		}
-		s.Timeout = jail.MaxTimeout
-		if n <= int64(jail.MaxTimeout/unit) {
-			s.Timeout = time.Duration(n) * unit
-		}
+// limits are the limits and the output size asked for; zero where none
+// was.
+func (req *Request) limits() (l box.Limits, maxOutput int64, err error) {
+	if l.Memory, err = positive("memory_bytes", req.MemoryBytes, math.MaxInt64); err != nil {
+		return l, 0, err
 	}
-
-	var err error
-	if s.Limits.Memory, err = positive("memory_bytes", req.MemoryBytes, math.MaxInt64); err != nil {
-		return nil, err
+	if l.Pids, err = positive("pids", req.Pids, maxPids); err != nil {
+		return l, 0, err
 	}
-	if s.Limits.Pids, err = positive("pids", req.Pids, maxPids); err != nil {
-		return nil, err
+	if l.TmpfsSize, err = positive("tmpfs_size_bytes", req.TmpfsSizeBytes, math.MaxInt64); err != nil {
+		return l, 0, err
 	}
-	if s.Limits.TmpfsSize, err = positive("tmpfs_size_bytes", req.TmpfsSizeBytes, math.MaxInt64); err != nil {
-		return nil, err
-	}
-	if s.MaxOutput, err = positive("max_output_bytes", req.MaxOutputBytes, math.MaxInt64); err != nil {
-		return nil, err
+	if maxOutput, err = positive("max_output_bytes", req.MaxOutputBytes, math.MaxInt64); err != nil {
+		return l, 0, err
 	}
 	if req.CPUs != nil {
 		c := *req.CPUs
 		// !(c > 0) also rejects NaN, which JSON cannot carry but a Go
 		// caller of Spec could.
 		if !(c > 0) || c > maxCPUs {
-			return nil, invalid("cpus", "%g: must be above 0 and at most %d", c, maxCPUs)
+			return l, 0, invalid("cpus", "%g: must be above 0 and at most %d", c, maxCPUs)
 		}
-		s.Limits.CPUs = c
+		l.CPUs = c
 	}
-
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return l, maxOutput, nil
 }
 
 func positive(field string, p *int64, max int64) (int64, error) {
@@ -373,26 +403,6 @@ func positive(field string, p *int64, max int64) (int64, error) {
 	return *p, nil
 }
 
-// jailFields are the request properties behind the jail's own names for
-// what an *jail.InvalidError is about, where they differ.
-var jailFields = map[string]string{
-	"memory":     "memory_bytes",
-	"tmpfs size": "tmpfs_size_bytes",
-	"max output": "max_output_bytes",
-	// A timeout may come as timeout_seconds too; timeout_ms names both.
-	"timeout": "timeout_ms",
-}
-
-// FieldOf is the request property that err, an *jail.InvalidError, is
-// about: ErrorResponse.Field names request properties, whichever layer
-// refused the value.
-func FieldOf(ie *jail.InvalidError) string {
-	if f, ok := jailFields[ie.Field]; ok {
-		return f
-	}
-	return ie.Field
-}
-
-func invalid(field, format string, args ...any) *jail.InvalidError {
-	return &jail.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+func invalid(field, format string, args ...any) *box.InvalidError {
+	return &box.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 )
@@ -87,7 +88,7 @@ func TestRequestSpec(t *testing.T) {
 				if !bytes.Equal(in, []byte{0, 1, 2}) {
 					t.Errorf("stdin %q", in)
 				}
-				want := jail.Limits{Memory: 64 << 20, Pids: 10, CPUs: 0.5, TmpfsSize: 1 << 20}
+				want := box.Limits{Memory: 64 << 20, Pids: 10, CPUs: 0.5, TmpfsSize: 1 << 20}
 				if s.Limits != want || s.Timeout != 1500*time.Millisecond || s.MaxOutput != 100 {
 					t.Errorf("Limits %+v Timeout %v MaxOutput %d", s.Limits, s.Timeout, s.MaxOutput)
 				}
@@ -97,7 +98,7 @@ func TestRequestSpec(t *testing.T) {
 			name: "unset limits stay zero for Maxima.Apply",
 			req:  api.Request{Executable: "true"},
 			check: func(t *testing.T, s *jail.Spec) {
-				if s.Limits != (jail.Limits{}) || s.Timeout != 0 || s.MaxOutput != 0 || s.Stdin != nil {
+				if s.Limits != (box.Limits{}) || s.Timeout != 0 || s.MaxOutput != 0 || s.Stdin != nil {
 					t.Errorf("spec %+v", s)
 				}
 			},
@@ -128,12 +129,12 @@ func TestRequestSpec(t *testing.T) {
 			},
 		},
 		{
-			// run.Enforce refuses it, naming timeout_seconds.
+			// The run chain refuses it, naming timeout_seconds.
 			name: "timeout beyond the jail's maximum is the jail's maximum",
 			req:  api.Request{Command: "ls", TimeoutSeconds: ptr[int64](1 << 40)},
 			check: func(t *testing.T, s *jail.Spec) {
-				if s.Timeout != jail.MaxTimeout {
-					t.Errorf("timeout %v, want %v", s.Timeout, jail.MaxTimeout)
+				if s.Timeout != box.MaxTimeout {
+					t.Errorf("timeout %v, want %v", s.Timeout, box.MaxTimeout)
 				}
 			},
 		},
@@ -148,16 +149,16 @@ func TestRequestSpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := tt.req.Spec()
+			l, c, err := tt.req.Spec()
 			if tt.wantField == "" {
 				if err != nil {
 					t.Fatalf("Spec: %v", err)
 				}
-				tt.check(t, s)
+				tt.check(t, &jail.Spec{Limits: l, Command: c})
 				return
 			}
-			var ie *jail.InvalidError
-			if !errors.As(err, &ie) || api.FieldOf(ie) != tt.wantField {
+			var ie *box.InvalidError
+			if !errors.As(err, &ie) || ie.Field != tt.wantField {
 				t.Fatalf("Spec error = %v, want *jail.InvalidError for field %q", err, tt.wantField)
 			}
 		})
@@ -166,7 +167,7 @@ func TestRequestSpec(t *testing.T) {
 
 func TestMaximaApply(t *testing.T) {
 	max := run.Maxima{
-		Limits:    jail.Limits{Memory: 128 << 20, Pids: 512, CPUs: 0.5, TmpfsSize: 1 << 30},
+		Limits:    box.Limits{Memory: 128 << 20, Pids: 512, CPUs: 0.5, TmpfsSize: 1 << 30},
 		Timeout:   5 * time.Second,
 		MaxOutput: 1 << 30,
 	}
@@ -178,29 +179,29 @@ func TestMaximaApply(t *testing.T) {
 	}{
 		{
 			name: "defaults, lowered to the maxima where those are lower",
-			spec: jail.Spec{Command: jail.Command{Args: []string{"true"}}},
+			spec: jail.Spec{Command: box.Command{Args: []string{"true"}}},
 			want: func(t *testing.T, s *jail.Spec) {
-				want := jail.Limits{Memory: 128 << 20, Pids: jail.DefaultPids, CPUs: 0.5, TmpfsSize: jail.DefaultTmpfsSize}
-				if s.Limits != want || s.Timeout != 5*time.Second || s.MaxOutput != jail.DefaultMaxOutput {
+				want := box.Limits{Memory: 128 << 20, Pids: box.DefaultPids, CPUs: 0.5, TmpfsSize: box.DefaultTmpfsSize}
+				if s.Limits != want || s.Timeout != 5*time.Second || s.MaxOutput != box.DefaultMaxOutput {
 					t.Errorf("Limits %+v Timeout %v MaxOutput %d", s.Limits, s.Timeout, s.MaxOutput)
 				}
 			},
 		},
 		{
 			name: "explicit values at the maxima pass",
-			spec: jail.Spec{Limits: max.Limits, Command: jail.Command{Args: []string{"true"}, Timeout: max.Timeout, MaxOutput: max.MaxOutput}},
+			spec: jail.Spec{Limits: max.Limits, Command: box.Command{Args: []string{"true"}, Timeout: max.Timeout, MaxOutput: max.MaxOutput}},
 			want: func(t *testing.T, s *jail.Spec) {
 				if s.Limits != max.Limits {
 					t.Errorf("Limits %+v", s.Limits)
 				}
 			},
 		},
-		{name: "memory above", spec: jail.Spec{Limits: jail.Limits{Memory: 129 << 20}, Command: jail.Command{Args: []string{"true"}}}, wantField: "memory_bytes"},
-		{name: "pids above", spec: jail.Spec{Limits: jail.Limits{Pids: 513}, Command: jail.Command{Args: []string{"true"}}}, wantField: "pids"},
-		{name: "cpus above", spec: jail.Spec{Limits: jail.Limits{CPUs: 0.6}, Command: jail.Command{Args: []string{"true"}}}, wantField: "cpus"},
-		{name: "tmpfs above", spec: jail.Spec{Limits: jail.Limits{TmpfsSize: 1<<30 + 1}, Command: jail.Command{Args: []string{"true"}}}, wantField: "tmpfs_size_bytes"},
-		{name: "timeout above", spec: jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: 6 * time.Second}}, wantField: "timeout_ms"},
-		{name: "output above", spec: jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 1<<30 + 1}}, wantField: "max_output_bytes"},
+		{name: "memory above", spec: jail.Spec{Limits: box.Limits{Memory: 129 << 20}, Command: box.Command{Args: []string{"true"}}}, wantField: "memory_bytes"},
+		{name: "pids above", spec: jail.Spec{Limits: box.Limits{Pids: 513}, Command: box.Command{Args: []string{"true"}}}, wantField: "pids"},
+		{name: "cpus above", spec: jail.Spec{Limits: box.Limits{CPUs: 0.6}, Command: box.Command{Args: []string{"true"}}}, wantField: "cpus"},
+		{name: "tmpfs above", spec: jail.Spec{Limits: box.Limits{TmpfsSize: 1<<30 + 1}, Command: box.Command{Args: []string{"true"}}}, wantField: "tmpfs_size_bytes"},
+		{name: "timeout above", spec: jail.Spec{Command: box.Command{Args: []string{"true"}, Timeout: 6 * time.Second}}, wantField: "timeout_ms"},
+		{name: "output above", spec: jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1<<30 + 1}}, wantField: "max_output_bytes"},
 		{name: "invalid command still caught", spec: jail.Spec{}, wantField: "command"},
 	}
 	for _, tt := range tests {
@@ -214,19 +215,19 @@ func TestMaximaApply(t *testing.T) {
 				tt.want(t, &s)
 				return
 			}
-			var ie *jail.InvalidError
-			if !errors.As(err, &ie) || api.FieldOf(ie) != tt.wantField {
+			var ie *box.InvalidError
+			if !errors.As(err, &ie) || ie.Field != tt.wantField {
 				t.Fatalf("Apply error = %v, want *jail.InvalidError for %q", err, tt.wantField)
 			}
 		})
 	}
 
 	t.Run("zero maxima mean the jail's own", func(t *testing.T) {
-		s := jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: jail.MaxTimeout}}
+		s := jail.Spec{Command: box.Command{Args: []string{"true"}, Timeout: box.MaxTimeout}}
 		if err := (run.Maxima{}).Apply(&s); err != nil {
 			t.Fatalf("Apply: %v", err)
 		}
-		if s.Limits != (jail.Limits{}).WithDefaults() {
+		if s.Limits != (box.Limits{}).WithDefaults() {
 			t.Errorf("Limits %+v, want the defaults", s.Limits)
 		}
 	})
@@ -252,7 +253,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	max := run.Maxima{
-		Limits:    jail.Limits{Memory: 1 << 30, Pids: 1024, CPUs: 2, TmpfsSize: 1 << 30},
+		Limits:    box.Limits{Memory: 1 << 30, Pids: 1024, CPUs: 2, TmpfsSize: 1 << 30},
 		Timeout:   time.Minute,
 		MaxOutput: 1 << 20,
 	}
@@ -261,15 +262,16 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		spec, err := req.Spec()
+		l, c, err := req.Spec()
 		if err != nil {
-			if !jail.IsInvalid(err) {
+			if !box.IsInvalid(err) {
 				t.Fatalf("Spec error %v is not a *jail.InvalidError", err)
 			}
 			return
 		}
+		spec := &jail.Spec{Limits: l, Command: c}
 		if err := max.Apply(spec); err != nil {
-			if !jail.IsInvalid(err) {
+			if !box.IsInvalid(err) {
 				t.Fatalf("Apply error %v is not a *jail.InvalidError", err)
 			}
 			return
@@ -280,7 +282,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err := spec.Limits.Within(max.Limits); err != nil {
 			t.Fatalf("accepted spec above the maxima: %v", err)
 		}
-		l := spec.Limits
+		l = spec.Limits
 		if l.Memory <= 0 || l.Pids <= 0 || l.CPUs <= 0 || l.TmpfsSize <= 0 {
 			t.Fatalf("accepted spec has an unset limit: %+v", l)
 		}
@@ -344,8 +346,8 @@ func TestRequestSpecRefusesUnserved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = req.Spec()
-		var ie *jail.InvalidError
+		_, _, err = req.Spec()
+		var ie *box.InvalidError
 		if !errors.As(err, &ie) {
 			t.Errorf("%s: err = %v, want an InvalidError", body, err)
 		}
@@ -354,7 +356,7 @@ func TestRequestSpecRefusesUnserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := req.Spec(); err != nil {
+	if _, _, err := req.Spec(); err != nil {
 		t.Errorf("a background job in a session: %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // This file holds every JSON field name of the daemon's API and audit log,
@@ -69,7 +69,7 @@ type Request struct {
 }
 
 // Verdict is how a run ended and what it used: everything of a
-// [jail.Result] but the output itself and the exit code (whose name differs
+// [box.Result] but the output itself and the exit code (whose name differs
 // between /run and the /raw exit event). It is the one definition of these
 // fields for /run, the /raw exit event and the MCP tools' structured output
 // (whose schema its jsonschema tags describe); the audit record shares
@@ -216,10 +216,11 @@ const (
 	CodeTooLarge         = "too_large"              // 413: body above the limit
 	CodeUnsupportedMedia = "unsupported_media_type" // 415: not application/json
 	CodeBodyTimeout      = "body_timeout"           // 408: body not sent in time
-	CodeNotFound         = "not_found"              // 422: command not found in the sandbox; 404: no such session or job
+	CodeNotFound         = "not_found"              // 404: no such session or job
+	CodeCommandNotFound  = "command_not_found"      // 422: command not found in the sandbox (older daemons answered not_found; package client reads that as this)
 	CodeLimit            = "limit"                  // 409: too many sessions, or jobs in a session
 	CodeNotExecutable    = "not_executable"         // 422: command not executable
-	CodeBusy             = "busy"                   // 429: admission queue full or wait expired
+	CodeBusy             = "busy"                   // 429: admission queue full or wait expired; 503: the sandboxes' pids budget is used up
 	CodeShuttingDown     = "shutting_down"          // 503: the daemon is stopping
 	CodeDraining         = "draining"               // 503: the daemon takes no new sessions or one-shot runs; retry elsewhere
 	CodeSessionLost      = "session_lost"           // 410: the node that held the session is gone, and the session's workspace with it
@@ -325,7 +326,7 @@ type AuditLimits struct {
 }
 
 // VerdictOf reduces a Result to its fields for the wire.
-func VerdictOf(res *jail.Result) Verdict {
+func VerdictOf(res *box.Result) Verdict {
 	return Verdict{
 		ID:              res.ID,
 		Signal:          res.Signal,
@@ -342,7 +343,7 @@ func VerdictOf(res *jail.Result) Verdict {
 // ResponseOf is the /run answer for res: the output as text when it is
 // valid UTF-8, else exactly in StdoutB64 and StderrB64. (The daemon writes
 // the same answer as it encodes it, without building it in memory.)
-func ResponseOf(res *jail.Result) *Response {
+func ResponseOf(res *box.Result) *Response {
 	r := &Response{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode, Verdict: VerdictOf(res)}
 	if !utf8.ValidString(r.Stdout) {
 		r.Stdout, r.StdoutB64 = "", []byte(res.Stdout)
@@ -354,7 +355,7 @@ func ResponseOf(res *jail.Result) *Response {
 }
 
 // UsageOf is what res used.
-func UsageOf(res *jail.Result) Usage {
+func UsageOf(res *box.Result) Usage {
 	u := Usage{
 		DurationMS:      res.Duration.Milliseconds(),
 		CPUMS:           res.CPUTime.Milliseconds(),

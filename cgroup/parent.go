@@ -373,6 +373,26 @@ func (p *Parent) MemoryUsage() (int64, error) {
 	return (&Group{Mode: p.mode, Path: p.path, Dirs: p.dirs}).MemoryUsage()
 }
 
+// PidsFree is how many more processes and threads the parent's pids
+// budget lets its sandboxes make now; ok is false when the parent has no
+// pids limit or it cannot be read.
+func (p *Parent) PidsFree() (free int64, ok bool) {
+	g := &Group{Mode: p.mode, Path: p.path, Dirs: p.dirs}
+	limit, current := filepath.Join(p.dirs[0], "pids.max"), filepath.Join(p.dirs[0], "pids.current")
+	if p.mode == V1 {
+		limit, current = g.v1File("pids", "pids.max"), g.v1File("pids", "pids.current")
+	}
+	max, err := readUint(limit) // "max", no limit, does not parse
+	if err != nil {
+		return 0, false
+	}
+	cur, err := readUint(current)
+	if err != nil {
+		return 0, false
+	}
+	return int64(max) - int64(cur), true
+}
+
 // Child names the cgroup of the sandbox id under p.
 func (p *Parent) Child(id string) *Group {
 	g := &Group{Mode: p.mode, Path: filepath.Join(p.path, id)}

@@ -112,7 +112,7 @@ func (p *Parent) WarmStats() (made, failed int64) {
 // way out, so a busy rmdir is retried for up to a second. Only child cgroups
 // (another jaild's sandboxes) end the retries early: an empty tasks file
 // does not, as the thread may have left between the failed rmdir and the
-// look at the file, which used to leave the directory behind.
+// look at the file, and the directory would be left behind.
 func (p *Parent) rmdir(dir string) error {
 	err := unix.Rmdir(dir)
 	if dir != p.warmDir {

@@ -291,6 +291,11 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader, co
 	if json.Unmarshal(data, &e.ErrorResponse) != nil || e.Code == "" {
 		e.ErrorResponse = api.ErrorResponse{Error: strings.TrimSpace(string(data)), Code: api.CodeInternal}
 	}
+	// Daemons before command_not_found answered a command not found with
+	// 422 not_found; not_found is now only a 404 (no such session or job).
+	if e.Code == api.CodeNotFound && e.Status == http.StatusUnprocessableEntity {
+		e.Code = api.CodeCommandNotFound
+	}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}

@@ -104,3 +104,33 @@ func TestSessionLost(t *testing.T) {
 		t.Errorf("IsSessionLost of another error")
 	}
 }
+
+// TestOlderDaemonNotFound: a daemon from before command_not_found answered a
+// command not found with 422 not_found; the client reads it as
+// command_not_found (exit 127), and a 404 not_found as what it is.
+func TestOlderDaemonNotFound(t *testing.T) {
+	for _, tt := range []struct {
+		status   int
+		wantCode string
+		wantExit int
+	}{
+		{http.StatusUnprocessableEntity, api.CodeCommandNotFound, api.ExitNotFound},
+		{http.StatusNotFound, api.CodeNotFound, api.ExitUsage},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(tt.status)
+			w.Write([]byte(`{"error":"jail: command not found","code":"not_found"}`))
+		}))
+		c, err := client.New(client.Options{Server: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Run(context.Background(), &api.Request{Command: "nope"})
+		srv.Close()
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Code != tt.wantCode || api.CodeOutcome(ae.Code).Exit != tt.wantExit {
+			t.Errorf("%d not_found: %v, want code %s, exit %d", tt.status, err, tt.wantCode, tt.wantExit)
+		}
+	}
+}

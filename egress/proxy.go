@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // Defaults of a [Config] whose fields are left zero.
@@ -282,8 +282,8 @@ func (r *runState) dial(ctx context.Context, addrs []netip.Addr, port int) (net.
 }
 
 // usage is the run's counters as the jail reports them.
-func (r *runState) usage() jail.EgressUsage {
-	return jail.EgressUsage{
+func (r *runState) usage() box.EgressUsage {
+	return box.EgressUsage{
 		BytesIn: r.bytesIn.Load(), BytesOut: r.bytesOut.Load(),
 		Connections: r.allowed.Load(), Denied: r.denied.Load(),
 	}

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/egress"
-	"github.com/jaild/jaild/jail"
 )
 
 // recorder is a Resolver over a table that notes every name it is asked.
@@ -36,7 +36,7 @@ func (r *recorder) LookupNetIP(ctx context.Context, network, host string) ([]net
 // the sandbox's.
 type served struct {
 	url   *url.URL
-	stop  func() jail.EgressUsage
+	stop  func() box.EgressUsage
 	dec   chan egress.Decision
 	names *recorder
 }
@@ -63,11 +63,11 @@ func serve(t *testing.T, cfg egress.Config, g egress.Grant) *served {
 	cfg.OnDecision = func(d egress.Decision) { s.dec <- d }
 	p := egress.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan jail.EgressUsage, 1)
+	done := make(chan box.EgressUsage, 1)
 	go func() { done <- p.Serve(ctx, ln, g) }()
 	var once sync.Once
-	var usage jail.EgressUsage
-	s.stop = func() jail.EgressUsage {
+	var usage box.EgressUsage
+	s.stop = func() box.EgressUsage {
 		once.Do(func() { cancel(); usage = <-done })
 		return usage
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/egress"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
@@ -73,18 +74,18 @@ func TestSandboxEgress(t *testing.T) {
 		name  string
 		cmd   string
 		want  string
-		usage func(jail.EgressUsage) bool
+		usage func(box.EgressUsage) bool
 	}{
 		{"curl http by name", "curl -sS http://up.test/", "hello from upstream host=up.test\n",
-			func(u jail.EgressUsage) bool {
+			func(u box.EgressUsage) bool {
 				return u.Connections == 1 && u.Denied == 0 && u.BytesIn > 0 && u.BytesOut > 0
 			}},
 		{"curl https by name (CONNECT)", "curl -sSk https://up.test/", "hello from upstream host=up.test\n",
-			func(u jail.EgressUsage) bool { return u.Connections == 1 && u.BytesIn > 1000 }},
+			func(u box.EgressUsage) bool { return u.Connections == 1 && u.BytesIn > 1000 }},
 		{"python http", py(fmt.Sprintf(urlopen, "http://up.test/")), "hello from upstream host=up.test\n", nil},
 		{"python https", py(fmt.Sprintf(urlopen, "https://up.test/")), "hello from upstream host=up.test\n", nil},
 		{"not allowed", "curl -s -w ' %{http_code}' http://other.test/", "jaild egress: other.test:80 is not in the egress allowlist\n 403",
-			func(u jail.EgressUsage) bool { return u.Connections == 0 && u.Denied == 1 }},
+			func(u box.EgressUsage) bool { return u.Connections == 0 && u.Denied == 1 }},
 		{"https not allowed", "curl -sS https://other.test/ 2>&1 | grep -o 'CONNECT tunnel failed, response 403'", "CONNECT tunnel failed, response 403\n", nil},
 		{"wrong port", "curl -s http://up.test:8080/", "jaild egress: up.test:8080 is not in the egress allowlist\n", nil},
 		{"metadata", "curl -s http://meta.test/latest/meta-data/", "jaild egress: meta.test:80 is refused: 169.254.169.254 is link-local (cloud metadata)\n", nil},
@@ -93,15 +94,15 @@ func TestSandboxEgress(t *testing.T) {
 		{"loopback", "curl -s http://loop.test/", "jaild egress: loop.test:80 is refused: 127.0.0.1 is loopback\n", nil},
 		{"the host's own address", "curl -s http://host.test/", "jaild egress: host.test:80 is refused: " + up.HostAddr.String() + " is one of the host's own addresses\n", nil},
 		{"redirect to a denied host", "curl -sL http://up.test/redirect", "jaild egress: denied.test:80 is not in the egress allowlist\n",
-			func(u jail.EgressUsage) bool { return u.Connections == 1 && u.Denied == 1 }},
+			func(u box.EgressUsage) bool { return u.Connections == 1 && u.Denied == 1 }},
 		{"no resolver", py("import socket\nfor n in (\"up.test\", \"example.com\", \"localhost.\"+\"x\"):\n  try: socket.getaddrinfo(n, 80); print(\"resolved\", n)\n  except socket.gaierror: print(\"no\")"), "no\nno\nno\n", nil},
 		{"no direct tcp", "curl -sS --noproxy '*' --max-time 5 http://" + upstreamIP + "/ 2>&1; echo exit $?", "exit 7\n", nil},
 		{"no udp", py("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry: s.sendto(b\"q\", (\"" + upstreamIP + "\", 53)); print(\"sent\")\nexcept OSError as e: print(e.strerror)"), "Network is unreachable\n", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec := &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", tt.cmd}, Timeout: 30 * time.Second}}
-			spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+			spec := &jail.Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", tt.cmd}, Timeout: 30 * time.Second}}
+			spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) box.EgressUsage {
 				return p.Serve(ctx, ln, egress.Grant{Caller: t.Name()})
 			}}
 			res, err := m.Run(context.Background(), spec)
@@ -153,9 +154,9 @@ func BenchmarkRunEgress(b *testing.B) {
 	}
 	b.Cleanup(func() { m.Close() })
 	p := egress.New(egress.Config{})
-	plain := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
-	withEgress := &jail.Spec{Command: jail.Command{Args: []string{"true"}}, Egress: &jail.Egress{
-		Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage { return p.Serve(ctx, ln, egress.Grant{}) },
+	plain := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
+	withEgress := &jail.Spec{Command: box.Command{Args: []string{"true"}}, Egress: &jail.Egress{
+		Serve: func(ctx context.Context, ln net.Listener) box.EgressUsage { return p.Serve(ctx, ln, egress.Grant{}) },
 	}}
 	var without, with []time.Duration
 	timed := func(spec *jail.Spec) time.Duration {

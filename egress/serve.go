@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // runState is one run's proxy: its grant, counters and connections.
@@ -36,7 +36,7 @@ type runState struct {
 // sandbox's network namespace) until ctx ends, then closes ln and every
 // connection, and returns the run's counters. Its signature, with g bound,
 // is jail.Egress.Serve's.
-func (p *Proxy) Serve(ctx context.Context, ln net.Listener, g Grant) jail.EgressUsage {
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener, g Grant) box.EgressUsage {
 	return p.Start(g).Serve(ctx, ln)
 }
 
@@ -50,10 +50,10 @@ func (p *Proxy) Start(g Grant) *Serving {
 }
 
 // Usage is what the proxy counted so far.
-func (s *Serving) Usage() jail.EgressUsage { return s.r.usage() }
+func (s *Serving) Usage() box.EgressUsage { return s.r.usage() }
 
 // Serve is [Proxy.Serve] with the grant given to Start. Call it once.
-func (s *Serving) Serve(ctx context.Context, ln net.Listener) jail.EgressUsage {
+func (s *Serving) Serve(ctx context.Context, ln net.Listener) box.EgressUsage {
 	r := s.r
 	tr := &http.Transport{
 		Proxy:                 nil, // never jaild's own proxy settings

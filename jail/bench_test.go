@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -13,7 +14,7 @@ import (
 // wait, read counters, destroy) in one Manager, as the daemon does it.
 func BenchmarkRunTrue(b *testing.B) {
 	m := newManager(b)
-	spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := m.Run(context.Background(), spec); err != nil {
@@ -25,7 +26,7 @@ func BenchmarkRunTrue(b *testing.B) {
 // BenchmarkRunTrueParallel runs sandboxes from GOMAXPROCS goroutines.
 func BenchmarkRunTrueParallel(b *testing.B) {
 	m := newManager(b)
-	spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -42,12 +43,12 @@ func BenchmarkRunTrueParallel(b *testing.B) {
 // the pool to refill is not timed.
 func BenchmarkPoolRunTrueWarm(b *testing.B) {
 	m := newManager(b)
-	p, err := m.NewPool(1, jail.Limits{})
+	p, err := m.NewPool(1, box.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { p.Close() })
-	spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
 	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
@@ -73,12 +74,12 @@ func BenchmarkPoolRunTrueWarm(b *testing.B) {
 // pool adds when runs come faster than sandboxes can be built.
 func BenchmarkPoolRunTrueParallel(b *testing.B) {
 	m := newManager(b)
-	p, err := m.NewPool(4, jail.Limits{})
+	p, err := m.NewPool(4, box.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { p.Close() })
-	spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := p.Run(context.Background(), spec); err != nil {
@@ -108,7 +109,7 @@ func BenchmarkRunTrueTeardown(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { m.Close() })
-			spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+			spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
 			for b.Loop() {
 				if _, err := m.Run(context.Background(), spec); err != nil {
 					b.Fatal(err)
@@ -124,7 +125,7 @@ func BenchmarkRunTrueTeardown(b *testing.B) {
 // its uid slot. Building and running the sandbox is not timed.
 func BenchmarkDestroy(b *testing.B) {
 	m := newManager(b)
-	cmd := &jail.Command{Args: []string{"true"}}
+	cmd := &box.Command{Args: []string{"true"}}
 	for b.Loop() {
 		b.StopTimer()
 		destroy, err := jail.RunKept(m, cmd)
@@ -143,7 +144,7 @@ func BenchmarkDestroy(b *testing.B) {
 // result. Building the sandbox and destroying it are not timed.
 func BenchmarkPoolHandover(b *testing.B) {
 	m := newManager(b)
-	cmd := &jail.Command{Args: []string{"true"}}
+	cmd := &box.Command{Args: []string{"true"}}
 	for b.Loop() {
 		b.StopTimer()
 		w, err := jail.Prestart(m)
@@ -169,10 +170,10 @@ func BenchmarkPoolHandover(b *testing.B) {
 // served by a pooled sandbox whose cgroup limits are set before the
 // command is released, against the cold sandbox such a run got before.
 func BenchmarkOtherLimits(b *testing.B) {
-	spec := &jail.Spec{Limits: jail.Limits{Memory: 128 << 20, Pids: 64}, Command: jail.Command{Args: []string{"true"}}}
+	spec := &jail.Spec{Limits: box.Limits{Memory: 128 << 20, Pids: 64}, Command: box.Command{Args: []string{"true"}}}
 	b.Run("pooled", func(b *testing.B) {
 		m := newManager(b)
-		p, err := m.NewPool(1, jail.Limits{})
+		p, err := m.NewPool(1, box.Limits{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -208,7 +209,7 @@ func BenchmarkOtherLimits(b *testing.B) {
 // next sandbox's build).
 func BenchmarkWorkspaceRunTrue(b *testing.B) {
 	m := newManager(b)
-	spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+	spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
 	b.Run("fresh", func(b *testing.B) {
 		ws, err := m.NewWorkspace(0)
 		if err != nil {
@@ -229,7 +230,7 @@ func BenchmarkWorkspaceRunTrue(b *testing.B) {
 			name = "prestarted-back-to-back"
 		}
 		b.Run(name, func(b *testing.B) {
-			ws, err := m.NewWorkspace(0, jail.WithPrestart(jail.Limits{}))
+			ws, err := m.NewWorkspace(0, jail.WithPrestart(box.Limits{}))
 			if err != nil {
 				b.Fatal(err)
 			}

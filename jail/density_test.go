@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -38,7 +39,7 @@ func idleWorkspaces(t *testing.T, m *jail.Manager, n int) []*jail.Workspace {
 	t.Helper()
 	var wss []*jail.Workspace
 	for range n {
-		wss = append(wss, newWorkspace(t, m, 0, jail.WithPrestart(jail.Limits{})))
+		wss = append(wss, newWorkspace(t, m, 0, jail.WithPrestart(box.Limits{})))
 	}
 	for _, ws := range wss {
 		waitPrestarted(t, ws)
@@ -76,7 +77,7 @@ func TestWorkspaceMountsFlat(t *testing.T) {
 	// Each sandbox sees its own workspace, and the host its files.
 	for i, ws := range wss[:3] {
 		want := ws.ID()
-		res := wsRun(t, ws, &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "echo " + want + " > /work/id; cat /work/id"}}})
+		res := wsRun(t, ws, &jail.Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", "echo " + want + " > /work/id; cat /work/id"}}})
 		if strings.TrimSpace(res.Stdout) != want {
 			t.Errorf("workspace %d: %q, want %q", i, res.Stdout, want)
 		}

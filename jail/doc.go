@@ -4,7 +4,7 @@
 // A [Manager] builds sandboxes; [Manager.Run] is the whole life of one:
 //
 //	m, err := jail.New(jail.Config{})
-//	res, err := m.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"echo", "hi"}}})
+//	res, err := m.Run(ctx, &jail.Spec{Command: box.Command{Args: []string{"echo", "hi"}}})
 //
 // Each sandbox has its own user, pid, mount, network (loopback only), IPC,
 // UTS and cgroup namespaces. Container root maps to a host uid range of its
@@ -21,8 +21,8 @@
 //
 // # Verdict
 //
-// [Result] carries the exit status, the output (capped while it is read:
-// head and tail kept with an [Elide] marker between, the rest drained so
+// [box.Result] carries the exit status, the output (capped while it is read:
+// head and tail kept with an [box.Elide] marker between, the rest drained so
 // the command never blocks), and the verdict: timed out, cancelled,
 // OOM-killed (from the cgroup's oom_kill counter: a shell can exit 0 after
 // its child was OOM-killed), pids limit hit (pids.events), CPU time and
@@ -92,8 +92,9 @@
 // container: a program using this package must call libcontainer.Init from
 // an init function when os.Args[1] is "init", before anything else (see
 // internal/inithook), and lock its main goroutine to the main thread. Each
-// Manager re-executes it as "<binary> watchdog" too, which this package's
-// own init handles.
+// Manager re-executes it as "<binary> watchdog" too: the program must call
+// [MaybeWatchdog] as early (internal/inithook does both); importing this
+// package alone changes nothing in a process.
 // Building needs cgo and, for seccomp, the seccomp build tag and
 // libseccomp-dev; without the tag every sandbox start fails rather than run
 // unfiltered.

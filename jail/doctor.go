@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/opencontainers/runc/libcontainer/seccomp"
 	"golang.org/x/sys/unix"
@@ -90,7 +91,7 @@ func orNone(missing []string, none string) string {
 // SelfTest runs `true` in a real sandbox: the one check that proves the
 // whole chain works on this host.
 func (m *Manager) SelfTest(ctx context.Context) error {
-	res, err := m.Run(ctx, &Spec{Command: Command{Args: []string{"/bin/sh", "-c", "exit 0"}}})
+	res, err := m.Run(ctx, &Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", "exit 0"}}})
 	if err != nil {
 		return err
 	}

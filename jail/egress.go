@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+
+	"github.com/jaild/jaild/box"
 )
 
 // ProxyPort is the port of the proxy endpoint on the loopback of a sandbox
@@ -33,18 +35,7 @@ type Egress struct {
 	// the sandbox's processes are dead; Serve must then close ln and
 	// every connection it accepted, and return. What it returns is the
 	// run's Result.Egress. Required.
-	Serve func(ctx context.Context, ln net.Listener) EgressUsage
-}
-
-// EgressUsage is what a sandbox's proxy counted.
-type EgressUsage struct {
-	// BytesIn were received from upstreams and sent to the sandbox,
-	// BytesOut the other way.
-	BytesIn  int64 `json:"bytes_in"`
-	BytesOut int64 `json:"bytes_out"`
-	// Connections were let through; Denied were refused.
-	Connections int64 `json:"connections"`
-	Denied      int64 `json:"denied"`
+	Serve func(ctx context.Context, ln net.Listener) box.EgressUsage
 }
 
 // proxyEnv is what a sandbox with egress finds in its environment. The
@@ -106,18 +97,18 @@ func newEgressNetNS(path string) (*net.TCPListener, error) {
 
 // serveEgress starts e.Serve on ln and returns the function that, once the
 // sandbox is gone, ends it and gives its usage.
-func serveEgress(ctx context.Context, e *Egress, ln *net.TCPListener) (stop func() *EgressUsage) {
+func serveEgress(ctx context.Context, e *Egress, ln *net.TCPListener) (stop func() *box.EgressUsage) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var (
 		wg    sync.WaitGroup
-		usage EgressUsage
+		usage box.EgressUsage
 	)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		usage = e.Serve(ctx, ln)
 	}()
-	return func() *EgressUsage {
+	return func() *box.EgressUsage {
 		cancel()
 		wg.Wait()
 		_ = ln.Close() // in case Serve did not

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -25,7 +26,7 @@ type greeter struct {
 	ended atomic.Bool
 }
 
-func (g *greeter) serve(ctx context.Context, ln net.Listener) jail.EgressUsage {
+func (g *greeter) serve(ctx context.Context, ln net.Listener) box.EgressUsage {
 	var wg sync.WaitGroup
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
@@ -44,7 +45,7 @@ func (g *greeter) serve(ctx context.Context, ln net.Listener) jail.EgressUsage {
 	}
 	wg.Wait()
 	g.ended.Store(ctx.Err() != nil)
-	return jail.EgressUsage{Connections: g.conns.Load()}
+	return box.EgressUsage{Connections: g.conns.Load()}
 }
 
 // TestEgressListener: a sandbox given egress reaches the caller's listener
@@ -91,12 +92,12 @@ func TestEgressInvalid(t *testing.T) {
 	t.Cleanup(func() { ws.Close() })
 	g := &greeter{}
 	for name, spec := range map[string]*jail.Spec{
-		"no serve":  {Egress: &jail.Egress{}, Command: jail.Command{Args: []string{"true"}}},
-		"workspace": {Egress: &jail.Egress{Serve: g.serve}, Workspace: ws, Command: jail.Command{Args: []string{"true"}}},
+		"no serve":  {Egress: &jail.Egress{}, Command: box.Command{Args: []string{"true"}}},
+		"workspace": {Egress: &jail.Egress{Serve: g.serve}, Workspace: ws, Command: box.Command{Args: []string{"true"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := m.Run(context.Background(), spec)
-			if ie := (*jail.InvalidError)(nil); err == nil || !strings.Contains(err.Error(), "egress") {
+			if ie := (*box.InvalidError)(nil); err == nil || !strings.Contains(err.Error(), "egress") {
 				t.Fatalf("err = %v (%T), want an invalid egress", err, ie)
 			}
 		})
@@ -129,10 +130,10 @@ func egressIfAsked(spec *jail.Spec) {
 	if os.Getenv("JAILD_TEST_EGRESS") == "" {
 		return
 	}
-	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) box.EgressUsage {
 		<-ctx.Done()
 		ln.Close()
-		return jail.EgressUsage{}
+		return box.EgressUsage{}
 	}}
 }
 
@@ -183,7 +184,7 @@ func TestSweepPins(t *testing.T) {
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
 		t.Errorf("orphan pin still there: %v", err)
 	}
-	res, err := ws.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"true"}}})
+	res, err := ws.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"true"}}})
 	if err != nil || res.ExitCode != 0 {
 		t.Errorf("the live workspace no longer runs: %v, %+v", err, res)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -16,8 +17,8 @@ func ExampleManager_Run() {
 	}
 	defer m.Close()
 	res, err := m.Run(context.Background(), &jail.Spec{
-		Limits:  jail.Limits{Memory: 64 << 20, Pids: 32},
-		Command: jail.Command{Args: []string{"sh", "-c", "echo hi; exit 3"}},
+		Limits:  box.Limits{Memory: 64 << 20, Pids: 32},
+		Command: box.Command{Args: []string{"sh", "-c", "echo hi; exit 3"}},
 	})
 	if err != nil {
 		panic(err)

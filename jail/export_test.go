@@ -1,6 +1,10 @@
 package jail
 
-import "context"
+import (
+	"context"
+
+	"github.com/jaild/jaild/box"
+)
 
 // Test hooks for the external tests.
 
@@ -19,8 +23,8 @@ func SetLimitsHook(m *Manager, f func() error) { m.limitsHook = f }
 
 // RunKept runs cmd in a fresh sandbox with default limits and returns the
 // sandbox's Destroy instead of calling it, for BenchmarkDestroy.
-func RunKept(m *Manager, cmd *Command) (destroy func() error, err error) {
-	sb, err := m.create(context.Background(), Limits{}, nil, false)
+func RunKept(m *Manager, cmd *box.Command) (destroy func() error, err error) {
+	sb, err := m.create(context.Background(), box.Limits{}, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +44,7 @@ type Warm struct {
 
 // Prestart starts a pooled sandbox with default limits on m.
 func Prestart(m *Manager) (*Warm, error) {
-	p := &Pool{m: m, limits: Limits{}.WithDefaults()}
+	p := &Pool{m: m, limits: box.Limits{}.WithDefaults()}
 	w, err := p.prestart()
 	if err != nil {
 		return nil, err
@@ -49,7 +53,7 @@ func Prestart(m *Manager) (*Warm, error) {
 }
 
 // Handover hands cmd to the waiting sandbox and collects the result.
-func (w *Warm) Handover(cmd *Command) (*Result, error) {
+func (w *Warm) Handover(cmd *box.Command) (*box.Result, error) {
 	return w.w.runCommand(context.Background(), cmd, nil)
 }
 
@@ -77,3 +81,21 @@ const IdleWorkspaceFDs = idleWorkspaceFDs
 // DetachedMountsWork reports whether this kernel lets workspaces be
 // detached mounts.
 var DetachedMountsWork = detachedMountsWork
+
+// PoolBuilding is how many sandboxes are being started for p. Ready plus
+// building never exceeds the pool's size.
+func PoolBuilding(p *Pool) int { return int(p.building.Load()) }
+
+// TearingDown is how many sandboxes m is destroying after their runs
+// returned.
+func TearingDown(m *Manager) int { return len(m.teardowns.slots) }
+
+// PrestartStats reports how many runs a prestarted sandbox of w served
+// (hits) and how many it could serve found none ready (misses); zero for a
+// workspace made without WithPrestart.
+func PrestartStats(w *Workspace) (hits, misses int64) {
+	if w.pre == nil {
+		return 0, 0
+	}
+	return w.pre.hits.Load(), w.pre.misses.Load()
+}

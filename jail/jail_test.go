@@ -15,11 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
 
-func run(t *testing.T, m *jail.Manager, spec *jail.Spec) *jail.Result {
+func run(t *testing.T, m *jail.Manager, spec *jail.Spec) *box.Result {
 	t.Helper()
 	res, err := m.Run(context.Background(), spec)
 	if err != nil {
@@ -29,7 +30,7 @@ func run(t *testing.T, m *jail.Manager, spec *jail.Spec) *jail.Result {
 }
 
 func sh(script string) *jail.Spec {
-	return &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", script}}}
+	return &jail.Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", script}}}
 }
 
 func TestBehaviour(t *testing.T) {
@@ -41,15 +42,15 @@ func TestBehaviour(t *testing.T) {
 		wantErrOut string
 		wantCode   int
 	}{
-		{name: "echo argv", spec: &jail.Spec{Command: jail.Command{Args: []string{"echo", "hello", "world"}}}, wantOut: "hello world\n"},
-		{name: "argv is not a shell", spec: &jail.Spec{Command: jail.Command{Args: []string{"echo", "$HOME", ";", "id"}}}, wantOut: "$HOME ; id\n"},
+		{name: "echo argv", spec: &jail.Spec{Command: box.Command{Args: []string{"echo", "hello", "world"}}}, wantOut: "hello world\n"},
+		{name: "argv is not a shell", spec: &jail.Spec{Command: box.Command{Args: []string{"echo", "$HOME", ";", "id"}}}, wantOut: "$HOME ; id\n"},
 		{name: "shell string", spec: sh("echo $HOME; echo err >&2"), wantOut: "/work\n", wantErrOut: "err\n"},
 		{name: "exit code", spec: sh("exit 42"), wantCode: 42},
-		{name: "stdin", spec: &jail.Spec{Command: jail.Command{Args: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("quiet\n")}}, wantOut: "QUIET\n"},
+		{name: "stdin", spec: &jail.Spec{Command: box.Command{Args: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("quiet\n")}}, wantOut: "QUIET\n"},
 		{name: "no stdin is /dev/null", spec: sh("cat; echo done"), wantOut: "done\n"},
-		{name: "env", spec: &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "echo $FOO $HOME"}, Env: []string{"FOO=bar", "HOME=/tmp"}}}, wantOut: "bar /tmp\n"},
+		{name: "env", spec: &jail.Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", "echo $FOO $HOME"}, Env: []string{"FOO=bar", "HOME=/tmp"}}}, wantOut: "bar /tmp\n"},
 		{name: "default cwd", spec: sh("pwd"), wantOut: "/work\n"},
-		{name: "cwd", spec: &jail.Spec{Command: jail.Command{Args: []string{"pwd"}, Dir: "/tmp"}}, wantOut: "/tmp\n"},
+		{name: "cwd", spec: &jail.Spec{Command: box.Command{Args: []string{"pwd"}, Dir: "/tmp"}}, wantOut: "/tmp\n"},
 		{name: "work is writable by the user", spec: sh("echo x > /work/f && cat /work/f && stat -c %U /work"), wantOut: "x\nsandbox\n"},
 		{name: "killed by signal", spec: sh("kill -9 $$; sleep 1; echo not-pid-1-anymore"), wantOut: "not-pid-1-anymore\n"},
 	}
@@ -93,7 +94,7 @@ func TestOutputCap(t *testing.T) {
 	if len(res.Stdout) != 1000 {
 		t.Errorf("kept %d bytes, marker included; want 1000", len(res.Stdout))
 	}
-	marker := jail.Elide(want - int64(1000-len(jail.Elide(want))))
+	marker := box.Elide(want - int64(1000-len(box.Elide(want))))
 	if !strings.Contains(res.Stdout, marker) {
 		t.Errorf("stdout lacks marker %q: %q", marker, res.Stdout)
 	}
@@ -150,21 +151,21 @@ func TestBadInput(t *testing.T) {
 		want error
 	}{
 		{name: "missing command", spec: &jail.Spec{}},
-		{name: "NUL in arg", spec: &jail.Spec{Command: jail.Command{Args: []string{"echo", "a\x00b"}}}},
-		{name: "NUL in env", spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, Env: []string{"A=b\x00c"}}}},
-		{name: "env without =", spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, Env: []string{"A"}}}},
-		{name: "cwd outside", spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, Dir: "/etc"}}},
-		{name: "cwd escape", spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, Dir: "/work/../etc"}}},
-		{name: "relative cwd", spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, Dir: "work"}}},
-		{name: "negative timeout", spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: -1}}},
-		{name: "tiny memory", spec: &jail.Spec{Limits: jail.Limits{Memory: 1000}, Command: jail.Command{Args: []string{"true"}}}},
-		{name: "negative pids", spec: &jail.Spec{Limits: jail.Limits{Pids: -1}, Command: jail.Command{Args: []string{"true"}}}},
-		{name: "pids above the kernel's", spec: &jail.Spec{Limits: jail.Limits{Pids: 1<<22 + 1}, Command: jail.Command{Args: []string{"true"}}}},
-		{name: "infinite cpus", spec: &jail.Spec{Limits: jail.Limits{CPUs: math.Inf(1)}, Command: jail.Command{Args: []string{"true"}}}},
-		{name: "NaN cpus", spec: &jail.Spec{Limits: jail.Limits{CPUs: math.NaN()}, Command: jail.Command{Args: []string{"true"}}}},
-		{name: "cpus overflowing the quota", spec: &jail.Spec{Limits: jail.Limits{CPUs: 1e300}, Command: jail.Command{Args: []string{"true"}}}},
-		{name: "not found", spec: &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}}, want: jail.ErrNotFound},
-		{name: "not executable", spec: &jail.Spec{Command: jail.Command{Args: []string{"/etc/passwd"}}}, want: jail.ErrNotExecutable},
+		{name: "NUL in arg", spec: &jail.Spec{Command: box.Command{Args: []string{"echo", "a\x00b"}}}},
+		{name: "NUL in env", spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Env: []string{"A=b\x00c"}}}},
+		{name: "env without =", spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Env: []string{"A"}}}},
+		{name: "cwd outside", spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Dir: "/etc"}}},
+		{name: "cwd escape", spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Dir: "/work/../etc"}}},
+		{name: "relative cwd", spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Dir: "work"}}},
+		{name: "negative timeout", spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Timeout: -1}}},
+		{name: "tiny memory", spec: &jail.Spec{Limits: box.Limits{Memory: 1000}, Command: box.Command{Args: []string{"true"}}}},
+		{name: "negative pids", spec: &jail.Spec{Limits: box.Limits{Pids: -1}, Command: box.Command{Args: []string{"true"}}}},
+		{name: "pids above the kernel's", spec: &jail.Spec{Limits: box.Limits{Pids: 1<<22 + 1}, Command: box.Command{Args: []string{"true"}}}},
+		{name: "infinite cpus", spec: &jail.Spec{Limits: box.Limits{CPUs: math.Inf(1)}, Command: box.Command{Args: []string{"true"}}}},
+		{name: "NaN cpus", spec: &jail.Spec{Limits: box.Limits{CPUs: math.NaN()}, Command: box.Command{Args: []string{"true"}}}},
+		{name: "cpus overflowing the quota", spec: &jail.Spec{Limits: box.Limits{CPUs: 1e300}, Command: box.Command{Args: []string{"true"}}}},
+		{name: "not found", spec: &jail.Spec{Command: box.Command{Args: []string{"no-such-command"}}}, want: box.ErrCommandNotFound},
+		{name: "not executable", spec: &jail.Spec{Command: box.Command{Args: []string{"/etc/passwd"}}}, want: box.ErrNotExecutable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,7 +173,7 @@ func TestBadInput(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error; result %+v", res)
 			}
-			if tt.want == nil && !jail.IsInvalid(err) {
+			if tt.want == nil && !box.IsInvalid(err) {
 				t.Errorf("err = %v, want an *InvalidError", err)
 			}
 			if tt.want != nil && !errors.Is(err, tt.want) {
@@ -187,12 +188,12 @@ func TestMissingRootfs(t *testing.T) {
 	env := testenv.New(t, "jaild-test")
 	cfg := config(env)
 	cfg.Rootfs = filepath.Join(env.StateDir, "nope")
-	if _, err := jail.New(cfg); !errors.Is(err, jail.ErrRootfs) {
+	if _, err := jail.New(cfg); !errors.Is(err, box.ErrRootfs) {
 		t.Fatalf("New with a missing rootfs: %v, want ErrRootfs", err)
 	}
 	// An existing dir without mount points is refused too.
 	cfg.Rootfs = t.TempDir()
-	if _, err := jail.New(cfg); !errors.Is(err, jail.ErrRootfs) {
+	if _, err := jail.New(cfg); !errors.Is(err, box.ErrRootfs) {
 		t.Fatalf("New with an empty rootfs: %v, want ErrRootfs", err)
 	}
 }
@@ -238,7 +239,7 @@ func TestIsolation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := run(t, m, &jail.Spec{Command: jail.Command{Args: []string{"/bin/bash", "-c", tt.script}}})
+			res := run(t, m, &jail.Spec{Command: box.Command{Args: []string{"/bin/bash", "-c", tt.script}}})
 			if !tt.check(res.Stdout) {
 				t.Errorf("stdout %q stderr %q; want %s", res.Stdout, res.Stderr, tt.want)
 			}
@@ -252,8 +253,8 @@ func TestIsolation(t *testing.T) {
 func TestForkBomb(t *testing.T) {
 	m := newManager(t)
 	spec := &jail.Spec{
-		Limits:  jail.Limits{Pids: 64},
-		Command: jail.Command{Args: []string{"/bin/bash", "-c", ":(){ :|:& };:; sleep 100"}, Timeout: 3 * time.Second},
+		Limits:  box.Limits{Pids: 64},
+		Command: box.Command{Args: []string{"/bin/bash", "-c", ":(){ :|:& };:; sleep 100"}, Timeout: 3 * time.Second},
 	}
 	start := time.Now()
 	res := run(t, m, spec)
@@ -312,7 +313,7 @@ func TestRmRfRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := run(t, m, &jail.Spec{Command: jail.Command{
+	res := run(t, m, &jail.Spec{Command: box.Command{
 		Args: []string{"rm", "-rf", "--no-preserve-root", "/"}, Timeout: 20 * time.Second,
 	}})
 	if res.ExitCode == 0 {
@@ -349,7 +350,7 @@ func TestParallel(t *testing.T) {
 		// Each sandbox must start with empty /work and /tmp and see only
 		// its own files and processes.
 		script := fmt.Sprintf("ls -A /work /tmp | grep -v : ; echo %s > /work/t; sleep 0.5; cat /work/t; ls /proc | grep -c '^[0-9]'", token)
-		res, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{
+		res, err := m.Run(context.Background(), &jail.Spec{Command: box.Command{
 			Args: []string{"/bin/sh", "-c", script}, Timeout: 30 * time.Second,
 		}})
 		switch {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 
@@ -81,9 +82,9 @@ func helperRun() {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
-	spec := &jail.Spec{Command: jail.Command{
+	spec := &jail.Spec{Command: box.Command{
 		Args:    []string{"/bin/sh", "-c", "sleep 1000 & echo started; sleep 1000"},
-		Timeout: jail.MaxTimeout,
+		Timeout: box.MaxTimeout,
 		Stdout:  lineWriter{bufio.NewWriter(os.Stdout)},
 	}}
 	egressIfAsked(spec)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/rootfs"
 	"github.com/opencontainers/cgroups"
@@ -119,15 +120,15 @@ type Manager struct {
 // every container's init, a Go process that lives for a few milliseconds
 // and does single-threaded work. Left unset, each init's runtime sizes
 // itself for every CPU of the host (a P, its caches and, on a GC, a worker
-// per CPU); 30 one-shot runs with GOMAXPROCS=64 took ~40% more CPU than
-// with 1 on the 2-core VM. This process's own runtime read its setting at
+// per CPU), which costs CPU on every run and more the more CPUs the host
+// has (docs/performance.md). This process's own runtime read its setting at
 // its start and keeps it; the watchdog inherits 1, which is all it needs.
 func New(cfg Config) (*Manager, error) {
 	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {
 		os.Setenv("GOMAXPROCS", "1")
 	}
 	if os.Geteuid() != 0 {
-		return nil, ErrNotRoot
+		return nil, box.ErrNotRoot
 	}
 	if err := checkUserns(); err != nil {
 		return nil, err
@@ -139,7 +140,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.StateDir = DefaultStateDir
 	}
 	if cfg.WorkDir == "" {
-		cfg.WorkDir = DefaultDir
+		cfg.WorkDir = box.DefaultDir
 	}
 	if err := ValidateWorkDir(cfg.WorkDir); err != nil {
 		return nil, err
@@ -178,7 +179,7 @@ func New(cfg Config) (*Manager, error) {
 		Keep:    cfg.KeepBudget,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: %w", box.ErrUnsupported, err)
 	}
 	// The watchdog tears the sandboxes down if this process dies (see
 	// watchdog.go). Its start overlaps the rest of the set-up; it comes
@@ -204,6 +205,18 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// HostRoot is the generated root that sandboxes get without a prepared
+// one (rootfs.Host under stateDir, with the working directory workDir),
+// made if it is not there yet: what their "/" holds, for those that must
+// see what a sandbox sees (the policy's resolver).
+func HostRoot(stateDir, workDir string) (*rootfs.Root, error) {
+	r, err := rootfs.Host(stateDir, sandboxUser, workDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", box.ErrRootfs, err)
+	}
+	return r, nil
+}
+
 // prepare makes the other state dirs and opens the rootfs, each only once
 // it is known that no one but root can change it (see trust.go).
 func (m *Manager) prepare(root string) error {
@@ -225,7 +238,7 @@ func (m *Manager) prepare(root string) error {
 		m.root, err = rootfs.Open(root, m.workDir)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrRootfs, err)
+		return fmt.Errorf("%w: %w", box.ErrRootfs, err)
 	}
 	return nil
 }
@@ -255,17 +268,17 @@ func (m *Manager) validate(spec *Spec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	return CheckDir(spec.Dir, m.workDir)
+	return box.CheckDir(spec.Dir, m.workDir)
 }
 
 // checkUserns fails if the kernel cannot create user namespaces.
 func checkUserns() error {
 	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
-		return fmt.Errorf("%w: kernel has no user namespaces", ErrUnsupported)
+		return fmt.Errorf("%w: kernel has no user namespaces", box.ErrUnsupported)
 	}
 	data, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
 	if err == nil && strings.TrimSpace(string(data)) == "0" {
-		return fmt.Errorf("%w: user namespaces are disabled (user.max_user_namespaces = 0)", ErrUnsupported)
+		return fmt.Errorf("%w: user namespaces are disabled (user.max_user_namespaces = 0)", box.ErrUnsupported)
 	}
 	return nil
 }
@@ -277,7 +290,7 @@ func checkUserns() error {
 // When the timeout expires the result has TimedOut set and err is nil; when
 // ctx ends first, the sandbox is killed and Run returns the partial result
 // (Canceled set) with ctx's error.
-func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
+func (m *Manager) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	if err := m.validate(spec); err != nil {
 		return nil, err
 	}
@@ -286,7 +299,7 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 		return nil, err
 	}
 	cmd := &spec.Command
-	var stopEgress func() *EgressUsage
+	var stopEgress func() *box.EgressUsage
 	if spec.Egress != nil {
 		// The proxy is served before the command starts, and stopped
 		// only once the sandbox's processes are dead (Run returns after
@@ -329,7 +342,7 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*Result, error) {
 // can create sandboxes ahead of time. With egress, its network namespace is
 // made here with a proxy listener in it (see [Egress]). The caller must
 // Destroy it.
-func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace, egress bool) (*sandbox, error) {
+func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egress bool) (*sandbox, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -339,7 +352,7 @@ func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace, egress bo
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil, ErrClosed
+		return nil, box.ErrClosed
 	}
 	m.live.Add(1)
 	m.mu.Unlock()
@@ -423,7 +436,7 @@ func (m *Manager) create(ctx context.Context, l Limits, ws *Workspace, egress bo
 // the workspace's at the path netns, joined rather than created (its
 // loopback is already up). A sandbox with egress joins the namespace at
 // netns the same way (see [Egress]).
-func (m *Manager) containerConfig(id string, hostID int, l Limits, work, netns string) *configs.Config {
+func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, netns string) *configs.Config {
 	var devs []*devices.Device
 	var rules []*devices.Rule
 	for _, d := range specconv.AllowedDevices {

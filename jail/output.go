@@ -1,18 +1,18 @@
 package jail
 
 import (
-	"fmt"
 	"io"
-	"strconv"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/jaild/jaild/box"
 )
 
 // capture keeps the first and last bytes of a stream, up to max in all, and
 // counts the rest. It holds one buffer that grows with the output up to
 // max, never beyond, whatever the stream's size: the head in its first half
 // and, once the stream overflows, a ring of the latest bytes in its second
-// half. [capture.String] turns that buffer into the result in place.
+// half. Its String method turns that buffer into the result in place.
 type capture struct {
 	max    int64
 	buf    []byte
@@ -110,13 +110,13 @@ func (c *capture) String() string {
 	// (too long, if anything) and shorten it while keeping more bytes
 	// takes a digit off the count: the count only falls, so this ends,
 	// and the result fills max exactly.
-	mlen := int64(len(Elide(c.total)))
+	mlen := int64(len(box.Elide(c.total)))
 	if mlen > c.max {
 		head := c.buf[:headEnd(c.buf[:c.half()])]
 		return unsafe.String(unsafe.SliceData(head), len(head)) // no room for the marker
 	}
 	for {
-		shorter := int64(len(Elide(c.total - (c.max - mlen))))
+		shorter := int64(len(box.Elide(c.total - (c.max - mlen))))
 		if shorter >= mlen {
 			break
 		}
@@ -134,7 +134,7 @@ func (c *capture) String() string {
 	tail := c.buf[int(c.max)-tailN:]
 	tail = tail[tailStart(tail):]
 	headN = headEnd(c.buf[:headN])
-	marker := Elide(c.total - int64(headN) - int64(len(tail)))
+	marker := box.Elide(c.total - int64(headN) - int64(len(tail)))
 	n := copy(c.buf[headN:], marker)
 	n += copy(c.buf[headN+n:], tail)
 	return unsafe.String(unsafe.SliceData(c.buf), headN+n)
@@ -179,11 +179,4 @@ func reverse(b []byte) {
 	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
 		b[i], b[j] = b[j], b[i]
 	}
-}
-
-// Elide is the marker that stands in output for n bytes that were cut from
-// its middle. It is on a line of its own so that both people and models can
-// tell a partial result from a complete one.
-func Elide(n int64) string {
-	return fmt.Sprintf("\n[... jaild: %s bytes of output elided ...]\n", strconv.FormatInt(n, 10))
 }

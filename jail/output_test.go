@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/jaild/jaild/box"
 )
 
 // TestCaptureBound checks that the kept output, marker included, never
@@ -36,7 +38,7 @@ func TestCaptureBound(t *testing.T) {
 				i := strings.Index(got, "\n[... jaild: ")
 				if i < 0 {
 					// Only a cap too small for the marker keeps no marker.
-					if int64(len(Elide(int64(len(data))))) <= max || !bytes.HasPrefix(data, []byte(got)) {
+					if int64(len(box.Elide(int64(len(data))))) <= max || !bytes.HasPrefix(data, []byte(got)) {
 						t.Fatalf("no marker in %q", got)
 					}
 					return
@@ -47,7 +49,7 @@ func TestCaptureBound(t *testing.T) {
 				if _, err := fmt.Sscanf(rest, "\n[... jaild: %d bytes of output elided ...]\n", &elided); err != nil {
 					t.Fatalf("marker: %v in %q", err, rest)
 				}
-				tail := rest[len(Elide(elided)):]
+				tail := rest[len(box.Elide(elided)):]
 				if !bytes.HasPrefix(data, []byte(head)) || !bytes.HasSuffix(data, []byte(tail)) {
 					t.Fatalf("head %q / tail %q not the stream's", head, tail)
 				}

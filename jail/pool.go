@@ -15,6 +15,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/box"
 )
 
 // A Pool keeps sandboxes started ahead of time and hands each the command of
@@ -42,7 +44,7 @@ import (
 // extra files.
 type Pool struct {
 	m        *Manager
-	limits   Limits
+	limits   box.Limits
 	ready    chan *warm
 	room     chan struct{} // a token per place in the pool not yet filled
 	stop     chan struct{}
@@ -80,7 +82,7 @@ var poolInit = []string{"/proc/self/exe", "pool-wait"}
 
 // NewPool starts a pool that keeps size sandboxes with limits l ready. Close
 // it before closing m.
-func (m *Manager) NewPool(size int, l Limits) (*Pool, error) {
+func (m *Manager) NewPool(size int, l box.Limits) (*Pool, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("jail: pool size %d: must be positive", size)
 	}
@@ -144,7 +146,7 @@ func (p *Pool) prestart() (*warm, error) {
 // at fd 5, whose read end is the warm's extra: the init makes it the
 // command's fd 3 if the message asks for it (see poolMessage), else closes
 // it.
-func (m *Manager) startWaiting(l Limits, ws *Workspace, extra bool) (_ *warm, retErr error) {
+func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm, retErr error) {
 	sb, err := m.create(context.Background(), l, ws, false)
 	if err != nil {
 		return nil, err
@@ -251,7 +253,7 @@ func (w *warm) closePipes() {
 
 // Run implements the same contract as [Manager.Run], on a pooled sandbox
 // when one is ready and can serve spec, else on a fresh one.
-func (p *Pool) Run(ctx context.Context, spec *Spec) (*Result, error) {
+func (p *Pool) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	if err := p.m.validate(spec); err != nil {
 		return nil, err
 	}
@@ -297,10 +299,11 @@ const replaceDelay = 50 * time.Millisecond
 // replaces the one a run took, once: when the returned func is called (the
 // run has ended) or replaceDelay after the take, whichever comes first. A
 // build is a burst of CPU (a Go process start, the container's mounts, the
-// kernel's namespace work): started at the take, it competed on two cores
-// with the very command it replaces and with the answer's path, which on
-// this project's 2-core VM made a paced caller's pooled run 20 ms instead of
-// 11. A long command still gets its replacement built while it runs.
+// kernel's namespace work): started at the take, it would compete for the
+// host's cores with the very command it replaces and with the answer's
+// path, and on a small host lengthen every paced caller's run
+// (docs/performance.md). A long command still gets its replacement built
+// while it runs.
 func replaceLater(replace func()) (now func()) {
 	var once sync.Once
 	do := func() { once.Do(replace) }
@@ -336,16 +339,16 @@ func pooledDir(dir, workDir string) bool {
 
 // initStatus is the error of a waiting init's report on its status pipe,
 // nil for none (the command was exec'ed).
-func initStatus(status []byte, cmd *Command) error {
+func initStatus(status []byte, cmd *box.Command) error {
 	switch s := strings.TrimSpace(string(status)); s {
 	case "":
 		return nil
 	case "nodir":
 		return errNoDir
 	case "notfound":
-		return fmt.Errorf("%w: %s", ErrNotFound, cmd.Args[0])
+		return fmt.Errorf("%w: %s", box.ErrCommandNotFound, cmd.Args[0])
 	case "notexec":
-		return fmt.Errorf("%w: %s", ErrNotExecutable, cmd.Args[0])
+		return fmt.Errorf("%w: %s", box.ErrNotExecutable, cmd.Args[0])
 	default:
 		return fmt.Errorf("start sandbox: pooled init: %s", s)
 	}
@@ -361,7 +364,7 @@ var errNoDir = errors.New("pooled init: no such directory")
 // command gets (0, or 1: the init's fd 5 becomes its fd 3), the number of
 // arguments, the arguments, then the environment. Validate has refused NUL
 // bytes in all of them.
-func poolMessage(cmd *Command, files int, workDir string) []byte {
+func poolMessage(cmd *box.Command, files int, workDir string) []byte {
 	env := environ(cmd.Env, workDir)
 	path := Path
 	for _, kv := range env {
@@ -390,10 +393,6 @@ func poolMessage(cmd *Command, files int, workDir string) []byte {
 
 // Ready is how many sandboxes wait for a command now.
 func (p *Pool) Ready() int { return len(p.ready) }
-
-// Building is how many sandboxes are being started for the pool. Ready plus
-// Building never exceeds the pool's size.
-func (p *Pool) Building() int { return int(p.building.Load()) }
 
 // Stats reports how many runs a pooled sandbox served (hits) and how many
 // eligible runs found the pool empty (misses).

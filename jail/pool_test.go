@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -21,7 +22,7 @@ import (
 func newPool(t *testing.T, size int) *jail.Pool {
 	t.Helper()
 	m := newManager(t)
-	p, err := m.NewPool(size, jail.Limits{})
+	p, err := m.NewPool(size, box.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func waitReady(t *testing.T, p *jail.Pool) {
 }
 
 // runPooled runs spec and fails t unless a pooled sandbox served it.
-func runPooled(t *testing.T, p *jail.Pool, spec *jail.Spec) (*jail.Result, error) {
+func runPooled(t *testing.T, p *jail.Pool, spec *jail.Spec) (*box.Result, error) {
 	t.Helper()
 	waitReady(t, p)
 	hits, _ := p.Stats()
@@ -66,18 +67,18 @@ func TestPoolBehaviour(t *testing.T) {
 		wantErr  string
 		wantCode int
 	}{
-		{name: "argv", spec: &jail.Spec{Command: jail.Command{Args: []string{"echo", "it's", "a \"quoted\" $HOME `x`\nline"}}},
+		{name: "argv", spec: &jail.Spec{Command: box.Command{Args: []string{"echo", "it's", "a \"quoted\" $HOME `x`\nline"}}},
 			wantOut: "it's a \"quoted\" $HOME `x`\nline\n"},
 		{name: "shell", spec: sh("echo $HOME $USER; echo err >&2; exit 3"), wantOut: "/work sandbox\n", wantErr: "err\n", wantCode: 3},
-		{name: "env replaces, nothing else", spec: &jail.Spec{Command: jail.Command{Args: []string{"env"}, Env: []string{"A-B=x y", "HOME=/tmp"}}},
+		{name: "env replaces, nothing else", spec: &jail.Spec{Command: box.Command{Args: []string{"env"}, Env: []string{"A-B=x y", "HOME=/tmp"}}},
 			wantOut: "PATH=" + jail.Path + "\nHOME=/tmp\nUSER=sandbox\nLANG=C.UTF-8\nA-B=x y\n"},
-		{name: "stdin", spec: &jail.Spec{Command: jail.Command{Args: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("abc\n")}}, wantOut: "ABC\n"},
+		{name: "stdin", spec: &jail.Spec{Command: box.Command{Args: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("abc\n")}}, wantOut: "ABC\n"},
 		{name: "no stdin", spec: sh("cat; echo done"), wantOut: "done\n"},
 		{name: "cwd and pid 1", spec: sh("pwd; echo $$"), wantOut: "/work\n1\n"},
-		{name: "cwd /tmp", spec: &jail.Spec{Command: jail.Command{Args: []string{"pwd"}, Dir: "/tmp/"}}, wantOut: "/tmp\n"},
+		{name: "cwd /tmp", spec: &jail.Spec{Command: box.Command{Args: []string{"pwd"}, Dir: "/tmp/"}}, wantOut: "/tmp\n"},
 		{name: "no script fd left", spec: sh("ls /proc/self/fd"), wantOut: "0\n1\n2\n3\n"}, // 3 is ls's own directory fd
 		{name: "exit 127 of the command itself", spec: sh("exit 127"), wantCode: 127},
-		{name: "PATH of the command", spec: &jail.Spec{Command: jail.Command{Args: []string{"ls", "/work"}, Env: []string{"PATH=/nowhere:/usr/bin"}}}},
+		{name: "PATH of the command", spec: &jail.Spec{Command: box.Command{Args: []string{"ls", "/work"}, Env: []string{"PATH=/nowhere:/usr/bin"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,15 +108,15 @@ func TestPoolStartErrors(t *testing.T) {
 		spec *jail.Spec
 		want error
 	}{
-		{"not in PATH", &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}}, jail.ErrNotFound},
-		{"not in the command's PATH", &jail.Spec{Command: jail.Command{Args: []string{"ls"}, Env: []string{"PATH=/nowhere"}}}, jail.ErrNotFound},
-		{"a shell builtin only", &jail.Spec{Command: jail.Command{Args: []string{"cd"}}}, jail.ErrNotFound},
-		{"missing path", &jail.Spec{Command: jail.Command{Args: []string{"/no/such"}}}, jail.ErrNotFound},
-		{"not executable", &jail.Spec{Command: jail.Command{Args: []string{"/etc/passwd"}}}, jail.ErrNotExecutable},
-		{"a directory", &jail.Spec{Command: jail.Command{Args: []string{"/usr"}}}, jail.ErrNotExecutable},
-		{"quotes in the name", &jail.Spec{Command: jail.Command{Args: []string{"x'; echo pwned; '"}}}, jail.ErrNotFound},
-		{"a name like an option", &jail.Spec{Command: jail.Command{Args: []string{"-i"}}}, jail.ErrNotFound},
-		{"a name like a variable", &jail.Spec{Command: jail.Command{Args: []string{"A=b"}}}, jail.ErrNotFound},
+		{"not in PATH", &jail.Spec{Command: box.Command{Args: []string{"no-such-command"}}}, box.ErrCommandNotFound},
+		{"not in the command's PATH", &jail.Spec{Command: box.Command{Args: []string{"ls"}, Env: []string{"PATH=/nowhere"}}}, box.ErrCommandNotFound},
+		{"a shell builtin only", &jail.Spec{Command: box.Command{Args: []string{"cd"}}}, box.ErrCommandNotFound},
+		{"missing path", &jail.Spec{Command: box.Command{Args: []string{"/no/such"}}}, box.ErrCommandNotFound},
+		{"not executable", &jail.Spec{Command: box.Command{Args: []string{"/etc/passwd"}}}, box.ErrNotExecutable},
+		{"a directory", &jail.Spec{Command: box.Command{Args: []string{"/usr"}}}, box.ErrNotExecutable},
+		{"quotes in the name", &jail.Spec{Command: box.Command{Args: []string{"x'; echo pwned; '"}}}, box.ErrCommandNotFound},
+		{"a name like an option", &jail.Spec{Command: box.Command{Args: []string{"-i"}}}, box.ErrCommandNotFound},
+		{"a name like a variable", &jail.Spec{Command: box.Command{Args: []string{"A=b"}}}, box.ErrCommandNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,9 +165,9 @@ func TestPoolTimeoutAndCancel(t *testing.T) {
 func TestPoolFallback(t *testing.T) {
 	p := newPool(t, 1)
 	tests := []*jail.Spec{
-		{Limits: jail.Limits{TmpfsSize: 32 << 20}, Command: jail.Command{Args: []string{"echo", "ok"}}},
+		{Limits: box.Limits{TmpfsSize: 32 << 20}, Command: box.Command{Args: []string{"echo", "ok"}}},
 		// A fresh sandbox's init creates the directory.
-		{Command: jail.Command{Args: []string{"echo", "ok"}, Dir: "/work/sub/dir"}},
+		{Command: box.Command{Args: []string{"echo", "ok"}, Dir: "/work/sub/dir"}},
 	}
 	for i, spec := range tests {
 		hits, _ := p.Stats()
@@ -179,7 +180,7 @@ func TestPoolFallback(t *testing.T) {
 		}
 	}
 	// Cold runs keep the cold errors.
-	if _, err := p.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"echo"}, Dir: "/etc"}}); !jail.IsInvalid(err) {
+	if _, err := p.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"echo"}, Dir: "/etc"}}); !box.IsInvalid(err) {
 		t.Errorf("bad cwd: %v", err)
 	}
 }
@@ -188,7 +189,7 @@ func TestPoolParallel(t *testing.T) {
 	p := newPool(t, 4)
 	inParallel(t, 12, func(i int) error {
 		want := fmt.Sprintf("run-%d", i)
-		res, err := p.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "ls -A /work; echo " + want}}})
+		res, err := p.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", "ls -A /work; echo " + want}}})
 		if err != nil || res.Stdout != want+"\n" {
 			return fmt.Errorf("%d: %v %+v", i, err, res)
 		}
@@ -206,7 +207,7 @@ func TestPoolSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	p, err := m.NewPool(2, jail.Limits{})
+	p, err := m.NewPool(2, box.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,11 +220,11 @@ func TestPoolSize(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second)
 		// The pool settles full and idle, the used sandbox of the last
 		// round torn down: every container left is a ready one.
-		for (p.Ready() < 2 || p.Building() > 0 || containers() != 2) && time.Now().Before(deadline) {
+		for (p.Ready() < 2 || jail.PoolBuilding(p) > 0 || containers() != 2) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if n := containers(); p.Ready() != 2 || p.Building() != 0 || n != 2 {
-			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), p.Building(), n)
+		if n := containers(); p.Ready() != 2 || jail.PoolBuilding(p) != 0 || n != 2 {
+			t.Fatalf("ready %d, building %d, containers %d; want 2, 0 and 2", p.Ready(), jail.PoolBuilding(p), n)
 		}
 		// Each waits in jaild's own minimal init, not a shell (once it
 		// has been exec'd: Ready counts started sandboxes).
@@ -258,7 +259,7 @@ func TestPoolReplacesDuringLongRun(t *testing.T) {
 	defer stdinW.Close()
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "read x"}, Stdin: stdinR, Timeout: time.Minute}})
+		_, err := p.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", "read x"}, Stdin: stdinR, Timeout: time.Minute}})
 		done <- err
 	}()
 	waitFor(t, 20*time.Second, "the replacement to be ready while the command runs", func() bool {
@@ -281,12 +282,14 @@ func TestPoolReplacesDuringLongRun(t *testing.T) {
 // TestPoolIsolation: a command handed to a pooled sandbox runs exactly as
 // locked down as in a fresh one: same user, no capabilities, no_new_privs,
 // the same seccomp filter, the same mounts, and it is pid 1 with nothing of
-// the waiting init left (no extra fd, no other process).
+// the waiting init left (no extra fd, no other process). The processes are
+// counted by the shell's own glob, so that no other process of the probe's
+// is running then.
 func TestPoolIsolation(t *testing.T) {
 	p := newPool(t, 1)
 	probe := sh(`grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
 tr '\0' ' ' < /proc/1/cmdline; echo
-ls /proc | grep -c '^[0-9]'
+set -- /proc/[0-9]*; echo $# processes
 ls /proc/self/fd | wc -l
 awk '{print $4, $5, $6, $(NF-2), $NF}' /proc/self/mountinfo | sed -E 's/(uid|gid)=[0-9]+/\1=N/g' | sort
 hostname`)
@@ -311,7 +314,7 @@ hostname`)
 	if pooled.Stdout != fresh.Stdout {
 		t.Errorf("a pooled sandbox differs from a fresh one:\npooled:\n%s\nfresh:\n%s", pooled.Stdout, fresh.Stdout)
 	}
-	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "/bin/sh -c grep"} {
+	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "/bin/sh -c grep", "\n1 processes\n"} {
 		if !strings.Contains(pooled.Stdout, want) {
 			t.Errorf("pooled sandbox: no %q in\n%s", want, pooled.Stdout)
 		}
@@ -325,19 +328,19 @@ func TestPoolLimits(t *testing.T) {
 	tests := []struct {
 		name  string
 		spec  *jail.Spec
-		check func(*jail.Result) bool
+		check func(*box.Result) bool
 	}{
-		{"pids", &jail.Spec{Limits: jail.Limits{Pids: 16}, Command: jail.Command{
+		{"pids", &jail.Spec{Limits: box.Limits{Pids: 16}, Command: box.Command{
 			Args: []string{"/bin/sh", "-c", "for i in $(seq 40); do sleep 2 & done; wait"}, Timeout: 10 * time.Second}},
-			func(r *jail.Result) bool { return r.PidsLimitHit && r.Limits.Pids == 16 }},
-		{"memory", &jail.Spec{Limits: jail.Limits{Memory: 32 << 20, CPUs: 0.5}, Command: jail.Command{
+			func(r *box.Result) bool { return r.PidsLimitHit && r.Limits.Pids == 16 }},
+		{"memory", &jail.Spec{Limits: box.Limits{Memory: 32 << 20, CPUs: 0.5}, Command: box.Command{
 			Args: []string{"/bin/sh", "-c", "head -c 60000000 /dev/zero > /tmp/f"}, Timeout: 10 * time.Second}},
-			func(r *jail.Result) bool { return r.OOMKilled && r.Limits.Memory == 32<<20 && r.Limits.CPUs == 0.5 }},
-		{"more memory than the pool's", &jail.Spec{Limits: jail.Limits{Memory: 512 << 20}, Command: jail.Command{
+			func(r *box.Result) bool { return r.OOMKilled && r.Limits.Memory == 32<<20 && r.Limits.CPUs == 0.5 }},
+		{"more memory than the pool's", &jail.Spec{Limits: box.Limits{Memory: 512 << 20}, Command: box.Command{
 			Args: []string{"/bin/sh", "-c", "head -c 40000000 /dev/zero > /tmp/f"}}},
-			func(r *jail.Result) bool { return !r.OOMKilled && r.ExitCode == 0 && r.MemoryPeak > 40000000 }},
+			func(r *box.Result) bool { return !r.OOMKilled && r.ExitCode == 0 && r.MemoryPeak > 40000000 }},
 		// The next sandbox has the pool's own limits again.
-		{"defaults", sh("true"), func(r *jail.Result) bool { return r.Limits == (jail.Limits{}).WithDefaults() }},
+		{"defaults", sh("true"), func(r *box.Result) bool { return r.Limits == (box.Limits{}).WithDefaults() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -365,7 +368,7 @@ func TestNamespacePins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	p, err := m.NewPool(1, jail.Limits{})
+	p, err := m.NewPool(1, box.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

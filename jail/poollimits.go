@@ -3,6 +3,7 @@ package jail
 import (
 	"fmt"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 )
 
@@ -11,7 +12,7 @@ import (
 // sandbox can serve a run that asks for them. The tmpfs size, a mount
 // option, cannot change. On failure the sandbox must not be used: its
 // limits may be half set.
-func (s *sandbox) setLimits(l Limits) error {
+func (s *sandbox) setLimits(l box.Limits) error {
 	if h := s.m.limitsHook; h != nil {
 		if err := h(); err != nil {
 			return fmt.Errorf("set the limits of sandbox %s: %w", s.id, err)

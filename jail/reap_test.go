@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -77,13 +78,13 @@ func TestEveryStartedSandboxIsReaped(t *testing.T) {
 			}
 		}},
 		{"a fresh run of a missing executable", func(t *testing.T) {
-			_, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}})
-			if !errors.Is(err, jail.ErrNotFound) {
+			_, err := m.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"no-such-command"}}})
+			if !errors.Is(err, box.ErrCommandNotFound) {
 				t.Fatalf("err %v, want ErrNotFound", err)
 			}
 		}},
 		{"pool close with unused sandboxes", func(t *testing.T) {
-			p, err := m.NewPool(2, jail.Limits{})
+			p, err := m.NewPool(2, box.Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,8 +95,8 @@ func TestEveryStartedSandboxIsReaped(t *testing.T) {
 		}},
 		{"a pooled run of a missing executable", func(t *testing.T) {
 			p := newPoolOn(t, m, 1)
-			_, err := runPooled(t, p, &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}})
-			if !errors.Is(err, jail.ErrNotFound) {
+			_, err := runPooled(t, p, &jail.Spec{Command: box.Command{Args: []string{"no-such-command"}}})
+			if !errors.Is(err, box.ErrCommandNotFound) {
 				t.Fatalf("err %v, want ErrNotFound", err)
 			}
 		}},
@@ -111,13 +112,13 @@ func TestEveryStartedSandboxIsReaped(t *testing.T) {
 			waitReady(t, p)
 			jail.SetLimitsHook(m, func() error { return failLimits })
 			t.Cleanup(func() { jail.SetLimitsHook(m, nil) })
-			res, err := p.Run(context.Background(), &jail.Spec{Limits: jail.Limits{Pids: 16}, Command: sh("true").Command})
+			res, err := p.Run(context.Background(), &jail.Spec{Limits: box.Limits{Pids: 16}, Command: sh("true").Command})
 			if err != nil || res.Prestarted {
 				t.Fatalf("not run cold: %v %+v", err, res)
 			}
 		}},
 		{"a prestarted run whose directory is missing", func(t *testing.T) {
-			ws := newPrestartWorkspace(t, m, jail.Limits{})
+			ws := newPrestartWorkspace(t, m, box.Limits{})
 			s := inWS(ws, "pwd")
 			s.Dir = "/work/no/such/dir"
 			if res := wsRun(t, ws, s); res.Prestarted || res.Stdout != s.Dir+"\n" {
@@ -125,14 +126,14 @@ func TestEveryStartedSandboxIsReaped(t *testing.T) {
 			}
 		}},
 		{"a prestarted run of a missing executable", func(t *testing.T) {
-			ws := newPrestartWorkspace(t, m, jail.Limits{})
-			_, err := ws.Run(context.Background(), &jail.Spec{Workspace: ws, Command: jail.Command{Args: []string{"no-such-command"}}})
-			if !errors.Is(err, jail.ErrNotFound) {
+			ws := newPrestartWorkspace(t, m, box.Limits{})
+			_, err := ws.Run(context.Background(), &jail.Spec{Workspace: ws, Command: box.Command{Args: []string{"no-such-command"}}})
+			if !errors.Is(err, box.ErrCommandNotFound) {
 				t.Fatalf("err %v, want ErrNotFound", err)
 			}
 		}},
 		{"a prestarted sandbox that cannot take a run's limits", func(t *testing.T) {
-			ws := newPrestartWorkspace(t, m, jail.Limits{})
+			ws := newPrestartWorkspace(t, m, box.Limits{})
 			jail.SetLimitsHook(m, func() error { return failLimits })
 			t.Cleanup(func() { jail.SetLimitsHook(m, nil) })
 			s := inWS(ws, "true")
@@ -142,7 +143,7 @@ func TestEveryStartedSandboxIsReaped(t *testing.T) {
 			}
 		}},
 		{"workspace close with an unused prestarted sandbox", func(t *testing.T) {
-			ws, err := m.NewWorkspace(0, jail.WithPrestart(jail.Limits{}))
+			ws, err := m.NewWorkspace(0, jail.WithPrestart(box.Limits{}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +165,7 @@ func TestEveryStartedSandboxIsReaped(t *testing.T) {
 // newPoolOn returns a pool of size on m, closed at cleanup.
 func newPoolOn(t *testing.T, m *jail.Manager, size int) *jail.Pool {
 	t.Helper()
-	p, err := m.NewPool(size, jail.Limits{})
+	p, err := m.NewPool(size, box.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

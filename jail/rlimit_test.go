@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 	"golang.org/x/sys/unix"
@@ -49,7 +50,7 @@ func helperNofile() {
 		fmt.Println("jail.New:", err)
 		os.Exit(1)
 	}
-	res, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "echo $(ulimit -n) $(ulimit -Hn)"}}})
+	res, err := m.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", "echo $(ulimit -n) $(ulimit -Hn)"}}})
 	code := 0
 	if err != nil {
 		fmt.Println("run:", err)

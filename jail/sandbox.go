@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
@@ -34,7 +36,7 @@ type sandbox struct {
 	ws     *Workspace // nil for a sandbox on a slot of its own
 	hostID int        // where the uid range of its user namespace starts
 	group  *cgroup.Group
-	limits Limits
+	limits box.Limits
 	used   bool
 	// netns and proxy are a sandbox with egress's network namespace
 	// pin and the proxy listener in it; empty and nil otherwise.
@@ -90,20 +92,20 @@ func (ip *initProc) exited() <-chan struct{} {
 func (s *sandbox) ID() string { return s.id }
 
 // Limits are the sandbox's resource limits, with defaults applied.
-func (s *sandbox) Limits() Limits { return s.limits }
+func (s *sandbox) Limits() box.Limits { return s.limits }
 
 // Run runs cmd as the sandbox's init process and waits for it. A sandbox
 // runs one command; a second Run fails. See [Manager.Run] for how timeouts
 // and cancellation are reported.
-func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
+func (s *sandbox) Run(ctx context.Context, cmd *box.Command) (*box.Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
-	if err := CheckDir(cmd.Dir, s.m.workDir); err != nil {
+	if err := box.CheckDir(cmd.Dir, s.m.workDir); err != nil {
 		return nil, err
 	}
 	if s.used || s.c == nil {
-		return nil, ErrClosed
+		return nil, box.ErrClosed
 	}
 	s.used = true
 
@@ -139,7 +141,12 @@ func (s *sandbox) Run(ctx context.Context, cmd *Command) (*Result, error) {
 		for _, d := range p.ExtraFiles {
 			d.Close()
 		}
-		return nil, startError(cmd.Args[0], err)
+		err = s.m.startError(cmd.Args[0], err)
+		var pe *pidsBudgetError
+		if errors.As(err, &pe) {
+			s.m.log.Warn("sandbox not started: the pids budget is used up", "sandbox", s.id, "err", pe.cause)
+		}
+		return nil, err
 	}
 	return s.collect(ctx, cmd, st)
 }
@@ -247,17 +254,17 @@ func (s *sandbox) pinInit() {
 // pin opens the namespaces and the executable of the sandbox's init, pid,
 // and keeps them until Destroy, so that the kernel's work of ending them
 // happens there, after the answer (see teardown.go), rather than on the
-// way to it. Measured on this project's 2-core VM, per pooled `sh -c true`:
+// way to it (docs/performance.md has the figures):
 //
 //   - A namespace ends when its last reference goes: unpinned, when the
 //     command exits, and the exit of the container's pid 1 (unmounting the
-//     sandbox's mount tree, ...) delays its parent's wait: 0.84-0.95 ms
-//     from the exit to the SIGCHLD, 0.54-0.60 pinned.
+//     sandbox's mount tree, ...) delays its parent's wait, between the exit
+//     and the SIGCHLD.
 //   - libcontainer runs the init from a sealed copy of jaild (an overlayfs
 //     mount that only the init's executable holds, against CVE-2019-5736).
-//     The command's exec drops it, and the command's first return to user
-//     space then tears the overlay down, waiting out an expedited RCU grace
-//     period: 0.13 ms p50 but 2.7 ms p90 in uninterruptible sleep.
+//     Unpinned, the command's exec drops it, and the command's first return
+//     to user space then tears the overlay down, waiting out an expedited
+//     RCU grace period in uninterruptible sleep.
 //
 // Best effort: what cannot be opened ends as it would have.
 func (s *sandbox) pin(pid int) {
@@ -285,16 +292,16 @@ func (s *sandbox) unpin() {
 // collect waits for a started command under cmd's timeout, drains its
 // output and reads the verdict. The timeout and Duration count from
 // r.started.
-func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Result, error) {
+func (s *sandbox) collect(ctx context.Context, cmd *box.Command, r *running) (*box.Result, error) {
 	defer r.outR.Close()
 	defer r.errR.Close()
 	timeout := cmd.Timeout
 	if timeout == 0 {
-		timeout = DefaultTimeout
+		timeout = box.DefaultTimeout
 	}
 	maxOut := cmd.MaxOutput
 	if maxOut == 0 {
-		maxOut = DefaultMaxOutput
+		maxOut = box.DefaultMaxOutput
 	}
 	runCtx, cancel := context.WithDeadline(ctx, r.started.Add(timeout))
 	defer cancel()
@@ -318,32 +325,8 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 	go func() { defer readers.Done(); _, _ = io.Copy(stdout, r.outR) }()
 	go func() { defer readers.Done(); _, _ = io.Copy(stderr, r.errR) }()
 
-	res := &Result{ID: s.id, Limits: s.limits}
-	var (
-		ps      *os.ProcessState
-		waitErr error
-	)
-	select {
-	case <-s.init.exited():
-		ps, waitErr = s.init.ps, s.init.err
-	case <-runCtx.Done():
-		if ctx.Err() != nil {
-			res.Canceled = true
-		} else {
-			res.TimedOut = true
-		}
-		// Killing the pid namespace's init makes the kernel kill every
-		// other process in it.
-		if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
-			s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
-		}
-		select {
-		case <-s.init.exited():
-			ps, waitErr = s.init.ps, s.init.err
-		case <-time.After(waitDelay):
-			waitErr = errors.New("sandbox init did not exit after SIGKILL")
-		}
-	}
+	res := &box.Result{ID: s.id, Limits: s.limits}
+	ps, waitErr := s.wait(ctx, runCtx, res)
 	res.Duration = time.Since(r.started)
 
 	// Output written before the end is still in the pipes: drain it, but
@@ -360,28 +343,9 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 
 	res.Stdout, res.StdoutBytes, res.StdoutTruncated = stdout.String(), stdout.total, stdout.truncated()
 	res.Stderr, res.StderrBytes, res.StderrTruncated = stderr.String(), stderr.total, stderr.truncated()
-	if ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
-			switch {
-			case ws.Signaled():
-				res.ExitCode = -1
-				res.Signal = unix.SignalName(ws.Signal())
-			default:
-				res.ExitCode = ws.ExitStatus()
-			}
-		}
-	} else {
-		res.ExitCode = -1
-	}
-
+	setExitStatus(res, ps)
 	// Counters are read before Destroy removes the cgroup.
-	if u, err := s.group.Read(); err != nil {
-		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
-	} else {
-		res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
-		res.OOMKilled = u.OOMKills > 0
-		res.PidsLimitHit = u.PidsMax > 0
-	}
+	s.readUsage(res)
 
 	var exitErr *exec.ExitError
 	if waitErr != nil && ps == nil && !errors.As(waitErr, &exitErr) {
@@ -391,6 +355,61 @@ func (s *sandbox) collect(ctx context.Context, cmd *Command, r *running) (*Resul
 		return res, ctx.Err()
 	}
 	return res, nil
+}
+
+// wait waits for the command's end, or kills the sandbox when runCtx ends
+// first (its deadline: a timeout; ctx's end: a cancel, both marked in res)
+// and waits for its init to be gone.
+func (s *sandbox) wait(ctx, runCtx context.Context, res *box.Result) (*os.ProcessState, error) {
+	select {
+	case <-s.init.exited():
+		return s.init.ps, s.init.err
+	case <-runCtx.Done():
+	}
+	if ctx.Err() != nil {
+		res.Canceled = true
+	} else {
+		res.TimedOut = true
+	}
+	// Killing the pid namespace's init makes the kernel kill every other
+	// process in it.
+	if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+		s.m.log.Warn("killing sandbox", "id", s.id, "err", err)
+	}
+	select {
+	case <-s.init.exited():
+		return s.init.ps, s.init.err
+	case <-time.After(waitDelay):
+		return nil, errors.New("sandbox init did not exit after SIGKILL")
+	}
+}
+
+// setExitStatus sets res's exit code and signal from ps; a nil ps (the
+// init's status is unknown) is exit code -1.
+func setExitStatus(res *box.Result, ps *os.ProcessState) {
+	res.ExitCode = -1
+	if ps == nil {
+		return
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok { // not unix.WaitStatus: that assertion fails silently
+		if ws.Signaled() {
+			res.Signal = unix.SignalName(ws.Signal())
+		} else {
+			res.ExitCode = ws.ExitStatus()
+		}
+	}
+}
+
+// readUsage puts the sandbox cgroup's counters in res.
+func (s *sandbox) readUsage(res *box.Result) {
+	u, err := s.group.Read()
+	if err != nil {
+		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
+		return
+	}
+	res.CPUTime, res.MemoryPeak = u.CPU, u.MemoryPeak
+	res.OOMKilled = u.OOMKills > 0
+	res.PidsLimitHit = u.PidsMax > 0
 }
 
 // pipe returns an output pipe whose write end the container can use: it is
@@ -409,17 +428,53 @@ func (s *sandbox) pipe() (r, w *os.File, err error) {
 }
 
 // startError classifies a failure to start the command. libcontainer
-// reports the init's exec failure only as text.
+// reports the init's exec failure, and a clone refused in its init, only
+// as text: EAGAIN is what fork, clone and Go's thread creation get from a
+// pids cgroup at its limit (strerror's "Resource temporarily
+// unavailable", as nsexec reports it).
 func startError(name string, err error) error {
 	msg := err.Error()
 	switch {
+	case errors.Is(err, unix.EAGAIN), strings.Contains(strings.ToLower(msg), unix.EAGAIN.Error()), eagainErrno.MatchString(msg):
+		return &pidsBudgetError{cause: err}
 	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "no such file or directory"):
-		return fmt.Errorf("%w: %s", ErrNotFound, name)
+		return fmt.Errorf("%w: %s", box.ErrCommandNotFound, name)
 	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "exec format error"):
-		return fmt.Errorf("%w: %s", ErrNotExecutable, name)
+		return fmt.Errorf("%w: %s", box.ErrNotExecutable, name)
 	}
 	return fmt.Errorf("start sandbox: %w", err)
 }
+
+// startPids is more than a sandbox's start takes at its peak: its init's
+// nsexec stages and the threads of its Go runtime.
+const startPids = 32
+
+// startError is the package's startError, and also box.ErrPidsBudget for a
+// start that failed in another way (runc's init died: "procReady not
+// received", "container process is already dead") while the parent's pids
+// budget had no room for a start: a thread the init's runtime could not
+// create kills it with no EAGAIN in what libcontainer reports.
+func (m *Manager) startError(name string, err error) error {
+	err = startError(name, err)
+	if errors.Is(err, box.ErrCommandNotFound) || errors.Is(err, box.ErrNotExecutable) || errors.Is(err, box.ErrPidsBudget) {
+		return err
+	}
+	if free, ok := m.parent.PidsFree(); ok && free < startPids {
+		return &pidsBudgetError{cause: err}
+	}
+	return err
+}
+
+// eagainErrno is how the Go runtime of runc's init reports a thread it
+// could not create ("failed to create new OS thread ... errno=11").
+var eagainErrno = regexp.MustCompile(`errno=11\b`)
+
+// pidsBudgetError is box.ErrPidsBudget, with the start's own error for the log.
+// Its message is box.ErrPidsBudget's alone: the cause names host pids.
+type pidsBudgetError struct{ cause error }
+
+func (e *pidsBudgetError) Error() string { return box.ErrPidsBudget.Error() }
+func (e *pidsBudgetError) Unwrap() error { return box.ErrPidsBudget }
 
 // environ builds the command's environment: fixed defaults (HOME is the
 // working directory workDir), overridden by the caller's pairs. Nothing

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"golang.org/x/sys/unix"
 )
@@ -68,7 +69,7 @@ func runProbes(t *testing.T, m *jail.Manager, probes []probe) map[string]string 
 		fmt.Fprintf(&list, "[%q,%q]", p.name, p.expr)
 	}
 	list.WriteString("]")
-	res := run(t, m, &jail.Spec{Command: jail.Command{
+	res := run(t, m, &jail.Spec{Command: box.Command{
 		Args: []string{python, "-c", probeHarness, list.String()}, Timeout: 30 * time.Second,
 	}})
 	if res.ExitCode != 0 {

@@ -65,10 +65,6 @@ func (m *Manager) destroy(sb *sandbox) error {
 	return err
 }
 
-// TearingDown is how many sandboxes are being destroyed after their runs
-// returned.
-func (m *Manager) TearingDown() int { return len(m.teardowns.slots) }
-
 // WaitTeardowns waits until the sandboxes being destroyed in the background
 // are gone.
 func (m *Manager) WaitTeardowns() { m.teardowns.wg.Wait() }

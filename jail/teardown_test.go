@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -40,9 +41,9 @@ func TestTeardownAfterAnswer(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	run := func() *jail.Result {
+	run := func() *box.Result {
 		t.Helper()
-		res, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{
+		res, err := m.Run(context.Background(), &jail.Spec{Command: box.Command{
 			Args: []string{"/bin/sh", "-c", "echo out; head -c 4000000 /dev/zero > /tmp/f; exit 3"},
 		}})
 		if err != nil {
@@ -58,7 +59,7 @@ func TestTeardownAfterAnswer(t *testing.T) {
 	for i := range 2 {
 		res := run()
 		held = append(held, res.ID)
-		if n := m.TearingDown(); n != i+1 {
+		if n := jail.TearingDown(m); n != i+1 {
 			t.Fatalf("after run %d: %d teardowns in progress, want %d", i+1, n, i+1)
 		}
 		if len(testenv.CgroupsNamed(res.ID)) == 0 {
@@ -67,7 +68,7 @@ func TestTeardownAfterAnswer(t *testing.T) {
 	}
 	// The backlog is full: the third run destroys its sandbox first.
 	res := run()
-	if n := m.TearingDown(); n != 2 {
+	if n := jail.TearingDown(m); n != 2 {
 		t.Fatalf("after a run with the backlog full: %d teardowns in progress, want 2", n)
 	}
 	if s := testenv.CgroupsNamed(res.ID); len(s) > 0 {
@@ -80,7 +81,7 @@ func TestTeardownAfterAnswer(t *testing.T) {
 			t.Errorf("sandbox %s: cgroups left after its teardown: %v", id, s)
 		}
 	}
-	if n := m.TearingDown(); n != 0 {
+	if n := jail.TearingDown(m); n != 0 {
 		t.Errorf("%d teardowns still counted after they finished", n)
 	}
 }
@@ -136,7 +137,7 @@ func helperTeardown() {
 	}
 	jail.SetTeardownHook(m, func(string) { select {} })
 	for range 2 {
-		if _, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"true"}}}); err != nil {
+		if _, err := m.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"true"}}}); err != nil {
 			fmt.Println("ERR", err)
 			os.Exit(1)
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/box"
 )
 
 // What jaild keeps under its state dir is trusted as root: the rootfs
@@ -53,9 +55,9 @@ func (e *untrustedError) Error() string {
 // is reported as every other unusable rootfs is.
 func (e *untrustedError) Unwrap() []error {
 	if e.what == "rootfs" {
-		return []error{ErrUntrusted, ErrRootfs}
+		return []error{box.ErrUntrusted, box.ErrRootfs}
 	}
-	return []error{ErrUntrusted}
+	return []error{box.ErrUntrusted}
 }
 
 // trustedDir checks that no user but root can change what path names and

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -17,9 +18,9 @@ import (
 const nobody = 65534
 
 // trustBase returns a directory for one test's state dirs, inside a private
-// installation that checks for leftovers. It is searchable by everyone, as
-// the old code needed to accept the state dirs in it: each refusal below
-// is then down to the trust checks alone.
+// installation that checks for leftovers. It is searchable by everyone, so
+// that no refusal below is down to the directory that holds the state
+// dirs: each is down to the trust checks alone.
 func trustBase(t *testing.T) *testenv.Install {
 	t.Helper()
 	requireHost(t)
@@ -206,7 +207,7 @@ func TestStateDirTrust(t *testing.T) {
 			mkdir(t, base, 0o711, 0)
 			cfg := jail.Config{StateDir: tt.setup(t, base), CgroupParent: env.Parent}
 			if tt.want != "" {
-				wantRefused(t, cfg, jail.ErrUntrusted, strings.ReplaceAll(tt.want, "BASE", base))
+				wantRefused(t, cfg, box.ErrUntrusted, strings.ReplaceAll(tt.want, "BASE", base))
 				if tt.after != nil {
 					tt.after(t, base)
 				}
@@ -312,7 +313,7 @@ func TestTemplateTrust(t *testing.T) {
 				t.Fatalf("templates: %v", dirs)
 			}
 			tt.change(t, dirs[0])
-			wantRefused(t, cfg, jail.ErrRootfs, "template "+dirs[0]+" is not as jaild generated it: "+tt.want+"; remove it (rm -rf "+dirs[0]+")")
+			wantRefused(t, cfg, box.ErrRootfs, "template "+dirs[0]+" is not as jaild generated it: "+tt.want+"; remove it (rm -rf "+dirs[0]+")")
 			// The fix the error names works.
 			for _, d := range templates() {
 				if err := os.RemoveAll(d); err != nil {
@@ -377,8 +378,8 @@ func TestPreparedRootfsTrust(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := strings.ReplaceAll(tt.want, "ROOT", root)
-			wantRefused(t, cfg, jail.ErrRootfs, want)
-			wantRefused(t, cfg, jail.ErrUntrusted, want)
+			wantRefused(t, cfg, box.ErrRootfs, want)
+			wantRefused(t, cfg, box.ErrUntrusted, want)
 		})
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"golang.org/x/sys/unix"
 )
@@ -48,19 +50,33 @@ import (
 // WatchdogArg is os.Args[1] of a Manager's watchdog process.
 const WatchdogArg = "watchdog"
 
-// init turns a process started as a Manager's watchdog into one, in every
-// binary that links this package, before any package that depends on it is
-// initialized. Left to each program, a binary that forgot would run its own
-// main instead: a test binary its tests, whose Managers would start
-// watchdogs that run the tests again, without end.
-func init() {
+// dispatching records that this binary calls [MaybeWatchdog]: only then may
+// a Manager start watchdogs.
+var dispatching atomic.Bool
+
+// errNoDispatch is the start of a watchdog in a binary that does not call
+// MaybeWatchdog. Such a binary would run its own main as the watchdog: a
+// test binary its tests, whose Managers would start watchdogs that run the
+// tests again, without end. No sandbox starts without a watchdog, so the
+// Manager fails instead.
+var errNoDispatch = errors.New("jail: this binary does not dispatch its watchdog: call jail.MaybeWatchdog first thing (internal/inithook does)")
+
+// MaybeWatchdog turns this process into a Manager's watchdog, and never
+// returns, if it was started as one (os.Args[1] is WatchdogArg); otherwise
+// it returns at once. Like libcontainer.Init for "init", it is an explicit
+// step of every binary that creates a Manager, taken before the binary does
+// anything else: jaild's binaries and test binaries take it by importing
+// internal/inithook, whose init calls it. A Manager in a binary that has not
+// called it refuses to start sandboxes.
+func MaybeWatchdog() {
 	if len(os.Args) > 1 && os.Args[1] == WatchdogArg {
 		// Pin main to the main thread first, as a container init's
 		// binary does: the sweep's libcontainer calls lock goroutines to
 		// threads and let those threads die.
 		runtime.LockOSThread()
-		Watchdog()
+		runWatchdog()
 	}
+	dispatching.Store(true)
 }
 
 // watchdogConfig is what the watchdog needs to clean up after its owner,
@@ -112,7 +128,7 @@ func (w *watchdog) startAsync() {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		if err := w.ensure(); err != nil && !errors.Is(err, ErrClosed) {
+		if err := w.ensure(); err != nil && !errors.Is(err, box.ErrClosed) {
 			w.log.Warn("starting the sandbox watchdog", "err", err)
 		}
 	}()
@@ -123,7 +139,7 @@ func (w *watchdog) ensure() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return box.ErrClosed
 	}
 	if w.cur != nil {
 		select {
@@ -147,6 +163,9 @@ func (w *watchdog) ensure() error {
 // start starts a watchdog process. Every file it gets but the two it is
 // given is close-on-exec, so it holds no slot lock of its owner.
 func (w *watchdog) start() (*dogProc, error) {
+	if !dispatching.Load() {
+		return nil, errNoDispatch
+	}
 	cfg := w.cfg
 	// The pipe tells a watchdog on a kernel without pidfds (< 5.3) that
 	// its owner is going.
@@ -203,7 +222,7 @@ func (w *watchdog) reap(p *dogProc) {
 		case <-time.After(wait):
 		}
 	}
-	if err := w.ensure(); err != nil && !errors.Is(err, ErrClosed) {
+	if err := w.ensure(); err != nil && !errors.Is(err, box.ErrClosed) {
 		w.log.Warn("restarting the sandbox watchdog", "err", err)
 	}
 }
@@ -235,9 +254,9 @@ func (w *watchdog) close() {
 	w.wg.Wait()
 }
 
-// Watchdog is the body of a Manager's watchdog process (see WatchdogArg).
-// It never returns.
-func Watchdog() {
+// runWatchdog is the body of a Manager's watchdog process (see
+// WatchdogArg). It never returns.
+func runWatchdog() {
 	// A terminal's Ctrl-C or hang-up, or a service manager's SIGTERM to
 	// every process of jaild, must not end the watchdog before its owner:
 	// the owner tells it when to go.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -17,7 +18,7 @@ func TestValidateWorkDir(t *testing.T) {
 		name, dir string
 		ok        bool
 	}{
-		{name: "default", dir: jail.DefaultDir, ok: true},
+		{name: "default", dir: box.DefaultDir, ok: true},
 		{name: "workspace", dir: "/workspace", ok: true},
 		{name: "nested", dir: "/home/sandbox/src", ok: true},
 		{name: "punctuation", dir: "/w.s_1-2+3@x", ok: true},
@@ -50,41 +51,9 @@ func TestValidateWorkDir(t *testing.T) {
 			if tc.ok != (err == nil) {
 				t.Fatalf("ValidateWorkDir(%q) = %v, want ok %v", tc.dir, err, tc.ok)
 			}
-			var ie *jail.InvalidError
+			var ie *box.InvalidError
 			if err != nil && (!errors.As(err, &ie) || ie.Field != "workdir") {
 				t.Fatalf("ValidateWorkDir(%q) = %#v, want an *InvalidError of field workdir", tc.dir, err)
-			}
-		})
-	}
-}
-
-func TestCheckDir(t *testing.T) {
-	for _, tc := range []struct {
-		name, dir, workDir string
-		ok                 bool
-	}{
-		{name: "empty", dir: "", workDir: "/workspace", ok: true},
-		{name: "the workdir", dir: "/workspace", workDir: "/workspace", ok: true},
-		{name: "below it", dir: "/workspace/a/../b", workDir: "/workspace", ok: true},
-		{name: "tmp", dir: "/tmp/x", workDir: "/workspace", ok: true},
-		{name: "the default's dir under another", dir: "/work", workDir: "/workspace"},
-		{name: "a sibling sharing the prefix", dir: "/workspace2", workDir: "/workspace"},
-		{name: "default workdir", dir: "/work/x", workDir: "", ok: true},
-		{name: "outside", dir: "/etc", workDir: ""},
-		{name: "relative", dir: "work", workDir: ""},
-		{name: "escapes", dir: "/workspace/../etc", workDir: "/workspace"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := jail.CheckDir(tc.dir, tc.workDir)
-			if tc.ok != (err == nil) {
-				t.Fatalf("CheckDir(%q, %q) = %v, want ok %v", tc.dir, tc.workDir, err, tc.ok)
-			}
-			var ie *jail.InvalidError
-			if err != nil && (!errors.As(err, &ie) || ie.Field != "cwd") {
-				t.Fatalf("CheckDir(%q, %q) = %#v, want an *InvalidError of field cwd", tc.dir, tc.workDir, err)
-			}
-			if err != nil && tc.workDir != "" && !strings.Contains(err.Error(), tc.workDir) {
-				t.Errorf("%v does not name the working directory %s", err, tc.workDir)
 			}
 		})
 	}
@@ -113,7 +82,7 @@ func TestWorkDirSandbox(t *testing.T) {
 	const script = `pwd; echo "$HOME"; echo x > f && cat /workspace/f; stat -c %U /workspace; ` +
 		`grep '^sandbox:' /etc/passwd | cut -d: -f6; cd ~ && pwd; ls -d /work 2>&1 >/dev/null | grep -c 'No such'`
 	const want = "/workspace\n/workspace\nx\nsandbox\n/workspace\n/workspace\n1\n"
-	pool, err := m.NewPool(1, jail.Limits{})
+	pool, err := m.NewPool(1, box.Limits{})
 	if err != nil {
 		t.Fatalf("NewPool: %v", err)
 	}
@@ -123,17 +92,17 @@ func TestWorkDirSandbox(t *testing.T) {
 		t.Fatalf("NewWorkspace: %v", err)
 	}
 	t.Cleanup(func() { ws.Close() })
-	pre, err := m.NewWorkspace(1<<20, jail.WithPrestart(jail.Limits{}))
+	pre, err := m.NewWorkspace(1<<20, jail.WithPrestart(box.Limits{}))
 	if err != nil {
 		t.Fatalf("NewWorkspace: %v", err)
 	}
 	t.Cleanup(func() { pre.Close() })
 	for _, tc := range []struct {
 		name string
-		run  func(*jail.Spec) (*jail.Result, error)
+		run  func(*jail.Spec) (*box.Result, error)
 	}{
-		{"fresh", func(s *jail.Spec) (*jail.Result, error) { return m.Run(context.Background(), s) }},
-		{"pooled", func(s *jail.Spec) (*jail.Result, error) {
+		{"fresh", func(s *jail.Spec) (*box.Result, error) { return m.Run(context.Background(), s) }},
+		{"pooled", func(s *jail.Spec) (*box.Result, error) {
 			waitReady(t, pool)
 			hits, _ := pool.Stats()
 			res, err := pool.Run(context.Background(), s)
@@ -142,11 +111,11 @@ func TestWorkDirSandbox(t *testing.T) {
 			}
 			return res, err
 		}},
-		{"workspace", func(s *jail.Spec) (*jail.Result, error) {
+		{"workspace", func(s *jail.Spec) (*box.Result, error) {
 			s.Workspace = ws
 			return m.Run(context.Background(), s)
 		}},
-		{"prestarted", func(s *jail.Spec) (*jail.Result, error) {
+		{"prestarted", func(s *jail.Spec) (*box.Result, error) {
 			waitPrestarted(t, pre)
 			res, err := pre.Run(context.Background(), s)
 			if err == nil && !res.Prestarted {
@@ -178,9 +147,9 @@ func TestWorkDirSandbox(t *testing.T) {
 		{dir: "/tmp", want: "/tmp\n"},
 		{dir: "/workspace/", want: "/workspace\n"},
 	} {
-		res, err := m.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"pwd"}, Dir: tc.dir}})
+		res, err := m.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"pwd"}, Dir: tc.dir}})
 		switch {
-		case tc.want == "" && !jail.IsInvalid(err):
+		case tc.want == "" && !box.IsInvalid(err):
 			t.Errorf("Dir %s: %v, want an *InvalidError", tc.dir, err)
 		case tc.want != "" && (err != nil || res.Stdout != tc.want):
 			t.Errorf("Dir %s: %v, %+v; want %q", tc.dir, err, res, tc.want)

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +27,7 @@ const minWorkspaceSize = 4096
 // namespace (loopback only) that a server started by one is reachable in
 // from the next, and the host uid range their files are owned by.
 //
-// Every sandbox created on a workspace ([Workspace.Create], or a [Spec]
+// Every sandbox created on a workspace ([Workspace.Run], or a [Spec]
 // whose Workspace is set) has its own pid, mount, IPC, UTS, user and cgroup
 // namespaces, cgroup limits, seccomp filter, read-only root and fresh /tmp,
 // exactly like any other; only /work, the network namespace and the uid
@@ -87,7 +88,7 @@ type WorkspaceOption func(*workspaceOptions)
 
 type workspaceOptions struct {
 	proxy    bool
-	prestart *Limits // WithPrestart (workspacewarm.go)
+	prestart *box.Limits // WithPrestart (workspacewarm.go)
 }
 
 // WithProxy makes the workspace's network namespace with a proxy listener
@@ -110,7 +111,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 		size = DefaultWorkspaceSize
 	}
 	if size < minWorkspaceSize {
-		return nil, invalid("workspace size", "%d bytes: must be at least %d", size, minWorkspaceSize)
+		return nil, invalid("workspace_bytes", "%d bytes: must be at least %d", size, minWorkspaceSize)
 	}
 	if o.prestart != nil {
 		if err := o.prestart.Validate(); err != nil {
@@ -120,7 +121,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil, ErrClosed
+		return nil, box.ErrClosed
 	}
 	m.live.Add(1)
 	m.mu.Unlock()
@@ -236,7 +237,7 @@ func (w *Workspace) HostIDs() (uid, gid int) {
 // with spec.Workspace set to w (spec itself is left alone): the one started
 // for it ahead of time if the workspace was made [WithPrestart] and that
 // sandbox can serve spec.
-func (w *Workspace) Run(ctx context.Context, spec *Spec) (*Result, error) {
+func (w *Workspace) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	s := *spec
 	s.Workspace = w
 	if res, err, ok := w.runPrestarted(ctx, &s); ok {
@@ -283,7 +284,7 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, nil, ErrClosed
+		return 0, nil, box.ErrClosed
 	}
 	j := &wsJoin{dir: w.dir}
 	for _, f := range []*os.File{w.ns, w.mnt} {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -107,7 +108,7 @@ func TestWorkspaceNetwork(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	fetch := "python3 -c 'import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8000/index.html\", timeout=2).read().decode())'"
-	var res *jail.Result
+	var res *box.Result
 	for i := 0; i < 100; i++ {
 		res = run(t, m, inWS(a, fetch))
 		if res.ExitCode == 0 {
@@ -143,7 +144,7 @@ func TestWorkspaceQuota(t *testing.T) {
 	if res.Stdout != "ok\n" {
 		t.Errorf("workspace unusable after a full disk: %+v", res)
 	}
-	if _, err := m.NewWorkspace(100); !jail.IsInvalid(err) {
+	if _, err := m.NewWorkspace(100); !box.IsInvalid(err) {
 		t.Errorf("NewWorkspace(100) = %v, want an invalid size", err)
 	}
 }
@@ -158,9 +159,9 @@ func TestWorkspaceCloseKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
-	done := make(chan *jail.Result, 1)
+	done := make(chan *box.Result, 1)
 	go func() {
-		res, _ := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: jail.Command{
+		res, _ := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: box.Command{
 			Args: []string{"sh", "-c", "echo started; exec sleep 1000"}, Timeout: time.Hour,
 			Stdout: onFirstWrite(func() { close(started) }),
 		}})
@@ -182,7 +183,7 @@ func TestWorkspaceCloseKills(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("sandbox still running after Close")
 	}
-	if _, err := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: jail.Command{Args: []string{"true"}}}); err == nil {
+	if _, err := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: box.Command{Args: []string{"true"}}}); err == nil {
 		t.Error("a run on a closed workspace succeeded")
 	}
 }
@@ -258,9 +259,9 @@ func helperWorkspace() {
 		fmt.Println("ERR", err)
 		os.Exit(1)
 	}
-	spec := &jail.Spec{Workspace: ws, Command: jail.Command{
+	spec := &jail.Spec{Workspace: ws, Command: box.Command{
 		Args:    []string{"/bin/sh", "-c", "echo data > /work/f; sleep 1000 & echo started; sleep 1000"},
-		Timeout: jail.MaxTimeout,
+		Timeout: box.MaxTimeout,
 		Stdout:  lineWriter{bufio.NewWriter(os.Stdout)},
 	}}
 	_, err = m.Run(context.Background(), spec)
@@ -280,7 +281,7 @@ func TestExtraFiles(t *testing.T) {
 		wantErr error
 	}{
 		{name: "written", args: []string{"/bin/sh", "-c", "echo hi >&3"}, want: "hi\n"},
-		{name: "start fails", args: []string{"/nonexistent"}, wantErr: jail.ErrNotFound},
+		{name: "start fails", args: []string{"/nonexistent"}, wantErr: box.ErrCommandNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -289,7 +290,7 @@ func TestExtraFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			_, err = m.Run(context.Background(), &jail.Spec{Command: jail.Command{Args: tt.args, ExtraFiles: []*os.File{w}}})
+			_, err = m.Run(context.Background(), &jail.Spec{Command: box.Command{Args: tt.args, ExtraFiles: []*os.File{w}}})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Run: %v, want %v", err, tt.wantErr)
 			}

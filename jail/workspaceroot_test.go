@@ -13,6 +13,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -97,7 +98,7 @@ func TestWorkspaceRootTrust(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(outside) })
-	untrusted := func(err error) bool { return errors.Is(err, jail.ErrUntrusted) }
+	untrusted := func(err error) bool { return errors.Is(err, box.ErrUntrusted) }
 	tests := []struct {
 		name string
 		// setup makes what the test needs under base and returns the
@@ -161,17 +162,17 @@ func TestWorkspaceRootTrust(t *testing.T) {
 		{
 			name:  "in the state dir",
 			setup: func(t *testing.T, base string) string { return env.StateDir + "/netns" },
-			is:    jail.IsInvalid, want: "must be outside the state dir",
+			is:    box.IsInvalid, want: "must be outside the state dir",
 		},
 		{
 			name:  "holding the state dir",
 			setup: func(t *testing.T, base string) string { return filepath.Dir(env.StateDir) },
-			is:    jail.IsInvalid, want: "must be outside the state dir",
+			is:    box.IsInvalid, want: "must be outside the state dir",
 		},
 		{
 			name:  "the slot dir",
 			setup: func(t *testing.T, base string) string { return jail.SlotDir },
-			is:    jail.IsInvalid, want: "must be outside the state dir",
+			is:    box.IsInvalid, want: "must be outside the state dir",
 		},
 		{
 			name:  "missing: made 0700",

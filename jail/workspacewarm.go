@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/box"
 )
 
 // WithPrestart makes the workspace keep one sandbox with limits l started
@@ -30,7 +32,7 @@ import (
 // process (one of the budget's pids), a cgroup and a few pages of memory
 // while the workspace is idle; Close destroys it, and the workspace's slot
 // record lists it, so the sweep after a crash removes it too.
-func WithPrestart(l Limits) WorkspaceOption {
+func WithPrestart(l box.Limits) WorkspaceOption {
 	return func(o *workspaceOptions) { o.prestart = &l }
 }
 
@@ -52,7 +54,7 @@ const idleWorkspaceFDs = 3 + idleFDs
 // built (see take).
 type prestarted struct {
 	w      *Workspace
-	limits Limits
+	limits box.Limits
 
 	mu       sync.Mutex
 	ready    []*warm
@@ -67,7 +69,7 @@ type prestarted struct {
 	hits, misses atomic.Int64
 }
 
-func newPrestarted(w *Workspace, l Limits) *prestarted {
+func newPrestarted(w *Workspace, l box.Limits) *prestarted {
 	p := &prestarted{w: w, limits: l.WithDefaults(), want: 1, built: make(chan struct{})}
 	p.mu.Lock()
 	p.startLocked()
@@ -257,7 +259,7 @@ func relayTo(f *os.File) *os.File {
 
 // run runs spec (its Workspace is p.w) on the waiting sandbox w, or, if
 // the sandbox cannot take it after all, on a fresh one.
-func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.File) (*Result, error) {
+func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.File) (*box.Result, error) {
 	m := p.w.m
 	if l := spec.Limits.WithDefaults(); l != w.sb.limits {
 		if err := w.sb.setLimits(l); err != nil {
@@ -317,7 +319,7 @@ func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.Fil
 // closes. It waits for the command's exec (the end of the status pipe)
 // before it feeds stdin, so that a command that did not start consumed
 // nothing and can run elsewhere (errNoDir).
-func (w *warm) runCommand(ctx context.Context, cmd *Command, relay *os.File) (*Result, error) {
+func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File) (*box.Result, error) {
 	defer w.ctl.Close()
 	files := 0
 	if relay != nil {
@@ -375,7 +377,7 @@ func (w *warm) runCommand(ctx context.Context, cmd *Command, relay *os.File) (*R
 
 // runPrestarted runs spec (whose Workspace is w) on w's waiting sandbox if
 // it has one that can serve it; ok is false if spec is for a fresh one.
-func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *Result, _ error, ok bool) {
+func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *box.Result, _ error, ok bool) {
 	p := w.pre
 	if p == nil || !p.serves(spec) {
 		return nil, nil, false
@@ -400,16 +402,6 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *Result, _
 	defer replaceLater(p.replace)()
 	res, err := p.run(ctx, sb, spec, relay)
 	return res, err, true
-}
-
-// PrestartStats reports how many runs a prestarted sandbox served (hits)
-// and how many it could serve found none ready (misses); zero for a
-// workspace made without [WithPrestart].
-func (w *Workspace) PrestartStats() (hits, misses int64) {
-	if w.pre == nil {
-		return 0, 0
-	}
-	return w.pre.hits.Load(), w.pre.misses.Load()
 }
 
 // Prestarted reports whether a sandbox waits for the workspace's next run

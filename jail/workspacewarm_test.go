@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 )
 
 // newPrestartWorkspace makes a workspace that keeps a sandbox started for
 // its next run, and waits until one is.
-func newPrestartWorkspace(t *testing.T, m *jail.Manager, l jail.Limits) *jail.Workspace {
+func newPrestartWorkspace(t *testing.T, m *jail.Manager, l box.Limits) *jail.Workspace {
 	t.Helper()
 	ws := newWorkspace(t, m, 0, jail.WithPrestart(l))
 	waitPrestarted(t, ws)
@@ -26,7 +27,7 @@ func waitPrestarted(t *testing.T, ws *jail.Workspace) {
 	waitFor(t, 20*time.Second, "a prestarted sandbox", ws.Prestarted)
 }
 
-func wsRun(t *testing.T, ws *jail.Workspace, spec *jail.Spec) *jail.Result {
+func wsRun(t *testing.T, ws *jail.Workspace, spec *jail.Spec) *box.Result {
 	t.Helper()
 	res, err := ws.Run(context.Background(), spec)
 	if err != nil {
@@ -41,7 +42,7 @@ func wsRun(t *testing.T, ws *jail.Workspace, spec *jail.Spec) *jail.Result {
 // given it; runs it cannot serve still run, in fresh sandboxes.
 func TestWorkspacePrestart(t *testing.T) {
 	m := newManager(t)
-	ws := newPrestartWorkspace(t, m, jail.Limits{})
+	ws := newPrestartWorkspace(t, m, box.Limits{})
 
 	tests := []struct {
 		name          string
@@ -127,15 +128,15 @@ func TestWorkspacePrestart(t *testing.T) {
 		{
 			name: "a missing command",
 			spec: func(*testing.T) (*jail.Spec, func() string) {
-				return &jail.Spec{Command: jail.Command{Args: []string{"no-such-command"}}}, nil
+				return &jail.Spec{Command: box.Command{Args: []string{"no-such-command"}}}, nil
 			},
-			wantErr: jail.ErrNotFound,
+			wantErr: box.ErrCommandNotFound,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			waitPrestarted(t, ws)
-			hits, _ := ws.PrestartStats()
+			hits, _ := jail.PrestartStats(ws)
 			spec, extra := tc.spec(t)
 			res, err := ws.Run(context.Background(), spec)
 			if tc.wantErr != nil {
@@ -155,7 +156,7 @@ func TestWorkspacePrestart(t *testing.T) {
 					t.Errorf("fd 3 got %q, want %q", got, tc.wantExtra)
 				}
 			}
-			after, _ := ws.PrestartStats()
+			after, _ := jail.PrestartStats(ws)
 			if res.Prestarted != tc.wantPrestart || (after == hits+1) != tc.wantPrestart {
 				t.Errorf("Prestarted %v, hits %d -> %d; want prestarted %v", res.Prestarted, hits, after, tc.wantPrestart)
 			}
@@ -174,7 +175,7 @@ func TestWorkspacePrestart(t *testing.T) {
 // and that sandbox sees none of the previous run's processes.
 func TestWorkspacePrestartIsolation(t *testing.T) {
 	m := newManager(t)
-	ws := newPrestartWorkspace(t, m, jail.Limits{Pids: 32})
+	ws := newPrestartWorkspace(t, m, box.Limits{Pids: 32})
 
 	bomb := sh(`sleep 1000 & b() { b | b & }; b; sleep 2`)
 	bomb.Timeout = 5 * time.Second
@@ -201,7 +202,7 @@ func TestWorkspacePrestartIsolation(t *testing.T) {
 // before anything is made.
 func TestWorkspacePrestartInvalid(t *testing.T) {
 	m := newManager(t)
-	if _, err := m.NewWorkspace(0, jail.WithPrestart(jail.Limits{Pids: -1})); !jail.IsInvalid(err) {
+	if _, err := m.NewWorkspace(0, jail.WithPrestart(box.Limits{Pids: -1})); !box.IsInvalid(err) {
 		t.Errorf("NewWorkspace with invalid prestart limits = %v, want invalid", err)
 	}
 }
@@ -212,7 +213,7 @@ func TestWorkspacePrestartInvalid(t *testing.T) {
 func TestWorkspacePrestartClose(t *testing.T) {
 	m := newManager(t)
 	for _, runFirst := range []bool{false, true} {
-		ws, err := m.NewWorkspace(0, jail.WithPrestart(jail.Limits{}))
+		ws, err := m.NewWorkspace(0, jail.WithPrestart(box.Limits{}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +237,7 @@ func TestWorkspacePrestartClose(t *testing.T) {
 // workspace's namespace, as a fresh one does.
 func TestWorkspacePrestartProxy(t *testing.T) {
 	m := newManager(t)
-	ws := newWorkspace(t, m, 0, jail.WithProxy(), jail.WithPrestart(jail.Limits{}))
+	ws := newWorkspace(t, m, 0, jail.WithProxy(), jail.WithPrestart(box.Limits{}))
 	ln := ws.TakeProxyListener()
 	if ln == nil {
 		t.Fatal("no proxy listener")
@@ -255,7 +256,7 @@ func TestWorkspacePrestartProxy(t *testing.T) {
 	script := `env | grep -i _proxy= | sort; exec 3<>/dev/tcp/127.0.0.1/3128; cat <&3`
 	fresh := run(t, m, inWS(ws, "bash -c '"+script+"'"))
 	waitPrestarted(t, ws)
-	res := wsRun(t, ws, &jail.Spec{Command: jail.Command{Args: []string{"bash", "-c", script}}})
+	res := wsRun(t, ws, &jail.Spec{Command: box.Command{Args: []string{"bash", "-c", script}}})
 	if !res.Prestarted || res.Stdout != fresh.Stdout || !strings.Contains(res.Stdout, "HTTPS_PROXY=http://127.0.0.1:3128\n") ||
 		!strings.HasSuffix(res.Stdout, "proxy\n") {
 		t.Errorf("prestarted %v: %q (stderr %q); a fresh sandbox: %q", res.Prestarted, res.Stdout, res.Stderr, fresh.Stdout)
@@ -267,9 +268,9 @@ func TestWorkspacePrestartProxy(t *testing.T) {
 // the others.
 func TestWorkspacePrestartHot(t *testing.T) {
 	m := newManager(t)
-	ws := newPrestartWorkspace(t, m, jail.Limits{})
+	ws := newPrestartWorkspace(t, m, box.Limits{})
 	for range 3 {
-		wsRun(t, ws, &jail.Spec{Command: jail.Command{Args: []string{"true"}}})
+		wsRun(t, ws, &jail.Spec{Command: box.Command{Args: []string{"true"}}})
 	}
 	if _, want := jail.PrestartCounts(ws); want < 2 {
 		t.Fatalf("after runs back to back, keeps %d sandboxes; want more than one", want)
@@ -279,7 +280,7 @@ func TestWorkspacePrestartHot(t *testing.T) {
 		r, want := jail.PrestartCounts(ws)
 		return r == 1 && want == 1
 	})
-	if res := wsRun(t, ws, &jail.Spec{Command: jail.Command{Args: []string{"true"}}}); !res.Prestarted {
+	if res := wsRun(t, ws, &jail.Spec{Command: box.Command{Args: []string{"true"}}}); !res.Prestarted {
 		t.Errorf("after cooling down, a run was not prestarted: %+v", res)
 	}
 }

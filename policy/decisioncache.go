@@ -14,9 +14,10 @@ import (
 // and so drops them. Only allow and deny are kept, never an evaluation
 // error (which may be a cancellation).
 //
-// Evaluating the router example takes 50-150 us; a hit costs hashing and
-// comparing the input. The decision log and metrics see every decision,
-// cached or not (Decision.Cached says which).
+// A hit costs hashing and comparing the input, a small part of an
+// evaluation (BenchmarkDecide's -new and -repeat cases measure both). The
+// decision log and metrics see every decision, cached or not
+// (Decision.Cached says which).
 
 // maxDecisions and maxCachedInput bound the cache's memory: inputs larger
 // than maxCachedInput bytes of strings (long shell scripts, big env) are

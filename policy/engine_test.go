@@ -487,3 +487,25 @@ func TestExamplesRegoTests(t *testing.T) {
 		t.Errorf("Rego tests failed:\n%s", out.String())
 	}
 }
+
+// TestDecideCancelled: a request whose context has ended is not evaluated
+// to the end: its decision is an evaluation error, a deny, whether the
+// context ended before or during the evaluation.
+func TestDecideCancelled(t *testing.T) {
+	e, err := Open(Options{Dir: "../examples/policy", Resolver: NewRoot("/"), NoWatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	in := Input{Shell: &Shell{Source: "cd /tmp && date | echo ok"}}
+	if d := e.Decide(context.Background(), "", in); d.Result != Allowed {
+		t.Fatalf("live context: %s (%s), want allow", d.Result, d.Message)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	in.Shell.Source += " again" // not cached
+	d := e.Decide(ctx, "", in)
+	if d.Result != EvalError || d.Allow || !strings.Contains(d.Message, "context canceled") {
+		t.Fatalf("cancelled context: %s allow=%v (%s), want eval_error", d.Result, d.Allow, d.Message)
+	}
+}

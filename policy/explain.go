@@ -49,7 +49,7 @@ func (s *set) explain(ctx context.Context, v ast.Value) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, q := range s.explainers {
-		rs, err := q.Eval(ctx, rego.EvalParsedInput(v))
+		rs, err := eval(ctx, q, v)
 		if err != nil || len(rs) != 1 || len(rs[0].Expressions) != 1 {
 			continue
 		}
@@ -115,7 +115,7 @@ func (st *state) refusedAlone(ctx context.Context, in *Input) string {
 		}
 		one := *in
 		one.Shell = &Shell{Source: c.String(), Commands: []Command{c}, Functions: []Function{}}
-		rs, err := st.set.query.Eval(ctx, rego.EvalParsedInput(one.value()))
+		rs, err := eval(ctx, st.set.query, one.value())
 		if err == nil && !rs.Allowed() {
 			return c.String()
 		}

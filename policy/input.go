@@ -145,7 +145,7 @@ func Complete(in *Input, r Resolver) error {
 		if in.Command == "" {
 			in.Command, in.Args = "sh", []string{"-c", in.Shell.Source}
 		}
-		sh, err := parseInput(in, r, pathEnv)
+		sh, err := parseInput(in, r, vr, pathEnv)
 		if err != nil {
 			return err
 		}
@@ -237,88 +237,112 @@ func (e *ResolveError) Error() string {
 func (e *ResolveError) Unwrap() error { return e.Err }
 
 // value converts in to OPA's value directly: going through JSON, as
-// rego.EvalInput does, costs more than the evaluation.
+// rego.EvalInput does, costs more than the evaluation. The keys are terms
+// made once and shared by every input (OPA shares its interned terms so
+// too: terms in an input are never modified), and each object is made
+// with room for its keys.
 func (in *Input) value() ast.Value {
 	action := in.Action
 	if action == "" {
 		action = ActionRun
 	}
-	obj := ast.NewObject(
-		item("action", ast.String(action)),
-		item("command", ast.String(in.Command)),
-		item("path", ast.String(in.Path)),
-		item("hash", ast.String(in.Hash)),
-		item("writable", ast.Boolean(in.Writable)),
-		item("args", strArray(in.Args)),
-		item("env", stringMap(in.Env)),
-		item("cwd", ast.String(in.Cwd)),
-		item("caller", ast.String(in.Caller)),
-		item("front_end", ast.String(in.FrontEnd)),
-		item("background", ast.Boolean(in.Background)),
-	)
+	obj := ast.NewObjectWithCapacity(17)
+	put := func(k *ast.Term, v *ast.Term) { obj.Insert(k, v) }
+	put(keyAction, str(action))
+	put(keyCommand, str(in.Command))
+	put(keyPath, str(in.Path))
+	put(keyHash, str(in.Hash))
+	put(keyWritable, ast.InternedTerm(in.Writable))
+	put(keyArgs, strArray(in.Args))
+	put(keyEnv, stringMap(in.Env))
+	put(keyCwd, str(in.Cwd))
+	put(keyCaller, str(in.Caller))
+	put(keyFrontEnd, str(in.FrontEnd))
+	put(keyBackground, ast.InternedTerm(in.Background))
 	if in.SessionID != "" {
-		obj.Insert(ast.StringTerm("session_id"), ast.StringTerm(in.SessionID))
+		put(keySessionID, str(in.SessionID))
 	}
 	if in.File != "" {
-		obj.Insert(ast.StringTerm("file"), ast.StringTerm(in.File))
+		put(keyFile, str(in.File))
 	}
 	if in.Unset != nil {
-		obj.Insert(ast.StringTerm("unset"), ast.NewTerm(strArray(in.Unset)))
+		put(keyUnset, strArray(in.Unset))
 	}
 	if in.Limits != nil {
 		if v, err := ast.InterfaceToValue(in.Limits); err == nil {
-			obj.Insert(ast.StringTerm("limits"), ast.NewTerm(v))
+			put(keyLimits, ast.NewTerm(v))
 		}
 	}
 	if in.Shell != nil {
-		cmds := make([]*ast.Term, len(in.Shell.Commands))
-		for i, c := range in.Shell.Commands {
-			co := ast.NewObject(
-				item("command", ast.String(c.Command)),
-				item("path", ast.String(c.Path)),
-				item("hash", ast.String(c.Hash)),
-				item("writable", ast.Boolean(c.Writable)),
-				item("args", strArray(c.Args)),
-				item("via", strArray(c.Via)),
-				item("dynamic", ast.Boolean(c.Dynamic)),
-			)
-			cmds[i] = ast.NewTerm(co)
-		}
-		obj.Insert(ast.StringTerm("shell"), ast.NewTerm(ast.NewObject(
-			item("source", ast.String(in.Shell.Source)),
-			item("commands", ast.NewArray(cmds...)),
-			item("dynamic", ast.Boolean(in.Shell.Dynamic)),
-			item("reasons", strArray(in.Shell.Reasons)),
-			item("functions", functions(in.Shell.Functions)),
-		)))
+		put(keyShell, in.Shell.term())
 	}
 	return obj
 }
 
-func item(k string, v ast.Value) [2]*ast.Term {
-	return ast.Item(ast.StringTerm(k), ast.NewTerm(v))
+// term is input.shell.
+func (sh *Shell) term() *ast.Term {
+	cmds := make([]*ast.Term, len(sh.Commands))
+	for i := range sh.Commands {
+		c := &sh.Commands[i]
+		co := ast.NewObjectWithCapacity(7)
+		co.Insert(keyCommand, str(c.Command))
+		co.Insert(keyPath, str(c.Path))
+		co.Insert(keyHash, str(c.Hash))
+		co.Insert(keyWritable, ast.InternedTerm(c.Writable))
+		co.Insert(keyArgs, strArray(c.Args))
+		co.Insert(keyVia, strArray(c.Via))
+		co.Insert(keyDynamic, ast.InternedTerm(c.Dynamic))
+		cmds[i] = ast.NewTerm(co)
+	}
+	fns := make([]*ast.Term, len(sh.Functions))
+	for i, f := range sh.Functions {
+		fo := ast.NewObjectWithCapacity(2)
+		fo.Insert(keyName, str(f.Name))
+		fo.Insert(keyCalls, strArray(f.Calls))
+		fns[i] = ast.NewTerm(fo)
+	}
+	o := ast.NewObjectWithCapacity(5)
+	o.Insert(keySource, str(sh.Source))
+	o.Insert(keyCommands, ast.ArrayTerm(cmds...))
+	o.Insert(keyDynamic, ast.InternedTerm(sh.Dynamic))
+	o.Insert(keyReasons, strArray(sh.Reasons))
+	o.Insert(keyFunctions, ast.ArrayTerm(fns...))
+	return ast.NewTerm(o)
 }
 
-func strArray(ss []string) ast.Value {
+// The input's keys.
+var (
+	keyAction, keyCommand, keyPath, keyHash = ast.StringTerm("action"), ast.StringTerm("command"), ast.StringTerm("path"), ast.StringTerm("hash")
+	keyWritable, keyArgs, keyEnv, keyCwd    = ast.StringTerm("writable"), ast.StringTerm("args"), ast.StringTerm("env"), ast.StringTerm("cwd")
+	keyCaller, keyFrontEnd, keyBackground   = ast.StringTerm("caller"), ast.StringTerm("front_end"), ast.StringTerm("background")
+	keySessionID, keyFile, keyUnset         = ast.StringTerm("session_id"), ast.StringTerm("file"), ast.StringTerm("unset")
+	keyLimits, keyShell, keySource          = ast.StringTerm("limits"), ast.StringTerm("shell"), ast.StringTerm("source")
+	keyCommands, keyDynamic, keyReasons     = ast.StringTerm("commands"), ast.StringTerm("dynamic"), ast.StringTerm("reasons")
+	keyFunctions, keyVia, keyName, keyCalls = ast.StringTerm("functions"), ast.StringTerm("via"), ast.StringTerm("name"), ast.StringTerm("calls")
+)
+
+// str is s as a term; "" is shared.
+func str(s string) *ast.Term {
+	if s == "" {
+		return emptyString
+	}
+	return ast.StringTerm(s)
+}
+
+var emptyString = ast.StringTerm("")
+
+func strArray(ss []string) *ast.Term {
 	ts := make([]*ast.Term, len(ss))
 	for i, s := range ss {
-		ts[i] = ast.StringTerm(s)
+		ts[i] = str(s)
 	}
-	return ast.NewArray(ts...)
+	return ast.ArrayTerm(ts...)
 }
 
-func stringMap(m map[string]string) ast.Value {
-	obj := ast.NewObject()
+func stringMap(m map[string]string) *ast.Term {
+	obj := ast.NewObjectWithCapacity(len(m))
 	for k, v := range m {
-		obj.Insert(ast.StringTerm(k), ast.StringTerm(v))
+		obj.Insert(ast.StringTerm(k), str(v))
 	}
-	return obj
-}
-
-func functions(fs []Function) ast.Value {
-	ts := make([]*ast.Term, len(fs))
-	for i, f := range fs {
-		ts[i] = ast.NewTerm(ast.NewObject(item("name", ast.String(f.Name)), item("calls", strArray(f.Calls))))
-	}
-	return ast.NewArray(ts...)
+	return ast.NewTerm(obj)
 }

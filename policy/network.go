@@ -50,7 +50,7 @@ func (e *Engine) AllowNetwork(ctx context.Context, in NetworkInput) (bool, error
 	if st.err != nil {
 		return false, fmt.Errorf("policy deny-all is active: %w", st.err)
 	}
-	rs, err := st.set.network.Eval(ctx, rego.EvalParsedInput(mustValue(in.value())))
+	rs, err := eval(ctx, st.set.network, mustValue(in.value()))
 	if err != nil {
 		return false, fmt.Errorf("policy evaluation of %s failed: %s", NetworkQuery, unrewrite(err.Error()))
 	}

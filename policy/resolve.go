@@ -21,7 +21,7 @@ import (
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // DefaultCwd is where a sandbox's command starts unless the request says,
-// in sandboxes whose working directory is the default one (jail.DefaultDir).
+// in sandboxes whose working directory is the default one (box.DefaultDir).
 const DefaultCwd = "/work"
 
 // A Resolver finds the executable file name would run as in the sandbox:

@@ -62,14 +62,26 @@ func ParseShell(src, shell string) (*Shell, error) {
 // parseInput parses in.Shell.Source for in.Command, the shell that runs
 // it. The grammar comes from the file that runs, as r resolves it (on
 // Debian /bin/sh is dash; elsewhere it may be bash); shells that the
-// string runs with -c are resolved the same way.
-func parseInput(in *Input, r Resolver, pathEnv string) (*Shell, error) {
-	p := &parser{sh: newShell(in.Shell.Source), resolve: func(name string) string {
+// string runs with -c are resolved the same way. vr is Complete's
+// resolver for the same decision: when it is Root's batch, the shells are
+// resolved through it (as r.Resolve does, in a fresh sandbox's view), so
+// that the checks of their cached answers are shared with the commands'.
+func parseInput(in *Input, r Resolver, vr ViewResolver, pathEnv string) (*Shell, error) {
+	resolve := func(name string) string {
 		if file, _, err := r.Resolve(name, pathEnv, in.Cwd); err == nil {
 			return file
 		}
 		return name
-	}}
+	}
+	if b, ok := vr.(*rootBatch); ok && b.r == r {
+		resolve = func(name string) string {
+			if res, err := b.ResolveIn("", name, pathEnv, in.Cwd); err == nil {
+				return res.Path
+			}
+			return name
+		}
+	}
+	p := &parser{sh: newShell(in.Shell.Source), resolve: resolve}
 	return p.run(in.Shell.Source, in.Command)
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,10 @@ func checkWorkDir(workDir string) error {
 	}
 	return nil
 }
+
+// Binds are the host paths bound read-only at the same place in the
+// sandbox (the host's /usr, ...): the rest of the sandbox's root is Dir.
+func (r *Root) Binds() []string { return slices.Clone(r.binds) }
 
 // Host reports whether r is the generated template over the host's /usr,
 // which has /bin/sh and /usr/bin/env, rather than a prepared directory.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -45,6 +46,9 @@ type balancer struct {
 	peers []peerState
 	// polled is set after the first poll, for tests.
 	polled atomic.Bool
+	// shown is, per peer, whether the log last said it may be sent new
+	// work; only the poll loop uses it.
+	shown map[netip.AddrPort]bool
 }
 
 // Poll keeps the loads of this daemon and of its peers (Config.Peers) up to
@@ -83,7 +87,38 @@ func (rt *Router) pollOnce(ctx context.Context) {
 	rt.bal.mu.Lock()
 	rt.bal.self, rt.bal.peers = states[0], states[1:]
 	rt.bal.mu.Unlock()
+	if rt.bal.shown == nil {
+		rt.bal.shown = make(map[netip.AddrPort]bool)
+	}
+	for _, p := range states[1:] {
+		if p.candidate() != rt.bal.shown[p.addr] {
+			rt.bal.shown[p.addr] = p.candidate()
+			rt.logPeer(p)
+		}
+	}
+	if rt.log.Enabled(ctx, slog.LevelDebug) {
+		loads := make(map[string]float64, len(states))
+		for _, p := range states {
+			if p.candidate() {
+				loads[p.addr.String()] = p.load
+			}
+		}
+		rt.log.Debug("fleet polled: the loads of the ready daemons, this one included", "loads", loads)
+	}
 	rt.bal.polled.Store(true)
+}
+
+// candidate reports whether new work may go to the peer.
+func (p peerState) candidate() bool { return p.ok && p.ready }
+
+// logPeer tells that a peer became a candidate for new work, or stopped
+// being one (not ready: it drains, or is gone).
+func (rt *Router) logPeer(p peerState) {
+	if p.candidate() {
+		rt.log.Info("fleet peer ready: it may be sent new work", "node", p.addr.String(), "load", p.load)
+		return
+	}
+	rt.log.Info("fleet peer not ready: no new work goes to it", "node", p.addr.String(), "answered", p.ok)
 }
 
 // resolvePeers is the addresses of Config.Peers, without this daemon's
@@ -163,7 +198,7 @@ func (rt *Router) pick() (netip.AddrPort, bool) {
 	}
 	best := -1
 	for i, p := range b.peers {
-		if p.ok && p.ready && (best < 0 || p.load < b.peers[best].load) {
+		if p.candidate() && (best < 0 || p.load < b.peers[best].load) {
 			best = i
 		}
 	}

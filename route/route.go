@@ -163,9 +163,6 @@ func (rt *Router) Instance() string { return rt.node }
 // NewID is a fresh session id that routes to this daemon.
 func (rt *Router) NewID() string { return rt.keys.newID(rt.self) }
 
-// Parse returns the route token of id, if it has one whose MAC holds.
-func (rt *Router) Parse(id string) (Token, bool) { return rt.keys.parse(id) }
-
 // Handler serves r locally when its session id is this daemon's (or it has
 // none, or none whose MAC holds), and forwards it otherwise. peer returns
 // the caller's address as the daemon resolved it (trusted proxies, a

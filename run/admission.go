@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -39,7 +39,7 @@ type AdmitOptions struct {
 	// BaseUp, if not nil, says when the jail below can take runs: it
 	// returns a channel closed while it can, and while it cannot (the
 	// daemon's worker being restarted) one closed when it can again. Its
-	// runs then fail with api.ErrUnavailable having run nothing: an
+	// runs then fail with box.ErrUnavailable having run nothing: an
 	// admitted run waits for the jail instead, as it waits for a slot,
 	// until MaxWait after it arrived. Nil, or no queue (MaxQueue zero):
 	// such runs fail.
@@ -55,7 +55,7 @@ const (
 
 // Admitter is a Runner decorator that admits at most MaxConcurrent runs into
 // the next Runner at once, within MaxOutputMemory, queues up to MaxQueue more
-// for at most MaxWait each, and refuses the rest with [api.ErrBusy]. Its memory
+// for at most MaxWait each, and refuses the rest with [box.ErrBusy]. Its memory
 // and goroutines are bounded by MaxConcurrent+MaxQueue callers: a refused run
 // costs nothing.
 type Admitter struct {
@@ -111,12 +111,12 @@ func (a *Admitter) Queued() int { return int(a.queued.Load()) }
 func (a *Admitter) OutputMemory() (held, max int64) { return a.output.held.Load(), a.output.size }
 
 // Run implements Runner.
-func (a *Admitter) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+func (a *Admitter) Run(ctx context.Context, req *Request) (*box.Result, error) {
 	spec := req.Spec
 	t0 := time.Now()
 	mem := outputMemory(spec)
 	if mem > a.output.size {
-		return nil, &jail.InvalidError{Field: "max_output_bytes", Reason: fmt.Sprintf(
+		return nil, &box.InvalidError{Field: "max_output_bytes", Reason: fmt.Sprintf(
 			"%d per stream needs %d bytes, more than the daemon's output memory of %d", spec.MaxOutput, mem, a.output.size)}
 	}
 	if err := a.acquire(ctx, mem); err != nil {
@@ -154,7 +154,7 @@ func (a *Admitter) Run(ctx context.Context, req *Request) (*jail.Result, error) 
 	for {
 		t1 := time.Now()
 		res, err := a.next.Run(ctx, req)
-		if a.baseUp == nil || !errors.Is(err, api.ErrUnavailable) {
+		if a.baseUp == nil || !errors.Is(err, box.ErrUnavailable) {
 			a.observeRun(time.Since(t1))
 			return res, err
 		}
@@ -208,7 +208,7 @@ func (a *Admitter) awaitBase(ctx context.Context, deadline time.Time, pause time
 func outputMemory(spec *jail.Spec) int64 {
 	n := spec.MaxOutput
 	if n == 0 {
-		n = jail.DefaultMaxOutput
+		n = box.DefaultMaxOutput
 	}
 	if n > math.MaxInt64/2 {
 		return math.MaxInt64
@@ -260,7 +260,7 @@ func (a *Admitter) waitFailed(ctx context.Context) error {
 
 func (a *Admitter) busy() error {
 	a.metrics.Rejected(RejectBusy)
-	return &api.BusyError{RetryAfter: a.retryAfter()}
+	return &box.BusyError{RetryAfter: a.retryAfter()}
 }
 
 // retryAfter estimates when a run refused now could be admitted: the queue

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 )
 
 // restarting is a jail that is down at times, as the daemon's worker is
-// while it restarts: its runs then fail with api.ErrUnavailable, having
+// while it restarts: its runs then fail with box.ErrUnavailable, having
 // run nothing. fail, if set, answers a run made while it is up.
 type restarting struct {
 	mu    sync.Mutex
@@ -55,7 +55,7 @@ func (r *restarting) restart() {
 	close(r.up)
 }
 
-func (r *restarting) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (r *restarting) Run(ctx context.Context, spec *jail.Spec) (*box.Result, error) {
 	r.mu.Lock()
 	r.calls++
 	call, up, fail := r.calls, r.up, r.fail
@@ -63,14 +63,14 @@ func (r *restarting) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, er
 	select {
 	case <-up:
 	default:
-		return nil, fmt.Errorf("%w: restarting", api.ErrUnavailable)
+		return nil, fmt.Errorf("%w: restarting", box.ErrUnavailable)
 	}
 	if fail != nil {
 		if err := fail(call); err != nil {
 			return nil, err
 		}
 	}
-	return &jail.Result{Stdout: "ran"}, nil
+	return &box.Result{Stdout: "ran"}, nil
 }
 
 func (r *restarting) Calls() int {
@@ -124,7 +124,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			opts: run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 4, MaxWait: 100 * time.Millisecond},
 			do: func(t *testing.T, r run.Runner, base *restarting) {
 				_, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
-				if !errors.Is(err, api.ErrBusy) {
+				if !errors.Is(err, box.ErrBusy) {
 					t.Errorf("err %v, want busy", err)
 				}
 			},
@@ -138,7 +138,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 					if call == 1 {
 						base.down()
 						time.AfterFunc(100*time.Millisecond, base.restart)
-						return fmt.Errorf("%w: it exited", api.ErrUnavailable)
+						return fmt.Errorf("%w: it exited", box.ErrUnavailable)
 					}
 					return nil
 				}
@@ -177,7 +177,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			opts: run.AdmitOptions{MaxConcurrent: 1, MaxWait: time.Minute},
 			do: func(t *testing.T, r run.Runner, base *restarting) {
 				_, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
-				if !errors.Is(err, api.ErrUnavailable) {
+				if !errors.Is(err, box.ErrUnavailable) {
 					t.Errorf("err %v, want unavailable", err)
 				}
 			},
@@ -202,7 +202,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 	}
 }
 
-func trueSpec() *jail.Spec { return &jail.Spec{Command: jail.Command{Args: []string{"true"}}} }
+func trueSpec() *jail.Spec { return &jail.Spec{Command: box.Command{Args: []string{"true"}}} }
 
 // recv receives from c, or fails t after a while.
 func recv[T any](t *testing.T, c <-chan T) T {

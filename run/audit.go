@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // AuditOptions configure [Audit].
@@ -62,7 +62,7 @@ type auditor struct {
 	log  *AuditLog
 }
 
-func (a *auditor) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+func (a *auditor) Run(ctx context.Context, req *Request) (*box.Result, error) {
 	start := a.log.o.Now()
 	res, err := a.next.Run(ctx, req)
 	rec := a.log.record(req, res, err)
@@ -122,7 +122,7 @@ func (l *AuditLog) writeLine(rec any) {
 	}
 }
 
-func (l *AuditLog) record(req *Request, res *jail.Result, err error) *api.AuditRecord {
+func (l *AuditLog) record(req *Request, res *box.Result, err error) *api.AuditRecord {
 	spec := req.Spec
 	rec := auditRecordOf(req, res, err, l.o.LogCommand)
 	// The size of in-memory stdin (what HTTP requests carry) is known;
@@ -134,7 +134,7 @@ func (l *AuditLog) record(req *Request, res *jail.Result, err error) *api.AuditR
 	return rec
 }
 
-func auditRecordOf(req *Request, res *jail.Result, err error, logCommand bool) *api.AuditRecord {
+func auditRecordOf(req *Request, res *box.Result, err error, logCommand bool) *api.AuditRecord {
 	spec := req.Spec
 	rec := &api.AuditRecord{
 		RequestID:     req.RequestID,
@@ -170,7 +170,7 @@ func auditRecordOf(req *Request, res *jail.Result, err error, logCommand bool) *
 		rec.SandboxID = res.ID
 		rec.Signal = res.Signal
 		rec.Usage = api.UsageOf(res)
-		if res.Limits != (jail.Limits{}) {
+		if res.Limits != (box.Limits{}) {
 			// What the jail really applied, should it differ.
 			rec.Limits.MemoryBytes = res.Limits.Memory
 			rec.Limits.Pids = res.Limits.Pids
@@ -183,7 +183,7 @@ func auditRecordOf(req *Request, res *jail.Result, err error, logCommand bool) *
 
 // verdict is a run's verdict: "started" for a background job that
 // started.
-func verdict(req *Request, res *jail.Result, err error) string {
+func verdict(req *Request, res *box.Result, err error) string {
 	if req.Background && res == nil && err == nil {
 		return api.VerdictStarted
 	}

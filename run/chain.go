@@ -8,9 +8,9 @@ import (
 // Chain builds the daemon's runner chain around base (the jail), and the
 // session manager for requests that name a session:
 //
-//	Enforce(max) -> Audit -> Egress -> Decide(policy) -> Admit -> Instrument -> base, or the session
+//	maxima -> Audit -> Egress -> Decide(policy) -> Admit -> Instrument -> base, or the session
 //
-// Enforce comes first so that invalid requests are refused before they wait
+// The maxima come first so that invalid requests are refused before they wait
 // for a slot and audit records and the policy see effective limits; Audit
 // sees refused and denied runs too; the policy decides before a run takes a
 // place in the queue, except a run in a session, which it decides at the
@@ -60,8 +60,8 @@ type ChainOptions struct {
 	// no run any network.
 	Egress EgressOptions
 	// WorkDir is the sandboxes' working directory (the jail's
-	// Config.WorkDir); empty means jail.DefaultDir. A request's cwd must
-	// be it, /tmp or below them (jail.CheckDir), or it is refused before
+	// Config.WorkDir); empty means box.DefaultDir. A request's cwd must
+	// be it, /tmp or below them (box.CheckDir), or it is refused before
 	// anything else.
 	WorkDir string
 }

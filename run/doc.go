@@ -1,7 +1,7 @@
 // Package run is the chain every front end runs a request through, built by
 // [Chain] around the jail:
 //
-//	Enforce (operator maxima) -> Audit -> Egress (network the request may have) -> Decide (policy) -> Admit (concurrency, queue, output memory) -> Instrument (metrics) -> jail, or the session
+//	maxima (the operator's) -> Audit -> Egress (network the request may have) -> Decide (policy) -> Admit (concurrency, queue, output memory) -> Instrument (metrics) -> jail, or the session
 //
 // HTTP, MCP over HTTP and MCP over stdio all build it with Chain, so every
 // run gets the same limits, admission control, audit record and metrics.
@@ -12,7 +12,7 @@
 // hold the output memory until the answer is written).
 // A request that names a session (Request.SessionID) goes through the same
 // links and ends in the session manager (ChainOptions.Sessions) rather than
-// the jail: Enforce first checks that the session is the Owner's (compared
+// the jail: the maxima link first checks that the session is the Owner's (compared
 // whole, see package caller) and gives the request the session's limits
 // where it set none; a background job (Request.Background) is admitted,
 // decided and audited at its start (verdict "started", Request.JobID), and

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/egress"
 	"github.com/jaild/jaild/jail"
 )
@@ -52,24 +53,24 @@ func (o EgressOptions) Grant(want *api.Egress, caller string) (*egress.Grant, er
 		return nil, nil
 	}
 	if o.Proxy == nil {
-		return nil, &jail.InvalidError{Field: "egress", Reason: "this daemon gives no network access (the operator has not set --egress-allow)"}
+		return nil, &box.InvalidError{Field: "egress", Reason: "this daemon gives no network access (the operator has not set --egress-allow)"}
 	}
 	base := o.Tokens[caller] // nil: the daemon's list
 	if len(base) == 0 && len(o.Proxy.Allow()) == 0 {
-		return nil, &jail.InvalidError{Field: "egress", Reason: "no destination is allowed for this caller (the operator's allowlist is empty)"}
+		return nil, &box.InvalidError{Field: "egress", Reason: "no destination is allowed for this caller (the operator's allowlist is empty)"}
 	}
 	g := &egress.Grant{Base: base, Caller: caller}
 	if want.Hosts != nil {
 		hosts, err := o.Proxy.Narrow(base, want.Hosts)
 		if err != nil {
-			return nil, &jail.InvalidError{Field: "egress", Reason: err.Error()}
+			return nil, &box.InvalidError{Field: "egress", Reason: err.Error()}
 		}
 		g.Hosts = hosts
 	}
 	return g, nil
 }
 
-func (e *egressLink) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+func (e *egressLink) Run(ctx context.Context, req *Request) (*box.Result, error) {
 	want := req.Egress
 	if req.SessionID != "" || req.Background {
 		// A session's sandboxes share its network namespace, whose
@@ -77,7 +78,7 @@ func (e *egressLink) Run(ctx context.Context, req *Request) (*jail.Result, error
 		// (SessionEgress): an explicit ask is refused, --egress-default
 		// does not apply.
 		if want != nil && want.Allowed {
-			return nil, &jail.InvalidError{Field: "egress", Reason: "a session's egress is set when the session is created (POST /sessions with \"egress\"), not per call"}
+			return nil, &box.InvalidError{Field: "egress", Reason: "a session's egress is set when the session is created (POST /sessions with \"egress\"), not per call"}
 		}
 		return e.next.Run(ctx, req)
 	}
@@ -94,7 +95,7 @@ func (e *egressLink) Run(ctx context.Context, req *Request) (*jail.Result, error
 	}
 	spec := *req.Spec
 	p := e.o.Proxy
-	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) box.EgressUsage {
 		return p.Serve(ctx, ln, *g)
 	}}
 	orig := req.Spec
@@ -148,7 +149,7 @@ func newEgressMetrics(reg *prometheus.Registry) *egressMetrics {
 	return m
 }
 
-func (m *egressMetrics) observe(u *jail.EgressUsage) {
+func (m *egressMetrics) observe(u *box.EgressUsage) {
 	if m == nil || u == nil {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/egress"
 	"github.com/jaild/jaild/jail"
 )
@@ -14,9 +15,9 @@ import (
 // specJail records the spec it is given.
 type specJail struct{ got *jail.Spec }
 
-func (s *specJail) Run(_ context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (s *specJail) Run(_ context.Context, spec *jail.Spec) (*box.Result, error) {
 	s.got = spec
-	return &jail.Result{}, nil
+	return &box.Result{}, nil
 }
 
 func TestEgressLink(t *testing.T) {
@@ -56,10 +57,10 @@ func TestEgressLink(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			base := &specJail{}
-			spec := &jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+			spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
 			req := &Request{Spec: spec, Caller: tt.caller, Egress: tt.want, SessionID: tt.session}
 			_, err := Egress(baseRunner{base: base}, tt.o).Run(context.Background(), req)
-			var ie *jail.InvalidError
+			var ie *box.InvalidError
 			switch {
 			case tt.wantErr != "":
 				if !errors.As(err, &ie) || ie.Field != "egress" || !strings.Contains(err.Error(), tt.wantErr) {

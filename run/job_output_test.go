@@ -3,12 +3,12 @@ package run_test
 import (
 	"context"
 	"errors"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"net"
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
@@ -18,7 +18,7 @@ import (
 // background jobs that keep running.
 type blockingJail struct{ dir string }
 
-func (j blockingJail) NewWorkspace(context.Context, int64, bool, *jail.Limits) (session.Workspace, error) {
+func (j blockingJail) NewWorkspace(context.Context, int64, bool, *box.Limits) (session.Workspace, error) {
 	return blockingWorkspace{j.dir}, nil
 }
 
@@ -31,9 +31,9 @@ func (blockingWorkspace) Used() (int64, error)            { return 0, nil }
 func (blockingWorkspace) Close() error                    { return nil }
 func (blockingWorkspace) Lost() <-chan struct{}           { return nil }
 func (blockingWorkspace) TakeProxyListener() net.Listener { return nil }
-func (blockingWorkspace) Run(ctx context.Context, _ *jail.Spec) (*jail.Result, error) {
+func (blockingWorkspace) Run(ctx context.Context, _ *jail.Spec) (*box.Result, error) {
 	<-ctx.Done()
-	return &jail.Result{Canceled: true}, ctx.Err()
+	return &box.Result{Canceled: true}, ctx.Err()
 }
 
 // TestJobOutputMemory: a background job holds its output memory (twice
@@ -47,7 +47,7 @@ func TestJobOutputMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
-	base := baseFunc(func(context.Context, *jail.Spec) (*jail.Result, error) { return &jail.Result{}, nil })
+	base := baseFunc(func(context.Context, *jail.Spec) (*box.Result, error) { return &box.Result{}, nil })
 	r, err := run.Chain(base, run.ChainOptions{
 		Sessions:  m,
 		Admission: run.AdmitOptions{MaxConcurrent: 8, MaxOutputMemory: 4 << 20, MaxWait: 50 * time.Millisecond},
@@ -61,7 +61,7 @@ func TestJobOutputMemory(t *testing.T) {
 	}
 	req := func(background bool) *run.Request {
 		return &run.Request{Caller: "a", Owner: caller.FromToken("a"), SessionID: s.ID(), Background: background,
-			Spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}}
+			Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}}
 	}
 	for i := range 2 {
 		q := req(true)
@@ -75,7 +75,7 @@ func TestJobOutputMemory(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := r.Run(ctx, req(background))
 		cancel()
-		if !errors.Is(err, api.ErrBusy) {
+		if !errors.Is(err, box.ErrBusy) {
 			t.Errorf("background=%v with the output memory held by jobs: %v, want busy", background, err)
 		}
 	}
@@ -83,7 +83,7 @@ func TestJobOutputMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := r.Run(context.Background(), &run.Request{Caller: "a",
-		Spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}}); err != nil {
+		Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}}); err != nil {
 		t.Errorf("a run after the session's removal: %v", err)
 	}
 }

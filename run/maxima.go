@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
@@ -16,8 +17,8 @@ import (
 type Maxima struct {
 	// Limits holds the largest memory, pids, cpus and tmpfs size a
 	// sandbox may get. A zero field means no maximum beyond the jail's.
-	Limits jail.Limits
-	// Timeout is the longest run; zero means jail.MaxTimeout.
+	Limits box.Limits
+	// Timeout is the longest run; zero means box.MaxTimeout.
 	Timeout time.Duration
 	// MaxOutput is the most output kept per stream; zero means no
 	// maximum.
@@ -29,8 +30,8 @@ func (m Maxima) Validate() error {
 	if m.Limits.Memory < 0 || m.Limits.Pids < 0 || m.Limits.CPUs < 0 || m.Limits.TmpfsSize < 0 {
 		return fmt.Errorf("run: negative limit in maxima %+v", m.Limits)
 	}
-	if m.Timeout < 0 || m.Timeout > jail.MaxTimeout {
-		return fmt.Errorf("run: maximum timeout %v not between 0 and %v", m.Timeout, jail.MaxTimeout)
+	if m.Timeout < 0 || m.Timeout > box.MaxTimeout {
+		return fmt.Errorf("run: maximum timeout %v not between 0 and %v", m.Timeout, box.MaxTimeout)
 	}
 	if m.MaxOutput < 0 {
 		return fmt.Errorf("run: negative maximum output %d", m.MaxOutput)
@@ -43,11 +44,11 @@ func (m Maxima) Validate() error {
 // every limit of s is explicit and within m, and s is valid.
 func (m Maxima) Apply(s *jail.Spec) error {
 	l := &s.Limits
-	l.Memory = orCapped(l.Memory, jail.DefaultMemory, m.Limits.Memory)
-	l.Pids = orCapped(l.Pids, jail.DefaultPids, m.Limits.Pids)
-	l.TmpfsSize = orCapped(l.TmpfsSize, jail.DefaultTmpfsSize, m.Limits.TmpfsSize)
+	l.Memory = orCapped(l.Memory, box.DefaultMemory, m.Limits.Memory)
+	l.Pids = orCapped(l.Pids, box.DefaultPids, m.Limits.Pids)
+	l.TmpfsSize = orCapped(l.TmpfsSize, box.DefaultTmpfsSize, m.Limits.TmpfsSize)
 	if l.CPUs == 0 {
-		l.CPUs = jail.DefaultCPUs
+		l.CPUs = box.DefaultCPUs
 		if m.Limits.CPUs > 0 && l.CPUs > m.Limits.CPUs {
 			l.CPUs = m.Limits.CPUs
 		}
@@ -57,13 +58,13 @@ func (m Maxima) Apply(s *jail.Spec) error {
 	}
 	maxTimeout := m.Timeout
 	if maxTimeout == 0 {
-		maxTimeout = jail.MaxTimeout
+		maxTimeout = box.MaxTimeout
 	}
-	s.Timeout = time.Duration(orCapped(int64(s.Timeout), int64(jail.DefaultTimeout), int64(maxTimeout)))
+	s.Timeout = time.Duration(orCapped(int64(s.Timeout), int64(box.DefaultTimeout), int64(maxTimeout)))
 	if s.Timeout > maxTimeout {
 		return invalid("timeout_ms", "%v exceeds the maximum of %v", s.Timeout, maxTimeout)
 	}
-	s.MaxOutput = orCapped(s.MaxOutput, jail.DefaultMaxOutput, m.MaxOutput)
+	s.MaxOutput = orCapped(s.MaxOutput, box.DefaultMaxOutput, m.MaxOutput)
 	if m.MaxOutput > 0 && s.MaxOutput > m.MaxOutput {
 		return invalid("max_output_bytes", "%d exceeds the maximum of %d", s.MaxOutput, m.MaxOutput)
 	}
@@ -73,8 +74,8 @@ func (m Maxima) Apply(s *jail.Spec) error {
 // Defaults returns what a request that asks for nothing gets: the jail's
 // default limits, timeout and output cap, each lowered to m. The pool's
 // sandboxes and the MCP tools use them, so that every front end agrees.
-func (m Maxima) Defaults() (jail.Limits, time.Duration, int64) {
-	s := jail.Spec{Command: jail.Command{Args: []string{"true"}}}
+func (m Maxima) Defaults() (box.Limits, time.Duration, int64) {
+	s := jail.Spec{Command: box.Command{Args: []string{"true"}}}
 	if err := m.Apply(&s); err != nil {
 		// Apply only refuses what a request asked for above m, and this
 		// one asked for nothing.
@@ -94,14 +95,10 @@ func orCapped(v, def, max int64) int64 {
 	return def
 }
 
-// Enforce returns a Runner that applies max to every spec (on a copy, so the
-// caller's spec is left alone) before passing it on, and refuses specs above
-// it with a *jail.InvalidError. It is the first link of the daemon's chain,
-// so no front end can skip the operator's maxima.
-func Enforce(r Runner, max Maxima) Runner {
-	return &enforcer{next: r, max: max}
-}
-
+// enforcer applies max to every spec (on a copy, so the caller's spec is
+// left alone) before passing it on, and refuses specs above it with a
+// *box.InvalidError. It is the first link of the daemon's chain, so no
+// front end can skip the operator's maxima.
 type enforcer struct {
 	next     Runner
 	max      Maxima
@@ -110,7 +107,7 @@ type enforcer struct {
 	workDir  string // the sandboxes' working directory
 }
 
-func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+func (e *enforcer) Run(ctx context.Context, req *Request) (*box.Result, error) {
 	s := *req.Spec
 	max := e.max
 	err := sessionSpec(e.sessions, req, &s, &max)
@@ -121,7 +118,7 @@ func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) 
 		err = max.Apply(&s)
 	}
 	if err == nil {
-		err = jail.CheckDir(s.Dir, e.workDir)
+		err = box.CheckDir(s.Dir, e.workDir)
 	}
 	if err != nil {
 		e.audit.refused(req, err)
@@ -135,11 +132,11 @@ func (e *enforcer) Run(ctx context.Context, req *Request) (*jail.Result, error) 
 	return e.next.Run(ctx, req)
 }
 
-// checkTimeout refuses a timeout t above max (zero: jail.MaxTimeout),
+// checkTimeout refuses a timeout t above max (zero: box.MaxTimeout),
 // naming it as the caller did, in the caller's unit.
 func checkTimeout(req *Request, t, max time.Duration) error {
 	if max == 0 {
-		max = jail.MaxTimeout
+		max = box.MaxTimeout
 	}
 	field, n, unit := "timeout_ms", int64(t/time.Millisecond), time.Millisecond
 	if req.TimeoutField != "" && req.TimeoutUnit > 0 {
@@ -151,6 +148,6 @@ func checkTimeout(req *Request, t, max time.Duration) error {
 	return invalid(field, "%d exceeds the maximum of %d", n, int64(max/unit))
 }
 
-func invalid(field, format string, args ...any) *jail.InvalidError {
-	return &jail.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+func invalid(field, format string, args ...any) *box.InvalidError {
+	return &box.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -208,7 +208,7 @@ type instrumented struct {
 	m    *Metrics
 }
 
-func (i *instrumented) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+func (i *instrumented) Run(ctx context.Context, req *Request) (*box.Result, error) {
 	i.m.running.Inc()
 	defer i.m.running.Dec()
 	res, err := i.next.Run(ctx, req)

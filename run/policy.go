@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 )
@@ -27,7 +28,7 @@ type decider struct {
 	engine *policy.Engine
 }
 
-func (d *decider) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+func (d *decider) Run(ctx context.Context, req *Request) (*box.Result, error) {
 	if req.SessionID != "" || req.Background {
 		return d.next.Run(ctx, req)
 	}

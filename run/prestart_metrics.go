@@ -1,12 +1,13 @@
 package run
 
 import (
-	"github.com/jaild/jaild/jail"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jaild/jaild/box"
 )
 
 // newPrestartedMetric registers jaild_runs_prestarted_total: the runs that
-// a sandbox started ahead of time served (jail.Result.Prestarted), one-shot
+// a sandbox started ahead of time served (box.Result.Prestarted), one-shot
 // ones from the daemon's pool (--pool) and calls in a session from the one
 // their session keeps (--session-prestart). Set against jaild_runs_total it
 // tells how often callers did not wait for a sandbox to be built.
@@ -22,7 +23,7 @@ func newPrestartedMetric(reg *prometheus.Registry) *prometheus.CounterVec {
 }
 
 // observePrestarted counts res if a sandbox started ahead served it.
-func (m *Metrics) observePrestarted(req *Request, res *jail.Result) {
+func (m *Metrics) observePrestarted(req *Request, res *box.Result) {
 	if !res.Prestarted {
 		return
 	}

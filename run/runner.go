@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
@@ -15,12 +16,12 @@ import (
 // Base runs one spec in a fresh sandbox and tears it down: the jail at the
 // end of the chain (*jail.Manager, *jail.Pool).
 type Base interface {
-	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+	Run(ctx context.Context, spec *jail.Spec) (*box.Result, error)
 }
 
 // Runner runs one request: the chain, and each of its links.
 type Runner interface {
-	Run(ctx context.Context, req *Request) (*jail.Result, error)
+	Run(ctx context.Context, req *Request) (*box.Result, error)
 }
 
 // Request is one run on its way through the chain: the spec, who asked and
@@ -129,11 +130,6 @@ func (r *Request) ReleaseOutput() {
 	r.released = true
 }
 
-// Direct returns a Runner that runs requests straight on base, outside any
-// chain: no maxima, admission (OnAdmit is not called), audit or metrics.
-// Requests that name a session are refused. For tests and tools.
-func Direct(base Base) Runner { return baseRunner{base: base} }
-
 // baseRunner runs requests on the base, or in their session: the end of
 // the chain. policy, if not nil, decides the requests in a session (see
 // Decide).
@@ -143,7 +139,7 @@ type baseRunner struct {
 	policy   *policy.Engine
 }
 
-func (b baseRunner) Run(ctx context.Context, req *Request) (*jail.Result, error) {
+func (b baseRunner) Run(ctx context.Context, req *Request) (*box.Result, error) {
 	if req.SessionID != "" || req.Background {
 		return runInSession(ctx, b.sessions, b.policy, req)
 	}

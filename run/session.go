@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/session"
@@ -24,9 +24,9 @@ func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) er
 	}
 	switch {
 	case m == nil:
-		return &jail.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
+		return &box.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
 	case req.SessionID == "":
-		return &jail.InvalidError{Field: "run_in_background", Reason: "a background job runs in a session: set session_id"}
+		return &box.InvalidError{Field: "run_in_background", Reason: "a background job runs in a session: set session_id"}
 	}
 	sess, err := m.Get(req.Owner, req.SessionID)
 	if err != nil {
@@ -56,9 +56,9 @@ func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) er
 // runInSession runs req in its session: a call, or the start of a
 // background job (whose id goes to req.JobID; the result is then nil).
 // With a policy, the session asks it about the call as it will run it.
-func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, req *Request) (*jail.Result, error) {
+func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, req *Request) (*box.Result, error) {
 	if m == nil || req.SessionID == "" {
-		return nil, &jail.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
+		return nil, &box.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
 	}
 	sess, err := m.Get(req.Owner, req.SessionID)
 	if err != nil {
@@ -106,13 +106,13 @@ func SessionError(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, session.ErrNotFound):
-		return api.Mark(err, api.ErrNoSession)
+		return box.Mark(err, box.ErrNotFound)
 	case errors.Is(err, session.ErrLimit):
-		return api.Mark(err, api.ErrLimit)
+		return box.Mark(err, box.ErrLimit)
 	case errors.Is(err, session.ErrDraining):
-		return api.Mark(err, api.ErrUnavailable)
+		return box.Mark(err, box.ErrUnavailable)
 	case errors.Is(err, session.ErrClosed):
-		return api.Mark(fmt.Errorf("%w (the session is gone)", err), api.ErrNoSession)
+		return box.Mark(fmt.Errorf("%w (the session is gone)", err), box.ErrNotFound)
 	}
 	return err
 }

@@ -5,8 +5,8 @@ import (
 	"net"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/egress"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
 
@@ -37,7 +37,7 @@ type sessionProxy struct {
 	m *Metrics
 }
 
-func (s *sessionProxy) Serve(ctx context.Context, ln net.Listener) jail.EgressUsage {
+func (s *sessionProxy) Serve(ctx context.Context, ln net.Listener) box.EgressUsage {
 	u := s.Serving.Serve(ctx, ln)
 	if s.m != nil {
 		s.m.egress.observe(&u)

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/egress"
-	"github.com/jaild/jaild/jail"
 )
 
 // TestGrant: the one decision runs and sessions share.
@@ -46,7 +46,7 @@ func TestGrant(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g, err := tt.o.Grant(tt.want, tt.caller)
-			var ie *jail.InvalidError
+			var ie *box.InvalidError
 			switch {
 			case tt.wantErr != "":
 				if !errors.As(err, &ie) || ie.Field != "egress" || !strings.Contains(err.Error(), tt.wantErr) {
@@ -99,7 +99,7 @@ func TestSessionEgress(t *testing.T) {
 	if f, err := SessionEgress(o, nil, nil, "alice", "sessions"); f != nil || err != nil {
 		t.Fatalf("no field: %v, %v; want no egress", f != nil, err)
 	}
-	if _, err := SessionEgress(EgressOptions{}, nil, &api.Egress{Allowed: true}, "alice", "sessions"); !jail.IsInvalid(err) {
+	if _, err := SessionEgress(EgressOptions{}, nil, &api.Egress{Allowed: true}, "alice", "sessions"); !box.IsInvalid(err) {
 		t.Fatalf("egress without a proxy: %v, want invalid", err)
 	}
 	f, err := SessionEgress(o, NewMetrics(), &api.Egress{Allowed: true}, "alice", "sessions")
@@ -112,7 +112,7 @@ func TestSessionEgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan jail.EgressUsage, 1)
+	done := make(chan box.EgressUsage, 1)
 	go func() { done <- eg.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
 	c, err := net.Dial("tcp4", ln.Addr().String())
@@ -135,7 +135,7 @@ func TestSessionEgress(t *testing.T) {
 	if u := <-done; u.Denied != 1 {
 		t.Errorf("final usage %+v, want one denied", u)
 	}
-	done <- jail.EgressUsage{} // for the cleanup
+	done <- box.EgressUsage{} // for the cleanup
 	if len(got) != 1 || got[0].Grant.SessionID != "s-1" || got[0].Grant.Caller != "alice" || got[0].Grant.FrontEnd != "sessions" {
 		t.Errorf("decisions %+v, want one with the session's grant", got)
 	}

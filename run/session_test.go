@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
@@ -16,7 +17,7 @@ import (
 // runs them elsewhere.
 func TestSessionRequestsWithoutSessions(t *testing.T) {
 	ran := false
-	base := baseFunc(func(context.Context, *jail.Spec) (*jail.Result, error) { ran = true; return &jail.Result{}, nil })
+	base := baseFunc(func(context.Context, *jail.Spec) (*box.Result, error) { ran = true; return &box.Result{}, nil })
 	r, err := run.Chain(base, run.ChainOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -32,9 +33,9 @@ func TestSessionRequestsWithoutSessions(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			req := &run.Request{SessionID: tt.id, Background: tt.background,
-				Spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}}}}
+				Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}}}}
 			_, err := r.Run(context.Background(), req)
-			var ie *jail.InvalidError
+			var ie *box.InvalidError
 			if !errors.As(err, &ie) || ie.Field != tt.field || ran {
 				t.Errorf("err %v (ran %v), want invalid %s", err, ran, tt.field)
 			}
@@ -48,9 +49,9 @@ func TestSessionError(t *testing.T) {
 		err  error
 		want error
 	}{
-		{session.ErrNotFound, api.ErrNoSession},
-		{&session.LimitError{What: "sessions", Max: 1}, api.ErrLimit},
-		{session.ErrClosed, api.ErrNoSession},
+		{session.ErrNotFound, box.ErrNotFound},
+		{&session.LimitError{What: "sessions", Max: 1}, box.ErrLimit},
+		{session.ErrClosed, box.ErrNotFound},
 	} {
 		got := run.SessionError(tt.err)
 		if !errors.Is(got, tt.want) || !errors.Is(got, tt.err) {
@@ -65,6 +66,6 @@ func TestSessionError(t *testing.T) {
 	}
 }
 
-type baseFunc func(context.Context, *jail.Spec) (*jail.Result, error)
+type baseFunc func(context.Context, *jail.Spec) (*box.Result, error)
 
-func (f baseFunc) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) { return f(ctx, s) }
+func (f baseFunc) Run(ctx context.Context, s *jail.Spec) (*box.Result, error) { return f(ctx, s) }

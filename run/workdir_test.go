@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 )
@@ -28,13 +29,13 @@ func TestWorkDirCwd(t *testing.T) {
 		{"/workspace", "/work/src", false},
 	} {
 		ran := false
-		base := baseFunc(func(context.Context, *jail.Spec) (*jail.Result, error) { ran = true; return &jail.Result{}, nil })
+		base := baseFunc(func(context.Context, *jail.Spec) (*box.Result, error) { ran = true; return &box.Result{}, nil })
 		r, err := run.Chain(base, run.ChainOptions{WorkDir: tc.workDir})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, Dir: tc.cwd}}})
-		var ie *jail.InvalidError
+		_, err = r.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Dir: tc.cwd}}})
+		var ie *box.InvalidError
 		switch {
 		case tc.ok && (err != nil || !ran):
 			t.Errorf("workdir %q cwd %q: %v (ran %v), want it run", tc.workDir, tc.cwd, err, ran)

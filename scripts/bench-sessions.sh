@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench-sessions.sh: what a session adds to a call, and many sessions at once
-# (issue 9). Starts its own `jaild serve` on a loopback port with a private
+# bench-sessions.sh: what a session adds to a call, and many sessions at
+# once. Starts its own `jaild serve` on a loopback port with a private
 # state dir and runs scripts/sessionbench against it:
 #
 #   - POST /run {"command":"true"} one-shot vs with a session_id, interleaved

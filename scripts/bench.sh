@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh: how fast jaild starts sandboxes, side by side in one run with
-# runc, bwrap and unshare, and the ratios of issue 11's targets. One table
+# runc, bwrap and unshare, and the ratios to its targets. One table
 # per run:
 #
 #   jaild serve      POST /run {"command":"true"}: one paced client (a
@@ -11,7 +11,7 @@
 #                    mounts, limits and seccomp allowlist (made here)
 #   bwrap            `bwrap --unshare-all` (no cgroups, no seccomp)
 #   unshare          `unshare -Urpfm --mount-proc true`
-#   policy           issue 10's: scripts/bench-policy.sh --daemon, after the
+#   policy           scripts/bench-policy.sh --daemon, after the
 #                    table (the router example's decisions, and POST /run
 #                    with and without it, paced, in alternating rounds)
 #   density          "with N live sessions": a fresh `jaild serve` filled
@@ -26,7 +26,7 @@
 # Each one-shot tool is measured twice: one worker (latency p50/p99) and two
 # workers (sandboxes/s). Every level is a scripts/loadgen run (HTTP, or -exec
 # for the one-shots: no shell fork per run). CPU per sandbox is taken two
-# ways over each level: host busy time from /proc/stat (what the issue asks;
+# ways over each level: host busy time from /proc/stat (what the targets use;
 # it counts everything else running on the machine too) and, on cgroup v1,
 # the cpuacct usage of a cgroup this script makes for the tool (the daemon's
 # processes and sandboxes, or the loop and its sandboxes), which the other
@@ -410,7 +410,7 @@ echo "(host CPU: /proc/stat busy time over the level per sandbox, the whole mach
 [ ! -s "$T/res.rss_peak" ] || echo "daemon RSS (front end + worker): idle $(($(num rss_idle) / 1024)) MiB (anonymous $(($(num rss_anon) / 1024)) MiB), peak $(($(num rss_peak) / 1024)) MiB"
 
 echo
-echo "== issue 11 targets"
+echo "== targets"
 s4=$(get serve.4 rps) s16=$(get serve.16 rps)
 smin=$(awk -v a="$s4" -v b="$s16" 'BEGIN {if (a == "" || b == "") print ""; else print (a < b ? a : b)}')
 b2=$(get bwrap.2 rps) r2=$(get runc.2 rps)
@@ -430,7 +430,7 @@ fi
 
 if [[ $WANT == *" policy "* ]]; then
   echo
-  echo "== issue 10: what the policy adds (scripts/bench-policy.sh --daemon)"
+  echo "== what the policy adds (scripts/bench-policy.sh --daemon)"
   if [ "${BENCH_QUICK:-0}" = 1 ]; then
     pol=(BENCH_N=1000 BENCH_ROUNDS=1 BENCH_REQS=40)
   else

@@ -135,8 +135,8 @@ PY
 }
 
 # Probes with a timeout T must come back (the whole `jaild run`, wall clock)
-# within T + SECTEST_SLACK_MS, default 1000 as the issue asks. Raise it only
-# on hosts where starting any process is slow (an emulated VM).
+# within T + SECTEST_SLACK_MS (default 1000). Raise it only on hosts where
+# starting any process is slow (an emulated VM).
 SLACK=${SECTEST_SLACK_MS:-1000}
 [[ $SLACK =~ ^[0-9]+$ ]] || die "SECTEST_SLACK_MS must be a number of milliseconds"
 
@@ -1117,6 +1117,81 @@ PY
   wait "$SERVE_PID" 2> /dev/null || true
 else
   skip stress "curl or python3 is not installed"
+fi
+
+# --- gaps: capacity refusals and the policy's view ------------------------------
+# With the sandboxes' pids budget (--total-pids) used up by running
+# sandboxes, a run that needs a new one is refused as the host being at
+# capacity: 503 busy with Retry-After, never a 500; once they end, runs work
+# again. Without --rootfs the policy resolves commands in the sandbox's own
+# view: a program only the host has (in /var/tmp) is not found, and a name
+# looked up through a host-only PATH entry is the sandbox's own file.
+if command -v curl > /dev/null && command -v python3 > /dev/null; then
+  GAPMARK=45.$$
+  serve gaps-pids.log --pool 0 --total-pids 24 --max-concurrent 48
+  gaps_api() { # NAME BODY: the status, the headers and body in $T/NAME.{hdr,out}
+    curl -s -D "$T/$1.hdr" -o "$T/$1.out" -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/run" \
+      -H 'Content-Type: application/json' -d "$2" 2> /dev/null || true
+  }
+  busy503() { # NAME CODE: 503, code busy, a Retry-After of at least 1
+    [ "$2" = 503 ] && grep -q '"code":"busy"' "$T/$1.out" &&
+      [ "$(sed -n 's/^Retry-After: *\([0-9]*\).*/\1/Ip' "$T/$1.hdr" | tr -d '\r')" -ge 1 ] 2> /dev/null
+  }
+  holders=() refused=
+  for i in $(seq 24); do
+    gaps_api "gaps-hold$i" "{\"executable\":\"sleep\",\"args\":[\"$GAPMARK\"],\"timeout_seconds\":120}" > "$T/gaps-hold$i.code" &
+    holders+=($!)
+    BG_PIDS+=($!)
+    for _ in $(seq 200); do
+      [ "$(pgrep -cxf "sleep $GAPMARK" || true)" -ge "$i" ] && break
+      kill -0 "${holders[-1]}" 2> /dev/null || { refused=$i; break; }
+      sleep 0.05
+    done
+    [ -n "$refused" ] && break
+  done
+  if [ -n "$refused" ] && [ "$refused" -gt 1 ]; then
+    wait "${holders[-1]}" 2> /dev/null || true
+    code=$(cat "$T/gaps-hold$refused.code")
+    hcheck gaps_pids_budget_start_503 "status $code: $(one < "$T/gaps-hold$refused.out")" busy503 "gaps-hold$refused" "$code"
+    code=$(gaps_api gaps-full '{"command":"echo full"}')
+    hcheck gaps_pids_budget_run_503 "status $code: $(one < "$T/gaps-full.out") $(one < "$T/gaps-full.hdr")" busy503 gaps-full "$code"
+  else
+    fail gaps_pids_budget_start_503 "no start refused after $i holders (refused at ${refused:-none}): $(one < "$T/gaps-pids.log")"
+  fi
+  for p in "${holders[@]}"; do kill "$p" 2> /dev/null || true; done
+  for p in "${holders[@]}"; do wait "$p" 2> /dev/null || true; done
+  for _ in $(seq 100); do [ -z "$(pgrep -xf "sleep $GAPMARK" || true)" ] && break; sleep 0.1; done
+  code=
+  for _ in $(seq 50); do
+    code=$(gaps_api gaps-free '{"command":"echo free"}')
+    [ "$code" = 200 ] && break
+    sleep 0.1
+  done
+  freed() { [ "$code" = 200 ] && grep -q '"stdout":"free\\n"' "$T/gaps-free.out"; }
+  hcheck gaps_pids_budget_runs_again "status $code: $(one < "$T/gaps-free.out")" freed
+  kill -TERM "$SERVE_PID" 2> /dev/null || true
+  wait "$SERVE_PID" 2> /dev/null || true
+
+  if [ -f "$T/policy/main.rego" ]; then
+    UNSEEN=$(mktemp -d /var/tmp/jaild-sectest-unseen.XXXXXX)
+    chmod 0755 "$UNSEEN"
+    cp /usr/bin/id "$UNSEEN/ls"
+    chmod 0755 "$UNSEEN/ls"
+    serve gaps-policy.log --pool 0 --policy-dir "$T/policy" --decision-log "$T/gaps-decisions.log"
+    code=$(gaps_api gaps-unseen "{\"executable\":\"$UNSEEN/ls\"}")
+    notfound() { [ "$code" = 403 ] && grep -q 'resolve' "$T/gaps-unseen.out"; }
+    hcheck gaps_policy_host_only_file_not_found "status $code: $(one < "$T/gaps-unseen.out")" notfound
+    code=$(gaps_api gaps-path "{\"executable\":\"ls\",\"args\":[\"/\"],\"env\":{\"PATH\":\"$UNSEEN:/usr/bin:/bin\"}}")
+    sandbox_ls() { [ "$code" = 200 ] && ! grep -q 'uid=' "$T/gaps-path.out" && ! grep -q "\"path\":\"$UNSEEN" "$T/gaps-decisions.log"; }
+    hcheck gaps_policy_decides_what_the_sandbox_sees "status $code: $(one < "$T/gaps-path.out"); log: $(grep -o '"path":"[^"]*"' "$T/gaps-decisions.log" | one)" sandbox_ls
+    kill -TERM "$SERVE_PID" 2> /dev/null || true
+    wait "$SERVE_PID" 2> /dev/null || true
+    rm -rf "$UNSEEN"
+  else
+    skip gaps_policy_view "the policy input block made no policy"
+  fi
+else
+  skip gaps "curl or python3 is not installed"
 fi
 
 # --- nothing left behind -----------------------------------------------------

@@ -123,9 +123,6 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 	return t, nil
 }
 
-// Len is the number of tokens.
-func (t *Tokens) Len() int { return len(t.names) }
-
 // Lookup returns the name of token. It compares SHA-256 hashes, in constant
 // time, against every token without stopping at a match, so that neither
 // the time taken nor its dependence on length tells a caller how close a

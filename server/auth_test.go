@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/client"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
@@ -49,7 +50,7 @@ func TestParseTokens(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tok, err := server.ParseTokens(strings.NewReader(tt.file))
 			if tt.wantErr == "" {
-				if err != nil || tok.Len() != 2 {
+				if err != nil || server.TokenCount(tok) != 2 {
 					t.Fatalf("ParseTokens: %v", err)
 				}
 				return
@@ -91,7 +92,7 @@ func TestLoadTokensRefusesOpenFile(t *testing.T) {
 		t.Fatalf("world-readable token file: %v", err)
 	}
 	os.Chmod(path, 0o640)
-	if tok, err := server.LoadTokens(path); err != nil || tok.Len() != 1 {
+	if tok, err := server.LoadTokens(path); err != nil || server.TokenCount(tok) != 1 {
 		t.Fatalf("LoadTokens: %v", err)
 	}
 	if _, err := server.LoadTokens(path + ".missing"); err == nil {
@@ -233,10 +234,10 @@ func TestAudit(t *testing.T) {
 	g := newGate()
 	defer g.Open()
 	var calls atomic.Int32
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		if calls.Add(1) == 1 {
 			s.Stdout.Write([]byte("SECRET-OUTPUT"))
-			return &jail.Result{ID: "sb-9", ExitCode: 2, Stdout: "SECRET-OUTPUT", StdoutBytes: 13, Duration: 4 * time.Millisecond, CPUTime: 1 * time.Millisecond, MemoryPeak: 99,
+			return &box.Result{ID: "sb-9", ExitCode: 2, Stdout: "SECRET-OUTPUT", StdoutBytes: 13, Duration: 4 * time.Millisecond, CPUTime: 1 * time.Millisecond, MemoryPeak: 99,
 				Limits: s.Limits}, nil
 		}
 		return g.Run(ctx, s)
@@ -276,8 +277,8 @@ func TestAudit(t *testing.T) {
 		t.Errorf("first record %+v", first)
 	}
 	// Pids: the operator's maximum, below the default.
-	wantLimits := api.AuditLimits{MemoryBytes: 64 << 20, Pids: 100, CPUs: 1, TmpfsSizeBytes: jail.DefaultTmpfsSize,
-		TimeoutMS: 2500, MaxOutputBytes: jail.DefaultMaxOutput}
+	wantLimits := api.AuditLimits{MemoryBytes: 64 << 20, Pids: 100, CPUs: 1, TmpfsSizeBytes: box.DefaultTmpfsSize,
+		TimeoutMS: 2500, MaxOutputBytes: box.DefaultMaxOutput}
 	if first.Limits != wantLimits {
 		t.Errorf("limits %+v, want %+v", first.Limits, wantLimits)
 	}
@@ -291,8 +292,8 @@ func TestAudit(t *testing.T) {
 
 	t.Run("LogCommand", func(t *testing.T) {
 		var buf bytes.Buffer
-		r := run.Audit(run.Direct(&fake{}), run.NewAuditLog(&buf, run.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
-		r.Run(context.Background(), &run.Request{Caller: "bob", Spec: &jail.Spec{Command: jail.Command{Args: []string{"ls", "-l"}}}})
+		r := run.Audit(server.Direct(&fake{}), run.NewAuditLog(&buf, run.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
+		r.Run(context.Background(), &run.Request{Caller: "bob", Spec: &jail.Spec{Command: box.Command{Args: []string{"ls", "-l"}}}})
 		var rec api.AuditRecord
 		json.Unmarshal(buf.Bytes(), &rec)
 		if strings.Join(rec.Command, " ") != "ls -l" || rec.Caller != "bob" || !rec.Time.Equal(time.Unix(1, 0)) {

@@ -243,7 +243,7 @@ func TestPerPeerCap(t *testing.T) {
 		tcp.Close()
 		t.Fatal(err)
 	}
-	serveOn(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), MaxConns: 32, MaxConnsPerPeer: 2},
+	serveOn(t, server.Options{Runner: server.Direct(&fake{Fn: g.Run}), MaxConns: 32, MaxConnsPerPeer: 2},
 		mergeListeners(t, tcp, unixLn))
 	addr := tcp.Addr().String()
 

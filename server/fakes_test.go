@@ -8,12 +8,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/run"
 )
 
 // Test doubles of the jail, shared by both test packages of server: this
 // one (the MCP tests) and server_test (the HTTP tests), which sees them by
 // their exported names. They exist only in test builds.
+
+// Direct returns a Runner that runs requests straight on base, outside any
+// chain: no maxima, admission, audit or metrics. Requests that name a
+// session or ask for the background are refused, as by a daemon that
+// serves no sessions.
+func Direct(base run.Base) run.Runner { return direct{base} }
+
+type direct struct{ base run.Base }
+
+func (d direct) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
+	if req.SessionID != "" || req.Background {
+		return nil, &box.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
+	}
+	return d.base.Run(ctx, req.Spec)
+}
+
+// TokenCount is the number of tokens t holds.
+func TokenCount(t *Tokens) int { return len(t.names) }
 
 // TestPatience bounds every wait of the tests for something that must
 // happen; it only fails a test that would otherwise hang, it never measures.
@@ -23,12 +43,12 @@ const TestPatience = 20 * time.Second
 // by default answering with the command echoed back ("ARGS...\n"). Like the
 // jail, it refuses an invalid spec before anything runs.
 type FakeBase struct {
-	Fn    func(ctx context.Context, s *jail.Spec) (*jail.Result, error)
+	Fn    func(ctx context.Context, s *jail.Spec) (*box.Result, error)
 	mu    sync.Mutex
 	specs []jail.Spec
 }
 
-func (f *FakeBase) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+func (f *FakeBase) Run(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 	f.mu.Lock()
 	f.specs = append(f.specs, *s)
 	f.mu.Unlock()
@@ -36,14 +56,14 @@ func (f *FakeBase) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) 
 		return nil, err
 	}
 	// A jail with the default working directory.
-	if err := jail.CheckDir(s.Dir, ""); err != nil {
+	if err := box.CheckDir(s.Dir, ""); err != nil {
 		return nil, err
 	}
 	if f.Fn != nil {
 		return f.Fn(ctx, s)
 	}
 	out := strings.Join(s.Args, " ") + "\n"
-	return &jail.Result{ID: "fake", Stdout: out, StdoutBytes: int64(len(out)), Duration: 3 * time.Millisecond}, nil
+	return &box.Result{ID: "fake", Stdout: out, StdoutBytes: int64(len(out)), Duration: 3 * time.Millisecond}, nil
 }
 
 // Calls returns the specs Run was given.
@@ -68,15 +88,15 @@ func NewGate() *Gate {
 	return &Gate{Entered: make(chan struct{}, 100), Ended: make(chan error, 100), release: make(chan struct{})}
 }
 
-func (g *Gate) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+func (g *Gate) Run(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 	g.Entered <- struct{}{}
 	select {
 	case <-g.release:
 		g.Ended <- nil
-		return &jail.Result{ID: "sb-1", Stdout: strings.Join(s.Args, " "), Duration: time.Millisecond}, nil
+		return &box.Result{ID: "sb-1", Stdout: strings.Join(s.Args, " "), Duration: time.Millisecond}, nil
 	case <-ctx.Done():
 		g.Ended <- ctx.Err()
-		return &jail.Result{ID: "sb-killed", ExitCode: -1, Signal: "SIGKILL", Canceled: true}, ctx.Err()
+		return &box.Result{ID: "sb-killed", ExitCode: -1, Signal: "SIGKILL", Canceled: true}, ctx.Err()
 	}
 }
 

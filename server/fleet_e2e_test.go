@@ -220,6 +220,143 @@ func TestFleetE2E(t *testing.T) {
 	})
 }
 
+// TestFleetBalanceE2E: daemons that know their peers (--peers) send new
+// sessions to the least-loaded ready daemon, and a peer killed outright
+// is skipped: a new session is served by the daemon asked or a live peer,
+// never lost. The sessions are made on each daemon directly, as a
+// balancer that picked that daemon would send them.
+func TestFleetBalanceE2E(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test; skipped with -short")
+	}
+	testenv.NeedRoot(t, "sandboxes and network namespaces need root")
+	for _, tool := range []string{"nsenter", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (scripts/setup.sh installs it)", tool)
+		}
+	}
+	bin := buildJaild(t)
+	fn := newFleetNet(t)
+	key := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(key, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, ta, _ := twoCallers(t)
+	var peers []string
+	for i := range 3 {
+		peers = append(peers, "--peers", fmt.Sprintf("%s%d:8080", fn.prefix, 10+i))
+	}
+	// Each is started once the one before has its load: a daemon whose
+	// peers are not up yet serves everything itself. Each is ready (its
+	// first health check, which builds a sandbox, done) before it is
+	// given work, so that every poll of it answers at once with its
+	// load.
+	start := func(i int, extra ...string) *fleetNode {
+		n := fn.start(t, bin, i, key, tokens, append(extra, peers...)...)
+		eventually(t, "node "+n.ip+" to be ready", func() bool {
+			resp, _ := get(t, n.d.url+"/readyz")
+			return resp.StatusCode == 200
+		})
+		return n
+	}
+	createOn := func(n *fleetNode, count int) []lbSession {
+		t.Helper()
+		c := &lbCaller{t: t, url: n.d.url, token: ta}
+		var out []lbSession
+		for range count {
+			out = append(out, c.create(""))
+		}
+		return out
+	}
+	a := start(0, "--debug") // its polls are logged
+	for _, s := range createOn(a, 6) {
+		if s.node != a.instance {
+			t.Fatalf("a session made on the only daemon up went to %s", s.node)
+		}
+	}
+	b := start(1)
+	for _, s := range createOn(b, 3) {
+		if s.node != b.instance {
+			t.Errorf("a session made on the less loaded daemon went to %s, not %s", s.node, b.instance)
+		}
+	}
+	c := start(2)
+	// Polls that began before the others had their loads may end after
+	// it: wait for one that saw them.
+	eventually(t, "the first daemon to poll the loads 6, 3 and 0", func() bool {
+		l := lastLoads(a.d)
+		return l[a.ip+":8080"] >= 6 && l[b.ip+":8080"] == 3 && l[c.ip+":8080"] == 0 && len(l) == 3
+	})
+
+	t.Run("least loaded", func(t *testing.T) {
+		// Loads: 6 on the first, 3 on the second, 0 on the third.
+		for i, s := range createOn(a, 2) {
+			if s.node != c.instance {
+				t.Errorf("session %d made on the busiest daemon went to %s, want the least loaded, %s (the others: %s, %s)",
+					i, s.node, c.instance, a.instance, b.instance)
+			}
+		}
+	})
+
+	t.Run("dead peer skipped", func(t *testing.T) {
+		// The third, least loaded still in the first's view until its
+		// next poll, dies.
+		c.d.cmd.Process.Signal(syscall.SIGKILL)
+		<-c.d.exited
+		c.d.exited <- nil
+		caller := &lbCaller{t: t, url: a.d.url, token: ta}
+		for i, s := range createOn(a, 3) {
+			if s.node != a.instance && s.node != b.instance {
+				t.Errorf("session %d made with a dead peer went to %s", i, s.node)
+			}
+			if out, node := caller.runPath(s.id, "echo ok"); out != "ok" || node != s.node {
+				t.Errorf("a call in session %d: %q on %s", i, out, node)
+			}
+		}
+		t.Logf("the dead peer was met at a forward (served here) %d times",
+			bytes.Count(a.d.log.Bytes(), []byte("the least-loaded peer is unreachable: served here")))
+		// Once a poll has found it gone, it is no candidate at all.
+		eventually(t, "the first daemon to see the third gone", func() bool {
+			return logHas(a.d, "fleet peer not ready: no new work goes to it", c.ip+":8080")
+		})
+		for i, s := range createOn(a, 2) {
+			if s.node != a.instance && s.node != b.instance {
+				t.Errorf("session %d made after the poll went to %s", i, s.node)
+			}
+		}
+	})
+}
+
+// lastLoads is the loads of the ready daemons in d's last poll, by
+// address (nil before its first).
+func lastLoads(d *daemon) map[string]float64 {
+	var loads map[string]float64
+	sc := bufio.NewScanner(bytes.NewReader(d.log.Bytes()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m struct {
+			Msg   string
+			Loads map[string]float64
+		}
+		if json.Unmarshal(sc.Bytes(), &m) == nil && strings.HasPrefix(m.Msg, "fleet polled") {
+			loads = m.Loads
+		}
+	}
+	return loads
+}
+
+// logHas reports whether d logged msg with the given node attribute.
+func logHas(d *daemon, msg, node string) bool {
+	sc := bufio.NewScanner(bytes.NewReader(d.log.Bytes()))
+	for sc.Scan() {
+		var m struct{ Msg, Node string }
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m.Msg == msg && m.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
 // fleetNet is a bridge on the host and, per node, a network namespace
 // joined to it by a veth pair, all on a /24 of 10.213.0.0/16 drawn at
 // random (so that concurrent runs do not collide). Everything is removed
@@ -258,8 +395,9 @@ type fleetNode struct {
 	instance string
 }
 
-// start makes node i's namespace (once) and starts jaild serve in it.
-func (fn *fleetNet) start(t *testing.T, bin string, i int, key, tokens string) *fleetNode {
+// start makes node i's namespace (once) and starts jaild serve in it, with
+// the extra flags.
+func (fn *fleetNet) start(t *testing.T, bin string, i int, key, tokens string, extra ...string) *fleetNode {
 	t.Helper()
 	ns := fmt.Sprintf("jrn%s-%d", fn.tag, i)
 	host, peer := fmt.Sprintf("jrh%s%d", fn.tag, i), fmt.Sprintf("jrp%s%d", fn.tag, i)
@@ -285,6 +423,7 @@ func (fn *fleetNet) start(t *testing.T, bin string, i int, key, tokens string) *
 		"--fleet-key", key, "--advertise-addr", addr, "--peer-cidr", fn.prefix + "0/24",
 		"--trusted-proxy", fn.prefix + "1", "--max-conns-per-peer", "0",
 		"--max-sessions-per-caller", "32", "--audit-log", "off", "--pool", "0", "--drain-timeout", "10m", "--drain-idle", "10m"}
+	n.args = append(n.args, extra...)
 	n.serve(t)
 	return n
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
 )
 
@@ -38,9 +38,9 @@ func TestForwardedFor(t *testing.T) {
 
 type callerRunner struct{ got chan string }
 
-func (c callerRunner) Run(ctx context.Context, r *run.Request) (*jail.Result, error) {
+func (c callerRunner) Run(ctx context.Context, r *run.Request) (*box.Result, error) {
 	c.got <- r.Caller
-	return &jail.Result{}, nil
+	return &box.Result{}, nil
 }
 
 // TestTrustedProxyCaller: behind a trusted proxy the caller (here, without

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
@@ -24,7 +25,7 @@ import (
 func TestHostOrigin(t *testing.T) {
 	f := &fake{}
 	var audit syncBuffer
-	ts := start(t, server.Options{Runner: run.Direct(f), AllowedHosts: []string{"jaild.internal"},
+	ts := start(t, server.Options{Runner: server.Direct(f), AllowedHosts: []string{"jaild.internal"},
 		AllowedOrigins: []string{"https://app.example.com"}, Audit: run.NewAuditLog(&audit, run.AuditOptions{}),
 		MCP: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })})
 	do := func(method, path string, hdr ...string) int {
@@ -97,7 +98,7 @@ func TestHostOrigin(t *testing.T) {
 func TestAuditRejections(t *testing.T) {
 	var audit syncBuffer
 	log := run.NewAuditLog(&audit, run.AuditOptions{})
-	r, err := run.Chain(&fake{}, run.ChainOptions{Max: run.Maxima{Limits: jail.Limits{Pids: 10}}, Audit: log})
+	r, err := run.Chain(&fake{}, run.ChainOptions{Max: run.Maxima{Limits: box.Limits{Pids: 10}}, Audit: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +149,10 @@ func TestAuditRejections(t *testing.T) {
 func TestRunOutputStreamed(t *testing.T) {
 	ctrl := strings.Repeat("\x01\x00\"\\\n", 100000)
 	bin := "ok\xff\xfe" + strings.Repeat("\x80", 1000) + "é"
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-		return &jail.Result{ID: "sb", Stdout: ctrl, Stderr: bin, StdoutBytes: int64(len(ctrl)), StderrBytes: int64(len(bin))}, nil
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
+		return &box.Result{ID: "sb", Stdout: ctrl, Stderr: bin, StdoutBytes: int64(len(ctrl)), StderrBytes: int64(len(bin))}, nil
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	resp, body := post(t, ts.URL+"/run", `{"command":"x"}`)
 	if resp.StatusCode != 200 || resp.ContentLength != int64(len(body)) {
 		t.Fatalf("status %d, Content-Length %d, body %d bytes", resp.StatusCode, resp.ContentLength, len(body))
@@ -173,11 +174,11 @@ func TestRunOutputStreamed(t *testing.T) {
 // TestRawExitNotTruncated: /raw streams every byte, so its exit event never
 // says output was cut, whatever the jail kept.
 func TestRawExitNotTruncated(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		s.Stdout.Write([]byte("all of it\n"))
-		return &jail.Result{ID: "sb", StdoutBytes: 10, StdoutTruncated: true, StderrTruncated: true}, nil
+		return &box.Result{ID: "sb", StdoutBytes: 10, StdoutTruncated: true, StderrTruncated: true}, nil
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	_, body := post(t, ts.URL+"/raw", `{"command":"x"}`)
 	evs := events(t, body)
 	last := evs[len(evs)-1]
@@ -192,7 +193,7 @@ func TestRetryAfterEstimate(t *testing.T) {
 	g := newGate()
 	defer g.Open()
 	first := true
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		if first {
 			first = false
 			time.Sleep(1500 * time.Millisecond)
@@ -247,12 +248,12 @@ func TestQueueAbandoned(t *testing.T) {
 func TestOutputMemory(t *testing.T) {
 	g := newGate()
 	defer g.Open()
-	a, err := run.Admit(run.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
+	a, err := run.Admit(server.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 8, MaxQueue: 8, MaxWait: time.Hour, MaxOutputMemory: 5 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := func() *jail.Spec {
-		return &jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}
+		return &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}
 	}
 	done := make(chan error, 3)
 	for range 3 {
@@ -266,7 +267,7 @@ func TestOutputMemory(t *testing.T) {
 	if held, max := a.OutputMemory(); held != 4<<20 || max != 5<<20 {
 		t.Errorf("output memory %d of %d", held, max)
 	}
-	if _, err := a.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: jail.Command{Args: []string{"true"}, MaxOutput: 3 << 20}}}); !jail.IsInvalid(err) {
+	if _, err := a.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 3 << 20}}}); !box.IsInvalid(err) {
 		t.Errorf("a run needing more than all the output memory: %v", err)
 	}
 	g.Open()
@@ -285,14 +286,14 @@ func TestOutputMemory(t *testing.T) {
 func TestOutputHeldUntilWritten(t *testing.T) {
 	var adm *run.Admitter
 	var heldDuring int64
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		return okResult("x"), nil
 	}}
-	adm, err := run.Admit(run.Direct(f), run.AdmitOptions{MaxOutputMemory: 64 << 20})
+	adm, err := run.Admit(server.Direct(f), run.AdmitOptions{MaxOutputMemory: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := runnerFunc(func(ctx context.Context, req *run.Request) (*jail.Result, error) {
+	probe := runnerFunc(func(ctx context.Context, req *run.Request) (*box.Result, error) {
 		res, err := adm.Run(ctx, req)
 		heldDuring, _ = adm.OutputMemory()
 		return res, err
@@ -307,19 +308,19 @@ func TestOutputHeldUntilWritten(t *testing.T) {
 	eventually(t, "the memory let go", func() bool { h, _ := adm.OutputMemory(); return h == 0 })
 }
 
-type runnerFunc func(ctx context.Context, req *run.Request) (*jail.Result, error)
+type runnerFunc func(ctx context.Context, req *run.Request) (*box.Result, error)
 
-func (f runnerFunc) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+func (f runnerFunc) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
 	return f(ctx, req)
 }
 
 // TestInternalErrorHidesDetail: a 500 names the request id, never the
 // error's text (host paths, kernel messages).
 func TestInternalErrorHidesDetail(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		return nil, errors.New("mkdir /run/jaild/secret-path: permission denied")
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	resp, body := post(t, ts.URL+"/run", `{"command":"x"}`)
 	e := decodeError(t, body)
 	if resp.StatusCode != 500 || e.Code != api.CodeInternal || strings.Contains(string(body), "/run/jaild") ||

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
@@ -35,8 +35,8 @@ type (
 
 func newGate() *gate { return server.NewGate() }
 
-func okResult(stdout string) *jail.Result {
-	return &jail.Result{ID: "sb-1", Stdout: stdout, StdoutBytes: int64(len(stdout)), Duration: 3 * time.Millisecond}
+func okResult(stdout string) *box.Result {
+	return &box.Result{ID: "sb-1", Stdout: stdout, StdoutBytes: int64(len(stdout)), Duration: 3 * time.Millisecond}
 }
 
 // eventually polls cond until it holds.
@@ -66,7 +66,7 @@ type testServer struct {
 func start(t *testing.T, opts server.Options) *testServer {
 	t.Helper()
 	if opts.Runner == nil {
-		opts.Runner = run.Direct(&fake{})
+		opts.Runner = server.Direct(&fake{})
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = run.NewMetrics()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 )
@@ -269,7 +270,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	if id := r.PathValue("id"); id != "" {
 		// POST /sessions/{id}/run and /raw: the path names the session.
 		if req.SessionID != "" && req.SessionID != id {
-			err := &jail.InvalidError{Field: "session_id", Reason: "differs from the session in the path"}
+			err := &box.InvalidError{Field: "session_id", Reason: "differs from the session in the path"}
 			s.audit.Rejected(CallerFromContext(r.Context()).String(), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 			s.writeRunError(w, r, err, frontEnd == "raw")
 			return nil, false
@@ -281,14 +282,14 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	// that goes away, and a deadline hitting that read would cancel the
 	// run as if the client had.
 	rc.SetReadDeadline(time.Time{})
-	spec, err := req.Spec()
+	limits, cmd, err := req.Spec()
 	if err != nil {
 		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, frontEnd == "raw")
 		return nil, false
 	}
 	if req.RunInBackground && frontEnd != "run" {
-		err := &jail.InvalidError{Field: "run_in_background", Reason: "only POST /run starts background jobs"}
+		err := &box.InvalidError{Field: "run_in_background", Reason: "only POST /run starts background jobs"}
 		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, true)
 		return nil, false
@@ -298,6 +299,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	}
 	ctx := r.Context()
 	tf, tn, tu := req.TimeoutAsked()
+	spec := &jail.Spec{Limits: limits, Command: cmd}
 	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx).String(),
 		TimeoutField: tf, TimeoutValue: tn, TimeoutUnit: tu,
 		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,
@@ -351,14 +353,17 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 	switch status {
 	case http.StatusTooManyRequests:
 		wait := s.opts.RetryAfter
-		var be *api.BusyError
+		var be *box.BusyError
 		if errors.As(err, &be) {
 			wait = be.RetryAfter
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
 	case http.StatusServiceUnavailable:
-		if errors.Is(err, api.ErrUnavailable) {
+		switch {
+		case errors.Is(err, box.ErrUnavailable):
 			w.Header().Set("Retry-After", "1") // a worker restarts within a second
+		case e.Code == api.CodeBusy: // the host's sandbox capacity is used up
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((s.opts.RetryAfter+time.Second-1)/time.Second), 10))
 		}
 	case http.StatusBadRequest:
 		s.metrics.Rejected(run.RejectInvalid)
@@ -396,9 +401,9 @@ type rawRefusal struct {
 func (s *Server) classify(err error, requestID string) (int, *api.ErrorResponse) {
 	o := api.ErrorOutcome(err)
 	e := api.NewErrorResponse(o.Code, err.Error())
-	var ie *jail.InvalidError
+	var ie *box.InvalidError
 	if errors.As(err, &ie) {
-		e.Field = api.FieldOf(ie)
+		e.Field = ie.Field
 	}
 	var de *api.DeniedError
 	if errors.As(err, &de) {

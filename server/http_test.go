@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
@@ -34,7 +35,7 @@ func chain(t *testing.T, base run.Base, m *run.Metrics, audit io.Writer, adm run
 	}
 	r, err := run.Chain(base, run.ChainOptions{
 		Max: run.Maxima{
-			Limits:    jail.Limits{Memory: 512 << 20, Pids: 100, CPUs: 1, TmpfsSize: 128 << 20},
+			Limits:    box.Limits{Memory: 512 << 20, Pids: 100, CPUs: 1, TmpfsSize: 128 << 20},
 			Timeout:   30 * time.Second,
 			MaxOutput: 1 << 20,
 		},
@@ -147,9 +148,9 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		in, _ := io.ReadAll(s.Stdin)
-		return &jail.Result{ID: "sb-7", ExitCode: 3, Stdout: "out:" + string(in), Stderr: "err\xff", StdoutBytes: 7,
+		return &box.Result{ID: "sb-7", ExitCode: 3, Stdout: "out:" + string(in), Stderr: "err\xff", StdoutBytes: 7,
 			StderrBytes: 4, TimedOut: true, OOMKilled: true, PidsLimitHit: true, StdoutTruncated: true,
 			Duration: 12 * time.Millisecond, CPUTime: 5 * time.Millisecond, MemoryPeak: 1 << 20}, nil
 	}}
@@ -183,9 +184,9 @@ func TestRun(t *testing.T) {
 		t.Fatalf("%d calls", len(calls))
 	}
 	s := calls[0]
-	wantLimits := jail.Limits{Memory: jail.DefaultMemory, Pids: 50, CPUs: 1, TmpfsSize: jail.DefaultTmpfsSize}
+	wantLimits := box.Limits{Memory: box.DefaultMemory, Pids: 50, CPUs: 1, TmpfsSize: box.DefaultTmpfsSize}
 	if !slices.Equal(s.Args, []string{"/bin/sh", "-c", "cat; exit 3"}) || !slices.Equal(s.Env, []string{"A=2", "Z=1"}) ||
-		s.Dir != "/tmp" || s.Timeout != 5*time.Second || s.Limits != wantLimits || s.MaxOutput != jail.DefaultMaxOutput {
+		s.Dir != "/tmp" || s.Timeout != 5*time.Second || s.Limits != wantLimits || s.MaxOutput != box.DefaultMaxOutput {
 		t.Errorf("spec %+v", s)
 	}
 }
@@ -197,20 +198,20 @@ func TestRunErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{jail.ErrNotFound, 422, api.CodeNotFound},
-		{fmt.Errorf("exec: %w", jail.ErrNotExecutable), 422, api.CodeNotExecutable},
-		{jail.ErrNotRoot, 500, api.CodeNotRoot},
-		{jail.ErrUnsupported, 500, api.CodeUnsupported},
-		{jail.ErrRootfs, 500, api.CodeRootfs},
+		{box.ErrCommandNotFound, 422, api.CodeCommandNotFound},
+		{fmt.Errorf("exec: %w", box.ErrNotExecutable), 422, api.CodeNotExecutable},
+		{box.ErrNotRoot, 500, api.CodeNotRoot},
+		{box.ErrUnsupported, 500, api.CodeUnsupported},
+		{box.ErrRootfs, 500, api.CodeRootfs},
 		{errors.New("boom"), 500, api.CodeInternal},
-		{&jail.InvalidError{Field: "cwd", Reason: "no"}, 400, api.CodeInvalid},
-		{api.ErrBusy, 429, api.CodeBusy},
+		{&box.InvalidError{Field: "cwd", Reason: "no"}, 400, api.CodeInvalid},
+		{box.ErrBusy, 429, api.CodeBusy},
 		{fmt.Errorf("%w: it exited and is being restarted", worker.ErrDown), 503, api.CodeUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
-			f := &fake{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
-			ts := start(t, server.Options{Runner: run.Direct(f), RetryAfter: 1500 * time.Millisecond})
+			f := &fake{Fn: func(context.Context, *jail.Spec) (*box.Result, error) { return nil, tt.err }}
+			ts := start(t, server.Options{Runner: server.Direct(f), RetryAfter: 1500 * time.Millisecond})
 			for _, path := range []string{"/run", "/raw"} {
 				resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
 				if resp.StatusCode != tt.status || decodeError(t, body).Code != tt.code {
@@ -250,7 +251,7 @@ func readEvent(t *testing.T, r *bufio.Reader) api.Event {
 // chunks, so a server that buffered until the end would hang this test.
 func TestRawStreams(t *testing.T) {
 	seen := make(chan struct{})
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		s.Stdout.Write([]byte("hello\n"))
 		s.Stderr.Write([]byte{0xff, 0})
 		select {
@@ -259,7 +260,7 @@ func TestRawStreams(t *testing.T) {
 			return nil, ctx.Err()
 		}
 		s.Stdout.Write([]byte("bye\n"))
-		return &jail.Result{ID: "sb-2", ExitCode: -1, Signal: "SIGKILL", TimedOut: true, StdoutBytes: 10, Duration: 9 * time.Millisecond}, nil
+		return &box.Result{ID: "sb-2", ExitCode: -1, Signal: "SIGKILL", TimedOut: true, StdoutBytes: 10, Duration: 9 * time.Millisecond}, nil
 	}}
 	ts := start(t, server.Options{Runner: chain(t, f, nil, nil, run.AdmitOptions{})})
 	// Bounded: a server that does not flush never even sends the headers.
@@ -300,11 +301,11 @@ func TestRawStreams(t *testing.T) {
 }
 
 func TestRawErrorAfterStart(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		s.Stdout.Write([]byte("partial"))
-		return nil, fmt.Errorf("start container: %w", jail.ErrRootfs)
+		return nil, fmt.Errorf("start container: %w", box.ErrRootfs)
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"x"}`)
 	evs := events(t, body)
 	if resp.StatusCode != 200 || len(evs) != 3 {
@@ -324,7 +325,7 @@ func TestDisconnectCancels(t *testing.T) {
 	for _, path := range []string{"/raw", "/run"} {
 		t.Run(path, func(t *testing.T) {
 			g := newGate()
-			f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+			f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 				if s.Stdout != nil { // only /raw streams
 					s.Stdout.Write([]byte("tick\n"))
 				}
@@ -364,7 +365,7 @@ func TestDisconnectCancels(t *testing.T) {
 // than holding a sandbox until the command's own timeout.
 func TestRawStalledReaderCancels(t *testing.T) {
 	canceled := make(chan error, 1)
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		chunk := bytes.Repeat([]byte("y\n"), 32<<10)
 		for ctx.Err() == nil {
 			if _, err := s.Stdout.Write(chunk); err != nil {
@@ -375,7 +376,7 @@ func TestRawStalledReaderCancels(t *testing.T) {
 		canceled <- ctx.Err()
 		return nil, ctx.Err()
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f), WriteTimeout: 200 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), WriteTimeout: 200 * time.Millisecond})
 	conn, err := net.Dial("tcp", ts.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -445,12 +446,12 @@ func TestAdmissionWaitExpires(t *testing.T) {
 // TestAdmitterBound hammers an Admitter: never more than MaxConcurrent runs
 // are inside at once, and every caller either ran or got ErrBusy.
 // trueSpec is a valid spec for tests whose fake does not look at it.
-func trueSpec() *jail.Spec { return &jail.Spec{Command: jail.Command{Args: []string{"true"}}} }
+func trueSpec() *jail.Spec { return &jail.Spec{Command: box.Command{Args: []string{"true"}}} }
 
 func TestAdmitterBound(t *testing.T) {
 	var mu sync.Mutex
 	inside, peak := 0, 0
-	base := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	base := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		mu.Lock()
 		inside++
 		peak = max(peak, inside)
@@ -461,7 +462,7 @@ func TestAdmitterBound(t *testing.T) {
 		mu.Unlock()
 		return okResult(""), nil
 	}}
-	a, err := run.Admit(run.Direct(base), run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
+	a, err := run.Admit(server.Direct(base), run.AdmitOptions{MaxConcurrent: 3, MaxQueue: 4, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +478,7 @@ func TestAdmitterBound(t *testing.T) {
 			switch {
 			case err == nil:
 				ok++
-			case errors.Is(err, api.ErrBusy):
+			case errors.Is(err, box.ErrBusy):
 				busy++
 			default:
 				other++
@@ -496,7 +497,7 @@ func TestAdmitterBound(t *testing.T) {
 func TestAdmitterQueuedCallerCancels(t *testing.T) {
 	g := newGate()
 	defer g.Open()
-	a, err := run.Admit(run.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
+	a, err := run.Admit(server.Direct(&fake{Fn: g.Run}), run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 1, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +521,7 @@ func TestAdmitterQueuedCallerCancels(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	g := newGate()
 	defer g.Open()
-	ts := start(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), ShutdownGrace: time.Hour})
+	ts := start(t, server.Options{Runner: server.Direct(&fake{Fn: g.Run}), ShutdownGrace: time.Hour})
 	var results []<-chan answer
 	for range 3 {
 		results = append(results, postAsync(t, ts.URL+"/run", `{"executable":"x"}`))
@@ -558,7 +559,7 @@ func TestGracefulShutdown(t *testing.T) {
 // Serve returns once their handlers did.
 func TestShutdownKillsAfterGrace(t *testing.T) {
 	g := newGate() // never opened: runs end only by cancellation
-	ts := start(t, server.Options{Runner: run.Direct(&fake{Fn: g.Run}), ShutdownGrace: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(&fake{Fn: g.Run}), ShutdownGrace: 50 * time.Millisecond})
 	results := []<-chan answer{
 		postAsync(t, ts.URL+"/run", `{"executable":"x"}`),
 		postAsync(t, ts.URL+"/raw", `{"executable":"x"}`),
@@ -597,7 +598,7 @@ func TestShutdownKillsAfterGrace(t *testing.T) {
 // cut off instead of holding a connection (and memory) forever.
 func TestSlowClients(t *testing.T) {
 	f := &fake{}
-	ts := start(t, server.Options{Runner: run.Direct(f), ReadHeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), ReadHeaderTimeout: 100 * time.Millisecond, BodyTimeout: 100 * time.Millisecond})
 	t.Run("headers", func(t *testing.T) {
 		conn, err := net.Dial("tcp", ts.Addr)
 		if err != nil {
@@ -639,7 +640,7 @@ func TestSlowClients(t *testing.T) {
 // TestLongRunOutlivesBodyTimeout: the body deadline is lifted once the body
 // is read; a run longer than it is not cancelled by it.
 func TestLongRunOutlivesBodyTimeout(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		select {
 		case <-time.After(300 * time.Millisecond):
 			return okResult("slow\n"), nil
@@ -647,7 +648,7 @@ func TestLongRunOutlivesBodyTimeout(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f), BodyTimeout: 50 * time.Millisecond})
+	ts := start(t, server.Options{Runner: server.Direct(f), BodyTimeout: 50 * time.Millisecond})
 	for _, path := range []string{"/run", "/raw"} {
 		resp, body := post(t, ts.URL+path, `{"executable":"x"}`)
 		if resp.StatusCode != 200 || bytes.Contains(body, []byte(`"error"`)) {
@@ -685,6 +686,50 @@ func TestHealthz(t *testing.T) {
 	}
 }
 
+// TestHealthzAnswersDuringACheck: once the health check has an answer,
+// /healthz and /readyz give it at once while an expired one is checked
+// again, even if that check never ends: a fleet's peers read /readyz with
+// a short timeout.
+func TestHealthzAnswersDuringACheck(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	ts := start(t, server.Options{Health: func(ctx context.Context) error {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n > 1 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return errors.New("the host broke")
+		}
+		return nil
+	}, HealthTTL: time.Nanosecond})
+	defer close(release)
+	for _, path := range []string{"/healthz", "/readyz", "/healthz", "/readyz"} {
+		if resp, body := get(t, ts.URL+path); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls
+	}
+	eventually(t, "a second check to start", func() bool { return count() >= 2 })
+	if n := count(); n != 2 {
+		t.Errorf("the check ran %d times, want the first and one still running", n)
+	}
+	release <- struct{}{}
+	eventually(t, "the check's new answer", func() bool {
+		resp, _ := get(t, ts.URL+"/healthz")
+		return resp.StatusCode == 503
+	})
+}
+
 func TestOpenAPI(t *testing.T) {
 	ts := start(t, server.Options{Tokens: mustTokens(t, "a:0123456789abcdef")})
 	resp, doc := get(t, ts.URL+"/openapi.yaml")
@@ -708,7 +753,7 @@ func TestOpenAPI(t *testing.T) {
 		}
 	}
 	for _, code := range []string{api.CodeInvalid, api.CodeBadJSON, api.CodeUnauthorized, api.CodeTooLarge,
-		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeNotExecutable, api.CodeLimit, api.CodeBusy,
+		api.CodeUnsupportedMedia, api.CodeBodyTimeout, api.CodeNotFound, api.CodeCommandNotFound, api.CodeNotExecutable, api.CodeLimit, api.CodeBusy,
 		api.CodeShuttingDown, api.CodeUnavailable, api.CodeCanceled, api.CodeNotRoot, api.CodeUnsupported, api.CodeRootfs, api.CodeInternal, api.CodeFileNotFound, api.CodeConflict, api.CodeNoSpace, api.CodeSessionLost} {
 		if !regexp.MustCompile(`enum: \[[^]]*\b` + code + `\b`).Match(doc) {
 			t.Errorf("openapi.yaml does not list error code %s", code)
@@ -738,16 +783,16 @@ func TestOptionsValidate(t *testing.T) {
 	if _, err := server.New(server.Options{}); err == nil {
 		t.Error("New without a Runner succeeded")
 	}
-	if _, err := server.New(server.Options{Runner: run.Direct(&fake{}), BodyTimeout: -1}); err == nil {
+	if _, err := server.New(server.Options{Runner: server.Direct(&fake{}), BodyTimeout: -1}); err == nil {
 		t.Error("New with a negative timeout succeeded")
 	}
 	if _, err := run.Chain(&fake{}, run.ChainOptions{Max: run.Maxima{Timeout: -1}}); err == nil {
 		t.Error("Chain with a negative maximum succeeded")
 	}
-	if _, err := run.Admit(run.Direct(&fake{}), run.AdmitOptions{MaxQueue: -1}); err == nil {
+	if _, err := run.Admit(server.Direct(&fake{}), run.AdmitOptions{MaxQueue: -1}); err == nil {
 		t.Error("Admit with a negative queue succeeded")
 	}
-	srv, err := server.New(server.Options{Runner: run.Direct(&fake{})})
+	srv, err := server.New(server.Options{Runner: server.Direct(&fake{})})
 	if err != nil {
 		t.Fatal(err)
 	}

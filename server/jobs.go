@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
@@ -53,7 +53,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		}
 		n, err := strconv.ParseInt(v[0], 10, 64)
 		if err != nil || n < 0 || len(v) > 1 {
-			s.writeRunError(w, r, &jail.InvalidError{Field: p.name, Reason: "must be one non-negative integer"}, false)
+			s.writeRunError(w, r, &box.InvalidError{Field: p.name, Reason: "must be one non-negative integer"}, false)
 			return
 		}
 		*p.dst = n
@@ -62,7 +62,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if q.Has("offset") && (q.Has("stdout_offset") || q.Has("stderr_offset")) {
-		s.writeRunError(w, r, &jail.InvalidError{Field: "offset", Reason: "give offset, or stdout_offset and stderr_offset, not both"}, false)
+		s.writeRunError(w, r, &box.InvalidError{Field: "offset", Reason: "give offset, or stdout_offset and stderr_offset, not both"}, false)
 		return
 	}
 	id := r.PathValue("job")

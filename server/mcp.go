@@ -10,7 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
@@ -47,7 +47,7 @@ const (
 type MCPOptions struct {
 	// Limits are the resources of every sandbox a tool call runs in; zero
 	// fields mean the jail's defaults. Tool calls cannot change them.
-	Limits jail.Limits
+	Limits box.Limits
 	// DefaultTimeout applies to calls that give no timeout; zero means
 	// DefaultMCPTimeout. It is clamped to MaxTimeout.
 	DefaultTimeout time.Duration
@@ -63,7 +63,7 @@ type MCPOptions struct {
 	MaxOutput int64
 	// WorkDir is the sandboxes' working directory (the jail's
 	// Config.WorkDir), which the tools' descriptions name; empty means
-	// jail.DefaultDir.
+	// box.DefaultDir.
 	WorkDir string
 	// Shell runs the bash tool's command as Shell -c COMMAND inside the
 	// sandbox; empty means "/bin/bash".

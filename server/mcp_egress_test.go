@@ -9,7 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
 )
 
@@ -20,11 +20,11 @@ type egressRecorder struct {
 	asks []*api.Egress
 }
 
-func (r *egressRecorder) Run(_ context.Context, req *run.Request) (*jail.Result, error) {
+func (r *egressRecorder) Run(_ context.Context, req *run.Request) (*box.Result, error) {
 	r.mu.Lock()
 	r.asks = append(r.asks, req.Egress)
 	r.mu.Unlock()
-	return &jail.Result{ID: "x", Egress: &jail.EgressUsage{Connections: 2, Denied: 1}}, nil
+	return &box.Result{ID: "x", Egress: &box.EgressUsage{Connections: 2, Denied: 1}}, nil
 }
 
 // TestMCPEgress: the tools take an egress argument only when the operator

@@ -26,7 +26,7 @@ func serveStdio(t *testing.T, b run.Base, maxLine int) *stdioPeer {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	srv := NewMCPServer(run.Direct(b), MCPOptions{})
+	srv := NewMCPServer(Direct(b), MCPOptions{})
 	done := make(chan error, 1)
 	go func() {
 		done <- srv.Run(context.Background(), &StdioTransport{Reader: inR, Writer: outW, MaxLineLength: maxLine})

@@ -14,7 +14,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
 )
 
@@ -168,7 +168,7 @@ func (t *mcpTools) networkTool(ctx context.Context, req *mcp.CallToolRequest, in
 	}
 	limit := t.opts.NetworkMaxOutput
 	stdout, stderr := &headWriter{max: limit}, &headWriter{max: limit}
-	cmd := jail.Command{Args: append([]string{in.Executable}, in.Args...), Env: env}
+	cmd := box.Command{Args: append([]string{in.Executable}, in.Args...), Env: env}
 	if in.Cwd != nil {
 		cmd.Dir = *in.Cwd
 	}
@@ -197,7 +197,7 @@ type teeRunner struct {
 	stdout, stderr io.Writer
 }
 
-func (r teeRunner) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+func (r teeRunner) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
 	req.Spec.Stdout = tee(r.stdout, req.Spec.Stdout)
 	req.Spec.Stderr = tee(r.stderr, req.Spec.Stderr)
 	return r.next.Run(ctx, req)

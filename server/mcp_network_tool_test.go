@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
@@ -69,12 +70,12 @@ func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
 
 // echoStreams answers with the command echoed back, written to the
 // spec's Stdout as the jail writes output, and kept in the result.
-func echoStreams(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+func echoStreams(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 	out := strings.Join(s.Args, " ") + "\n"
 	if s.Stdout != nil {
 		s.Stdout.Write([]byte(out))
 	}
-	return &jail.Result{ID: "fake", Stdout: out, StdoutBytes: int64(len(out))}, nil
+	return &box.Result{ID: "fake", Stdout: out, StdoutBytes: int64(len(out))}, nil
 }
 
 // TestNetworkToolListed: run_network_tool is served only when listed, in
@@ -137,9 +138,9 @@ func TestNetworkToolListed(t *testing.T) {
 func TestNetworkToolCall(t *testing.T) {
 	var got []*run.Request
 	b := &FakeBase{Fn: echoStreams}
-	r := requestRunner(func(ctx context.Context, req *run.Request) (*jail.Result, error) {
+	r := requestRunner(func(ctx context.Context, req *run.Request) (*box.Result, error) {
 		got = append(got, req)
-		return run.Direct(b).Run(ctx, req)
+		return Direct(b).Run(ctx, req)
 	})
 	cs := connectRunner(t, r, MCPOptions{Tools: []string{ToolRunNetworkTool}})
 	res, out := callNetworkTool(t, cs, map[string]any{
@@ -183,7 +184,7 @@ func TestNetworkToolCall(t *testing.T) {
 func TestNetworkToolOutput(t *testing.T) {
 	big := bytes.Repeat([]byte("a"), NetworkToolMaxOutput-1)
 	big = append(big, "é and more"...) // the cut falls inside é
-	b := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	b := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		switch s.Args[0] {
 		case "big":
 			// In chunks, as the jail writes.
@@ -191,12 +192,12 @@ func TestNetworkToolOutput(t *testing.T) {
 				s.Stdout.Write(p[:min(len(p), 4096)])
 			}
 			s.Stderr.Write([]byte("exactly\n"))
-			return &jail.Result{ID: "x", ExitCode: 3}, nil
+			return &box.Result{ID: "x", ExitCode: 3}, nil
 		case "killed":
 			s.Stdout.Write([]byte("partial"))
-			return &jail.Result{ID: "x", ExitCode: -1, Signal: "SIGKILL", TimedOut: true}, nil
+			return &box.Result{ID: "x", ExitCode: -1, Signal: "SIGKILL", TimedOut: true}, nil
 		}
-		return &jail.Result{ID: "x"}, nil
+		return &box.Result{ID: "x"}, nil
 	}}
 	cs := connect(t, b, MCPOptions{Tools: []string{ToolRunNetworkTool}}, nil)
 	res, out := callNetworkTool(t, cs, map[string]any{"executable": "big"})

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // The text a model reads of a tool result.
 
 // renderText is the result as a model reads it: a verdict line, then the
 // output streams.
-func renderText(o *RunOutput, l jail.Limits, clamped bool) string {
+func renderText(o *RunOutput, l box.Limits, clamped bool) string {
 	var b strings.Builder
 	switch {
 	case o.TimedOut:
@@ -88,7 +88,7 @@ func MCPCaptureBytes(chars int64) int64 { return chars * utf8.UTFMax }
 
 // capChars cuts s, what the sandbox kept of a stream of total bytes, to at
 // most max characters, marker included: the first and last characters
-// around jail.Elide's marker, which counts the bytes missing. s may have
+// around box.Elide's marker, which counts the bytes missing. s may have
 // been cut by the sandbox already (at a larger size in bytes, with its own
 // marker), which this marker then stands in for. It reports whether it cut.
 func capChars(s string, max, total int64) (string, bool) {
@@ -103,13 +103,13 @@ func capChars(s string, max, total int64) (string, bool) {
 			}
 		}
 	}
-	keep := max - int64(len(jail.Elide(total)))
+	keep := max - int64(len(box.Elide(total)))
 	if keep <= 0 {
 		return firstRunes(s, max), true // no room for the marker
 	}
 	head = firstRunes(head, keep/2)
 	tail = lastRunes(tail, keep-keep/2)
-	return head + jail.Elide(total-int64(len(head))-int64(len(tail))) + tail, true
+	return head + box.Elide(total-int64(len(head))-int64(len(tail))) + tail, true
 }
 
 // firstRunes is s's first n characters, lastRunes its last n.

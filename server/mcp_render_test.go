@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
 )
 
@@ -16,10 +16,10 @@ import (
 func TestMCPOutputCapCountsCharacters(t *testing.T) {
 	const n = 40000
 	var asked int64
-	f := requestRunner(func(ctx context.Context, req *run.Request) (*jail.Result, error) {
+	f := requestRunner(func(ctx context.Context, req *run.Request) (*box.Result, error) {
 		asked = req.Spec.MaxOutput
 		out := strings.Repeat("é", n)
-		return &jail.Result{Stdout: out, StdoutBytes: int64(len(out))}, nil
+		return &box.Result{Stdout: out, StdoutBytes: int64(len(out))}, nil
 	})
 	cs := connectRunner(t, f, MCPOptions{})
 	res, out := call(t, cs, "bash", map[string]any{"command": "x"})
@@ -42,7 +42,7 @@ func TestCapChars(t *testing.T) {
 	stream := strings.Repeat("aé€😀", 1000) // 10 bytes, 4 characters each
 	total := int64(len(stream))
 	// What the sandbox kept at 400 bytes: head, its marker, tail.
-	cut := stream[:180] + jail.Elide(total-360) + stream[len(stream)-180:]
+	cut := stream[:180] + box.Elide(total-360) + stream[len(stream)-180:]
 	for _, tt := range []struct {
 		name string
 		s    string
@@ -60,7 +60,7 @@ func TestCapChars(t *testing.T) {
 		}
 		i := strings.Index(got, "\n[... jaild: ")
 		if i < 0 {
-			if tt.max >= int64(len(jail.Elide(total))) || !strings.HasPrefix(stream, got) {
+			if tt.max >= int64(len(box.Elide(total))) || !strings.HasPrefix(stream, got) {
 				t.Errorf("%s: no marker in %q", tt.name, got)
 			}
 			continue

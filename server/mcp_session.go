@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
@@ -85,7 +85,7 @@ func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, who caller
 	if ok && e.owner != owner {
 		// The MCP session id is not a credential: the files and tasks of
 		// its jaild session are its owner's alone.
-		return "", caller.ID{}, api.Mark(errors.New("this MCP session's workspace belongs to another caller"), api.ErrNoSession)
+		return "", caller.ID{}, box.Mark(errors.New("this MCP session's workspace belongs to another caller"), box.ErrNotFound)
 	}
 	if ok {
 		select {
@@ -177,7 +177,7 @@ func (e *goneError) Error() string {
 		"The next call starts in a fresh, empty /work: recreate what the command needs, then run it again."
 }
 
-func (e *goneError) Unwrap() error { return api.Mark(e.why, api.ErrNoSession) }
+func (e *goneError) Unwrap() error { return box.Mark(e.why, box.ErrNotFound) }
 
 // lookup returns the jaild session of ss if it has one, and who owns it.
 func (s *mcpSessions) lookup(ss *mcp.ServerSession, who caller.ID) (*session.Session, error) {
@@ -188,14 +188,14 @@ func (s *mcpSessions) lookup(ss *mcp.ServerSession, who caller.ID) (*session.Ses
 		<-e.made
 	}
 	if !ok || e.err != nil {
-		return nil, api.Mark(errors.New("no task: this MCP session has not started any"), api.ErrNoSession)
+		return nil, box.Mark(errors.New("no task: this MCP session has not started any"), box.ErrNotFound)
 	}
 	if ownerOf(who) != e.owner {
-		return nil, api.Mark(errors.New("this MCP session's workspace belongs to another caller"), api.ErrNoSession)
+		return nil, box.Mark(errors.New("this MCP session's workspace belongs to another caller"), box.ErrNotFound)
 	}
 	if err := s.gone(ss, e); err != nil {
 		if errors.Is(err, errGoneSeen) {
-			return nil, api.Mark(errors.New("no task: this MCP session's workspace is new and has started none"), api.ErrNoSession)
+			return nil, box.Mark(errors.New("no task: this MCP session's workspace is new and has started none"), box.ErrNotFound)
 		}
 		return nil, err
 	}
@@ -297,7 +297,7 @@ func mcpLimitError(err error, idle time.Duration) error {
 	if le.What == "sessions" {
 		msg += "; DELETE /sessions/{id} removes an HTTP session (GET /sessions lists them)"
 	}
-	return api.Mark(errors.New(msg), api.ErrLimit)
+	return box.Mark(errors.New(msg), box.ErrLimit)
 }
 
 // ownerOf is who owns the jaild sessions of who's MCP sessions: who,

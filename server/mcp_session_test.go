@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
@@ -33,7 +34,7 @@ type fakeJail struct {
 	lost   chan struct{} // every workspace's Lost
 }
 
-func (j *fakeJail) NewWorkspace(_ context.Context, size int64, proxy bool, _ *jail.Limits) (session.Workspace, error) {
+func (j *fakeJail) NewWorkspace(_ context.Context, size int64, proxy bool, _ *box.Limits) (session.Workspace, error) {
 	if proxy {
 		return nil, errors.New("fakeJail: no proxy listeners")
 	}
@@ -73,15 +74,15 @@ func (w *fakeWorkspace) Close() error {
 	return nil
 }
 
-func (w *fakeWorkspace) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (w *fakeWorkspace) Run(ctx context.Context, spec *jail.Spec) (*box.Result, error) {
 	if strings.Contains(strings.Join(spec.Args, " "), "block") {
 		if spec.Stdout != nil {
 			spec.Stdout.Write([]byte("started\n"))
 		}
 		<-ctx.Done()
-		return &jail.Result{ExitCode: -1, Signal: "SIGKILL", Canceled: true}, ctx.Err()
+		return &box.Result{ExitCode: -1, Signal: "SIGKILL", Canceled: true}, ctx.Err()
 	}
-	return &jail.Result{Stdout: "ran in " + w.id + "\n"}, nil
+	return &box.Result{Stdout: "ran in " + w.id + "\n"}, nil
 }
 
 // sessionServer is an MCP server with sessions over fake workspaces, and
@@ -366,7 +367,7 @@ func TestMCPSessionOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	srv, tools := newMCPServer(run.Direct(&FakeBase{}), MCPOptions{Sessions: m}.withDefaults(), nil)
+	srv, tools := newMCPServer(Direct(&FakeBase{}), MCPOptions{Sessions: m}.withDefaults(), nil)
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(ctx, st, nil)
@@ -388,10 +389,10 @@ func TestMCPSessionOwner(t *testing.T) {
 		t.Errorf("the same uid again: %q, %v; want %q", id2, err, id)
 	}
 	for _, other := range []caller.ID{caller.FromUID(0), caller.FromToken("bob"), caller.FromAddr("127.0.0.1"), {}} {
-		if _, _, err := tools.sess.get(ctx, ss, other); !errors.Is(err, api.ErrNoSession) {
+		if _, _, err := tools.sess.get(ctx, ss, other); !errors.Is(err, box.ErrNotFound) {
 			t.Errorf("%#v: %v, want ErrNoSession", other, err)
 		}
-		if _, err := tools.sess.lookup(ss, other); !errors.Is(err, api.ErrNoSession) {
+		if _, err := tools.sess.lookup(ss, other); !errors.Is(err, box.ErrNotFound) {
 			t.Errorf("%#v's lookup: %v", other, err)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
@@ -31,7 +32,7 @@ func connect(t *testing.T, b run.Base, opts MCPOptions, copts *mcp.ClientOptions
 	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(run.Direct(b), opts).Connect(ctx, st, nil)
+	ss, err := NewMCPServer(Direct(b), opts).Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatalf("server connect: %v", err)
 	}
@@ -145,10 +146,10 @@ func schemaOf(t *testing.T, v any) *jsonschema.Schema {
 }
 
 func TestMCPBashSuccess(t *testing.T) {
-	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-		return &jail.Result{ID: "sb1", Stdout: "hi\n", StdoutBytes: 3, Duration: 12 * time.Millisecond, CPUTime: 3 * time.Millisecond, MemoryPeak: 3 << 20}, nil
+	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
+		return &box.Result{ID: "sb1", Stdout: "hi\n", StdoutBytes: 3, Duration: 12 * time.Millisecond, CPUTime: 3 * time.Millisecond, MemoryPeak: 3 << 20}, nil
 	}}
-	limits := jail.Limits{Memory: 128 << 20, Pids: 64}
+	limits := box.Limits{Memory: 128 << 20, Pids: 64}
 	cs := connect(t, f, MCPOptions{Limits: limits}, nil)
 	res, out := call(t, cs, "bash", map[string]any{
 		"command": "echo hi", "description": "say hi", "cwd": "/work/sub", "env": map[string]string{"B": "2", "A": "1"},
@@ -177,12 +178,12 @@ func TestMCPBashSuccess(t *testing.T) {
 }
 
 func TestMCPExecute(t *testing.T) {
-	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		in, err := io.ReadAll(s.Stdin)
 		if err != nil {
 			return nil, err
 		}
-		return &jail.Result{Stdout: strings.ToUpper(string(in))}, nil
+		return &box.Result{Stdout: strings.ToUpper(string(in))}, nil
 	}}
 	cs := connect(t, f, MCPOptions{}, nil)
 	res, out := call(t, cs, "execute", map[string]any{"command": "tr", "args": []string{"a-z", "A-Z"}, "stdin": "hello", "timeout_ms": 5000})
@@ -196,28 +197,28 @@ func TestMCPExecute(t *testing.T) {
 }
 
 func TestMCPVerdicts(t *testing.T) {
-	elided := "head" + jail.Elide(1000) + "tail"
+	elided := "head" + box.Elide(1000) + "tail"
 	tests := []struct {
 		name      string
-		result    jail.Result
+		result    box.Result
 		isError   bool
 		wantTexts []string
 	}{
-		{"non-zero exit keeps output", jail.Result{ExitCode: 2, Stdout: "partial\n", Stderr: "boom\n"}, true,
+		{"non-zero exit keeps output", box.Result{ExitCode: 2, Stdout: "partial\n", Stderr: "boom\n"}, true,
 			[]string{"exit code 2", "--- stdout ---\npartial\n", "--- stderr ---\nboom\n"}},
-		{"timeout keeps partial output", jail.Result{ExitCode: -1, Signal: "SIGKILL", TimedOut: true, Stdout: "tick\n"}, true,
+		{"timeout keeps partial output", box.Result{ExitCode: -1, Signal: "SIGKILL", TimedOut: true, Stdout: "tick\n"}, true,
 			[]string{"TIMED OUT after 120000 ms", "tick"}},
-		{"oom", jail.Result{ExitCode: -1, Signal: "SIGKILL", OOMKilled: true}, true,
+		{"oom", box.Result{ExitCode: -1, Signal: "SIGKILL", OOMKilled: true}, true,
 			[]string{"killed by SIGKILL", "OUT OF MEMORY", "256 MiB", "(no output)"}},
-		{"oom with exit 0 is still an error", jail.Result{OOMKilled: true}, true, []string{"OUT OF MEMORY"}},
-		{"pids limit alone is not an error", jail.Result{PidsLimitHit: true, Stderr: "fork: retry\n"}, false,
+		{"oom with exit 0 is still an error", box.Result{OOMKilled: true}, true, []string{"OUT OF MEMORY"}},
+		{"pids limit alone is not an error", box.Result{PidsLimitHit: true, Stderr: "fork: retry\n"}, false,
 			[]string{"PROCESS LIMIT HIT", "256 processes"}},
-		{"elided output", jail.Result{Stdout: elided, StdoutBytes: 1008, StdoutTruncated: true}, false,
+		{"elided output", box.Result{Stdout: elided, StdoutBytes: 1008, StdoutTruncated: true}, false,
 			[]string{"--- stdout (1008 bytes, middle elided) ---", "[... jaild: 1000 bytes of output elided ...]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { r := tt.result; return &r, nil }}
+			f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*box.Result, error) { r := tt.result; return &r, nil }}
 			cs := connect(t, f, MCPOptions{}, nil)
 			res, out := call(t, cs, "bash", map[string]any{"command": "x"})
 			if res.IsError != tt.isError {
@@ -283,7 +284,7 @@ func TestMCPBadArguments(t *testing.T) {
 		})
 	}
 	t.Run("server survives", func(t *testing.T) {
-		f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { panic("bug") }}
+		f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*box.Result, error) { panic("bug") }}
 		cs := connect(t, f, MCPOptions{}, nil)
 		res, _ := call(t, cs, "bash", map[string]any{"command": "x"})
 		if !res.IsError || !strings.Contains(text(res), "internal error") {
@@ -302,13 +303,13 @@ func TestMCPRunnerErrors(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"not found", fmt.Errorf("start: %w", jail.ErrNotFound), "command not found in the sandbox: nosuch"},
-		{"not executable", jail.ErrNotExecutable, "command not executable in the sandbox: nosuch"},
+		{"not found", fmt.Errorf("start: %w", box.ErrCommandNotFound), "command not found in the sandbox: nosuch"},
+		{"not executable", box.ErrNotExecutable, "command not executable in the sandbox: nosuch"},
 		{"busy", errors.New("admission: queue full"), "jaild could not run the command: admission: queue full"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*jail.Result, error) { return nil, tt.err }}
+			f := &FakeBase{Fn: func(context.Context, *jail.Spec) (*box.Result, error) { return nil, tt.err }}
 			cs := connect(t, f, MCPOptions{}, nil)
 			res, _ := call(t, cs, "execute", map[string]any{"command": "nosuch"})
 			if !res.IsError || !strings.Contains(text(res), tt.want) {
@@ -461,7 +462,7 @@ func TestMCPProgressStreamsOutput(t *testing.T) {
 		seen <- req.Params.Message
 	}}
 	euro := "€" // 3 bytes, written split across two writes
-	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		io.WriteString(s.Stdout, "first line\n")
 		// The client sees output while the command still runs.
 		for msg := ""; !strings.Contains(msg, "first line"); {
@@ -475,7 +476,7 @@ func TestMCPProgressStreamsOutput(t *testing.T) {
 		s.Stdout.Write([]byte(euro)[:1])
 		s.Stdout.Write([]byte(euro)[1:])
 		io.WriteString(s.Stdout, "\nlast\n")
-		return &jail.Result{Stdout: "first line\n" + euro + "\nlast\n", Stderr: "warning\n"}, nil
+		return &box.Result{Stdout: "first line\n" + euro + "\nlast\n", Stderr: "warning\n"}, nil
 	}}
 	cs := connect(t, f, MCPOptions{}, copts)
 	params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "x", "timeout": 9000}}
@@ -524,7 +525,7 @@ func TestMCPProgressHeartbeat(t *testing.T) {
 	copts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 		beats <- req.Params
 	}}
-	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		// A silent command: the client still hears from the server, so
 		// a client that resets its timeout on progress keeps waiting.
 		for range 2 {
@@ -537,7 +538,7 @@ func TestMCPProgressHeartbeat(t *testing.T) {
 				return nil, ctx.Err()
 			}
 		}
-		return &jail.Result{}, nil
+		return &box.Result{}, nil
 	}}
 	cs := connect(t, f, MCPOptions{Heartbeat: 50 * time.Millisecond}, copts)
 	params := &mcp.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "sleep 10"}}
@@ -593,7 +594,7 @@ type raw struct {
 func rawConn(t *testing.T, b run.Base) raw {
 	t.Helper()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(run.Direct(b), MCPOptions{}).Connect(context.Background(), st, nil)
+	ss, err := NewMCPServer(Direct(b), MCPOptions{}).Connect(context.Background(), st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -714,7 +715,7 @@ func checkMethodNotFound(t *testing.T, r *jsonrpc.Response) {
 // httpMCP serves NewMCPHandler on a loopback test server.
 func httpMCP(t *testing.T, b run.Base, opts MCPOptions) string {
 	t.Helper()
-	srv := httptest.NewServer(NewMCPHandler(run.Direct(b), opts))
+	srv := httptest.NewServer(NewMCPHandler(Direct(b), opts))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -912,20 +913,20 @@ func TestMCPHTTPRequestLimits(t *testing.T) {
 }
 
 // requestRunner is a run.Runner that hands each request to fn.
-type requestRunner func(ctx context.Context, req *run.Request) (*jail.Result, error)
+type requestRunner func(ctx context.Context, req *run.Request) (*box.Result, error)
 
-func (f requestRunner) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+func (f requestRunner) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
 	return f(ctx, req)
 }
 
 func TestMCPHTTPRunContextIsTheCallsRequest(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
-	f := requestRunner(func(ctx context.Context, req *run.Request) (*jail.Result, error) {
+	f := requestRunner(func(ctx context.Context, req *run.Request) (*box.Result, error) {
 		mu.Lock()
 		seen = append(seen, req.RequestID)
 		mu.Unlock()
-		return &jail.Result{}, nil
+		return &box.Result{}, nil
 	})
 	h := NewMCPHandler(f, MCPOptions{})
 	// Stands in for the daemon's middleware, which puts the caller and

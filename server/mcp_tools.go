@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -65,17 +66,17 @@ func (t *mcpTools) egressText() string {
 // workDir is the sandboxes' working directory (MCPOptions.WorkDir).
 func (t *mcpTools) workDir() string {
 	if t.opts.WorkDir == "" {
-		return jail.DefaultDir
+		return box.DefaultDir
 	}
 	return t.opts.WorkDir
 }
 
 // atWorkDir is a description written for the default working directory
-// (jail.DefaultDir, /work) as it reads for the operator's: the path is
+// (box.DefaultDir, /work) as it reads for the operator's: the path is
 // what an agent types, so it must be the one that exists.
 func (t *mcpTools) atWorkDir(desc string) string {
-	if wd := t.workDir(); wd != jail.DefaultDir {
-		return strings.ReplaceAll(desc, jail.DefaultDir, wd)
+	if wd := t.workDir(); wd != box.DefaultDir {
+		return strings.ReplaceAll(desc, box.DefaultDir, wd)
 	}
 	return desc
 }
@@ -173,7 +174,7 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 		}
 		env = append(env, k+"="+in.Env[k])
 	}
-	cmd := jail.Command{
+	cmd := box.Command{
 		Args: []string{t.opts.Shell, "-c", in.Command},
 		Env:  env,
 		Dir:  in.Cwd,
@@ -188,7 +189,7 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 	if in.Command == "" {
 		return nil, nil, errors.New("invalid arguments: command is empty")
 	}
-	cmd := jail.Command{Args: append([]string{in.Command}, in.Args...)}
+	cmd := box.Command{Args: append([]string{in.Command}, in.Args...)}
 	if in.Stdin != "" {
 		cmd.Stdin = strings.NewReader(in.Stdin)
 	}
@@ -198,7 +199,7 @@ func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in Exe
 // call runs cmd and turns the outcome into a tool result. Errors it returns
 // become tool errors (isError with the message) that a model can read; an
 // error that only a cancelled call can see is returned as is.
-func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, egress bool, cmd jail.Command, background bool) (res *mcp.CallToolResult, out *RunOutput, err error) {
+func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, desc, shell string, timeoutMS int64, egress bool, cmd box.Command, background bool) (res *mcp.CallToolResult, out *RunOutput, err error) {
 	defer func() {
 		// A bug in a run must not take down a daemon serving other
 		// agents; the caller gets a tool error, the log the stack.
@@ -207,65 +208,16 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 			res, out, err = nil, nil, errors.New("internal error in jaild; see its log")
 		}
 	}()
-	// The SDK validates against the schema; this guards a caller that
-	// bypasses it (and documents the contract).
-	if timeoutMS < 0 {
-		field := "timeout_ms"
-		if tool == ToolBash {
-			field = "timeout"
-		}
-		return nil, nil, fmt.Errorf("invalid arguments: %s %d: must not be negative (0 means the default)", field, timeoutMS)
+	timeout, err := t.setTimeout(&cmd, tool, timeoutMS, background)
+	if err != nil {
+		return nil, nil, err
 	}
-	var wantEgress *api.Egress
-	if egress {
-		if !t.opts.Egress {
-			return nil, nil, errors.New("invalid arguments: egress: this server does not let tool calls ask for network")
-		}
-		if t.sess == nil {
-			wantEgress = &api.Egress{Allowed: true}
-		} // else the session has egress already: true asks for nothing more
-
+	wantEgress, err := t.egressOf(egress)
+	if err != nil {
+		return nil, nil, err
 	}
-	timeout := t.opts.DefaultTimeout
-	if timeoutMS > 0 {
-		timeout = t.opts.MaxTimeout // also what no Duration can hold
-		if timeoutMS < t.opts.MaxTimeout.Milliseconds() {
-			timeout = time.Duration(timeoutMS) * time.Millisecond
-		}
-	}
-	cmd.Timeout = timeout
-	if background && timeoutMS == 0 {
-		// A task runs until it ends, up to the sessions' maximum.
-		cmd.Timeout, timeout = 0, t.opts.Sessions.MaxJobTimeout()
-	}
-	cmd.MaxOutput = MCPCaptureBytes(t.opts.MaxOutput)
-	if tool == ToolRunNetworkTool {
-		cmd.MaxOutput = t.opts.MaxOutput // its cap counts bytes
-	}
-
-	// runCtx is what the runner sees. Over HTTP it carries the values of
-	// the request that brought the call (request id, authenticated
-	// caller, for the audit log) rather than those of the request that
-	// opened the session, which the SDK's contexts carry. And it ends
-	// when that request does: the SDK keeps a call running after its
-	// client hung up (it could resume the stream), but jaild has nothing
-	// to resume from, so a vanished client kills the sandbox like a
-	// cancellation does.
-	runCtx := ctx
-	if t.post != nil {
-		if pctx, ok := t.post(req); ok {
-			var cancel context.CancelFunc
-			runCtx, cancel = context.WithCancel(context.WithoutCancel(pctx))
-			defer cancel()
-			defer context.AfterFunc(pctx, cancel)()
-			defer context.AfterFunc(ctx, cancel)()
-			// Notifications stop too (ctx carries the SDK's routing).
-			ctx, cancel = context.WithCancel(ctx)
-			defer cancel()
-			defer context.AfterFunc(runCtx, cancel)()
-		}
-	}
-
+	runCtx, ctx, cancel := t.runContext(ctx, req)
+	defer cancel()
 	if tok := req.Params.GetProgressToken(); tok != nil {
 		ps := newProgressStream(ctx, req.Session, tok, t.opts.Heartbeat)
 		// The SDK sends the result after this handler returns, so all
@@ -293,7 +245,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		}
 	}
 	r, err := t.run.Run(runCtx, rreq)
-	if t.sess != nil && errors.Is(err, api.ErrNoSession) && runCtx.Err() == nil {
+	if t.sess != nil && errors.Is(err, box.ErrNotFound) && runCtx.Err() == nil {
 		// Removed since get (expired, evicted, lost): said as get says
 		// it, not as a command that was not found.
 		return nil, nil, t.sess.lostUnder(req.Session, rreq.SessionID, err)
@@ -321,7 +273,93 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	case r == nil:
 		return nil, nil, errors.New("internal error in jaild: no result")
 	}
-	out = &RunOutput{
+	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
+		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
+	res, out = t.result(r, timeout, timeoutMS > timeout.Milliseconds())
+	return res, out, nil
+}
+
+// egressOf is the egress a tool call's egress argument asks for: nil for
+// none, or for nothing more than its session has.
+func (t *mcpTools) egressOf(egress bool) (*api.Egress, error) {
+	switch {
+	case !egress:
+		return nil, nil
+	case !t.opts.Egress:
+		return nil, errors.New("invalid arguments: egress: this server does not let tool calls ask for network")
+	case t.sess != nil:
+		return nil, nil // the session has egress already
+	}
+	return &api.Egress{Allowed: true}, nil
+}
+
+// setTimeout sets cmd's timeout from the call's (0: the default; above the
+// maximum: the maximum, which the result then says) and its output cap,
+// and returns the timeout the call runs under.
+func (t *mcpTools) setTimeout(cmd *box.Command, tool string, timeoutMS int64, background bool) (time.Duration, error) {
+	// The SDK validates against the schema; this guards a caller that
+	// bypasses it (and documents the contract).
+	if timeoutMS < 0 {
+		field := "timeout_ms"
+		if tool == ToolBash {
+			field = "timeout"
+		}
+		return 0, fmt.Errorf("invalid arguments: %s %d: must not be negative (0 means the default)", field, timeoutMS)
+	}
+	timeout := t.opts.DefaultTimeout
+	if timeoutMS > 0 {
+		timeout = t.opts.MaxTimeout // also what no Duration can hold
+		if timeoutMS < t.opts.MaxTimeout.Milliseconds() {
+			timeout = time.Duration(timeoutMS) * time.Millisecond
+		}
+	}
+	cmd.Timeout = timeout
+	if background && timeoutMS == 0 {
+		// A task runs until it ends, up to the sessions' maximum.
+		cmd.Timeout, timeout = 0, t.opts.Sessions.MaxJobTimeout()
+	}
+	cmd.MaxOutput = MCPCaptureBytes(t.opts.MaxOutput)
+	if tool == ToolRunNetworkTool {
+		cmd.MaxOutput = t.opts.MaxOutput // its cap counts bytes
+	}
+	return timeout, nil
+}
+
+// runContext returns the context the runner sees and the one progress
+// notifications go out on. Over HTTP the first carries the values of the
+// request that brought the call (request id, authenticated caller, for
+// the audit log) rather than those of the request that opened the
+// session, which the SDK's contexts carry. And it ends when that request
+// does: the SDK keeps a call running after its client hung up (it could
+// resume the stream), but jaild has nothing to resume from, so a vanished
+// client kills the sandbox like a cancellation does. cancel releases both.
+func (t *mcpTools) runContext(ctx context.Context, req *mcp.CallToolRequest) (runCtx, notifyCtx context.Context, cancel func()) {
+	if t.post == nil {
+		return ctx, ctx, func() {}
+	}
+	pctx, ok := t.post(req)
+	if !ok {
+		return ctx, ctx, func() {}
+	}
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(pctx))
+	stopP := context.AfterFunc(pctx, cancelRun)
+	stopC := context.AfterFunc(ctx, cancelRun)
+	// Notifications stop too (ctx carries the SDK's routing).
+	notifyCtx, cancelNotify := context.WithCancel(ctx)
+	stopN := context.AfterFunc(runCtx, cancelNotify)
+	return runCtx, notifyCtx, func() {
+		stopN()
+		cancelNotify()
+		stopC()
+		stopP()
+		cancelRun()
+	}
+}
+
+// result is the tool result of a finished run; clamped says the call asked
+// for more than the maximum timeout.
+func (t *mcpTools) result(r *box.Result, timeout time.Duration, clamped bool) (*mcp.CallToolResult, *RunOutput) {
+	out := &RunOutput{
 		ExitCode:  r.ExitCode,
 		TimeoutMS: timeout.Milliseconds(),
 		Verdict:   api.VerdictOf(r),
@@ -331,15 +369,12 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	out.Stderr, cut[1] = capChars(r.Stderr, t.opts.MaxOutput, r.StderrBytes)
 	out.StdoutTruncated = out.StdoutTruncated || cut[0]
 	out.StderrTruncated = out.StderrTruncated || cut[1]
-	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
-		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
-	res = &mcp.CallToolResult{
-		Content: []mcp.Content{&mcp.TextContent{Text: renderText(out, t.opts.Limits.WithDefaults(), timeoutMS > timeout.Milliseconds())}},
+	return &mcp.CallToolResult{
+		Content: []mcp.Content{&mcp.TextContent{Text: renderText(out, t.opts.Limits.WithDefaults(), clamped)}},
 		// The output stays in the result either way; isError tells the
 		// model that the command did not succeed.
 		IsError: r.ExitCode != 0 || r.TimedOut || r.OOMKilled,
-	}
-	return res, out, nil
+	}, out
 }
 
 // toolError words a run error for a model.
@@ -347,7 +382,7 @@ func toolError(prog string, err error) error {
 	switch api.ErrorOutcome(err).Code {
 	case api.CodeInvalid:
 		return fmt.Errorf("invalid arguments: %w", err)
-	case api.CodeNotFound:
+	case api.CodeCommandNotFound:
 		return fmt.Errorf("command not found in the sandbox: %s", prog)
 	case api.CodeNotExecutable:
 		return fmt.Errorf("command not executable in the sandbox: %s", prog)

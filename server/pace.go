@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -44,10 +45,16 @@ type pacedBody struct {
 	// limit, if not zero, is a deadline the handler set for the whole
 	// body (limitBody).
 	limit time.Time
-	n     int64
-	err   error
-	eof   bool // the body was read to its end
-	done  bool
+	// length is the request's Content-Length, -1 if unknown;
+	// expectsContinue, that its client waits for a 100 Continue.
+	length          int64
+	expectsContinue bool
+	n               int64
+	err             error
+	discardErr      error // why discardRest stopped short
+	eof             bool  // the body was read to its end
+	discarding      bool  // finish is in discardRest
+	done            bool
 }
 
 // paceBodies serves next with every request body paced (see pacedBody), and
@@ -61,7 +68,8 @@ func (s *Server) paceBodies(next http.Handler) http.Handler {
 			return
 		}
 		b := &pacedBody{body: r.Body, rc: http.NewResponseController(w), tc: tc, start: time.Now(),
-			rate: max(s.opts.MinBodyRate, 0), grace: s.opts.BodyRateGrace}
+			rate: max(s.opts.MinBodyRate, 0), grace: s.opts.BodyRateGrace, length: r.ContentLength,
+			expectsContinue: strings.EqualFold(r.Header.Get("Expect"), "100-continue")}
 		defer b.finish()
 		r2 := r.WithContext(r.Context()) // a shallow copy: handlers must not modify r
 		r2.Body = b
@@ -124,19 +132,30 @@ func (b *pacedBody) Close() error { return b.body.Close() }
 
 // finish lifts the body's deadline and tells the connection limiter that
 // the request is received, once; it fails if the connection was taken for
-// another peer's before that.
+// another peer's before that. A body the handler left unread is read to
+// its end first, at its pace, while finish is not called again by Read
+// (see discardRest).
 func (b *pacedBody) finish() error {
-	if b.done {
+	if b.done || b.discarding {
 		return nil
+	}
+	if !b.eof && b.err == nil {
+		b.discarding = true
+		b.discardRest()
+		b.discarding = false
 	}
 	b.done = true
 	if !b.eof {
 		// Cut short (too slow, its connection taken, a read error) or
-		// left unread by the handler: net/http would read the rest to
-		// discard it, at the client's pace and without a deadline,
-		// keeping the connection. A deadline now makes it give up and
-		// close the connection instead.
-		_ = b.rc.SetReadDeadline(time.Now())
+		// too long to read on: net/http would read the rest to discard
+		// it, at the client's pace and without a deadline, keeping the
+		// connection. A deadline now makes it give up and close the
+		// connection, saying so in the answer. Unless the handler
+		// closed the body: net/http then knows whether it was read to
+		// its end, and does not read on.
+		if !errors.Is(b.discardErr, http.ErrBodyReadAfterClose) {
+			_ = b.rc.SetReadDeadline(time.Now())
+		}
 		return nil
 	}
 	if !b.tc.received() {
@@ -147,6 +166,44 @@ func (b *pacedBody) finish() error {
 	// and so cancel the request as if the client had gone.
 	_ = b.rc.SetReadDeadline(time.Time{})
 	return nil
+}
+
+// maxDiscard is how much of a body its handler left unread is read to keep
+// the connection, as net/http does after a handler (256 KiB); a longer
+// rest closes the connection.
+const maxDiscard = 256 << 10
+
+// errUnread: discardRest did not read a body, because it is longer than
+// maxDiscard or its client waits for a 100 Continue that was never sent.
+var errUnread = errors.New("body left unread")
+
+// discardRest reads to its end, at its pace, a body the handler did not
+// (b.eof says whether it got there). net/http would do the same after the
+// handler, without the pace; reading it here, under a deadline still in
+// the future, matters for what comes next on the connection: at the body's
+// end net/http starts a read in the background to notice a client that
+// goes away, and if that read failed at a deadline already past before
+// net/http called it off, it would cancel the context of the connection,
+// and so of every later request on it, as if the client had gone. A body
+// net/http has read to its end already (a handler's Flush does that) reads
+// as at its end here.
+func (b *pacedBody) discardRest() {
+	switch {
+	case b.n == 0 && b.expectsContinue:
+		b.discardErr = errUnread // net/http closes such a connection itself
+		return
+	case b.length >= 0 && b.length-b.n > maxDiscard:
+		b.discardErr = errUnread
+		return
+	}
+	_, err := io.CopyN(io.Discard, b, maxDiscard+1)
+	switch {
+	case b.eof:
+	case err == nil:
+		b.discardErr = errUnread // chunked, and longer than maxDiscard
+	default:
+		b.discardErr = err
+	}
 }
 
 // errTaken fails the body read of a request whose connection was taken

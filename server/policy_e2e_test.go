@@ -241,7 +241,7 @@ func countLines(path string) int {
 	return n
 }
 
-// within fails t unless cond holds within d (the reload bound is
+// within fails t unless cond holds within d (a reload is meant to take at most
 // 2 s a swap; the test gives a loaded machine more).
 func within(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()

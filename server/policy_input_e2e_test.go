@@ -129,6 +129,43 @@ func TestPolicyInputE2E(t *testing.T) {
 		}
 	})
 
+	t.Run("host file the sandbox cannot see", func(t *testing.T) {
+		// /var/tmp is the host's; no sandbox binds it. A program there
+		// named ls, first in PATH, is not what a sandbox's ls runs, and
+		// named by its path it is nothing the sandbox can run.
+		dir, err := os.MkdirTemp("/var/tmp", "jaild-unseen-")
+		if err != nil {
+			t.Skip(err)
+		}
+		defer os.RemoveAll(dir)
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		idBin, err := os.ReadFile("/usr/bin/id")
+		if err != nil {
+			t.Skip(err)
+		}
+		writeFile(t, filepath.Join(dir, "ls"), string(idBin))
+		if err := os.Chmod(filepath.Join(dir, "ls"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var res api.Response
+		if code, data := c.do("POST", "/run", fmt.Sprintf(`{"executable":"ls","args":["/"],"env":{"PATH":"%s:/usr/bin:/bin"}}`, dir), &res); code != 200 || !strings.Contains(res.Stdout, "usr") {
+			t.Errorf("ls with a host-only directory first in PATH: %d %s", code, data)
+		}
+		code, data := c.do("POST", "/run", fmt.Sprintf(`{"executable":"%s/ls"}`, dir), nil)
+		if code != 403 || !bytes.Contains(data, []byte("policy_denied")) || !bytes.Contains(data, []byte("resolve")) {
+			t.Errorf("%s/ls, a path only the host has: %d %s, want 403 policy_denied as not found", dir, code, data)
+		}
+		log, _ := os.ReadFile(dlog)
+		if bytes.Contains(log, []byte(`"path":"`+dir)) {
+			t.Errorf("the decision log names a file no sandbox can see (%s):\n%s", dir, log)
+		}
+		if !bytes.Contains(log, []byte(`"path":"/usr/bin/ls"`)) {
+			t.Errorf("the decision log does not show the ls the sandbox runs:\n%s", log)
+		}
+	})
+
 	t.Run("files write denied", func(t *testing.T) {
 		code, data := c.raw("PUT", "/sessions/"+id+"/files/ro/x", strings.NewReader("data"))
 		if code != 403 || !bytes.Contains(data, []byte("policy_denied")) || !bytes.Contains(data, []byte("files.write /work/ro/x")) {

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
-	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
 
@@ -53,16 +53,16 @@ func isNumber(v any) bool { _, ok := v.(float64); return ok }
 // "data_b64"} and nothing else, {"event":"exit","exitCode":N} and
 // {"event":"error","message":...}; jaild's own fields are extra.
 func TestRawEventShapes(t *testing.T) {
-	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
+	f := &fake{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		s.Stdout.Write([]byte("out\n"))
 		s.Stdout.Write(nil) // no event for an empty chunk
 		s.Stderr.Write([]byte("err\n"))
 		if s.Args[0] == "fail" {
 			return nil, errors.New("the sandbox broke")
 		}
-		return &jail.Result{ID: "x", ExitCode: 7, Stdout: "out\n", Stderr: "err\n"}, nil
+		return &box.Result{ID: "x", ExitCode: 7, Stdout: "out\n", Stderr: "err\n"}, nil
 	}}
-	ts := start(t, server.Options{Runner: run.Direct(f)})
+	ts := start(t, server.Options{Runner: server.Direct(f)})
 
 	resp, body := post(t, ts.URL+"/raw", `{"executable":"ok"}`)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {

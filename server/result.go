@@ -10,18 +10,18 @@ import (
 	"unicode/utf8"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // A result may carry two streams of up to --max-output bytes each. Marshaled
 // whole, as encoding/json does, it would be held in memory several times
 // over (each control byte becomes a six-byte escape), so writeResult encodes
-// it straight into the response, in the field order of [Response].
+// it straight into the response, in the field order of [api.Response].
 
 // writeResult answers /run with res. It encodes the body twice, first only
 // to count it for Content-Length (a client can tell a complete answer from
 // one cut off), then onto the wire through a small buffer.
-func writeResult(w http.ResponseWriter, res *jail.Result) {
+func writeResult(w http.ResponseWriter, res *box.Result) {
 	var count countWriter
 	if err := encodeResult(&count, res); err != nil {
 		writeJSON(w, http.StatusInternalServerError, &api.ErrorResponse{Error: "encode answer", Code: api.CodeInternal})
@@ -38,8 +38,8 @@ func writeResult(w http.ResponseWriter, res *jail.Result) {
 	}
 }
 
-// encodeResult writes res as a [Response] JSON object and a newline.
-func encodeResult(w io.Writer, res *jail.Result) error {
+// encodeResult writes res as a [api.Response] JSON object and a newline.
+func encodeResult(w io.Writer, res *box.Result) error {
 	bw, ok := w.(*bufio.Writer)
 	if !ok {
 		bw = bufio.NewWriter(w)

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/route"
 	"github.com/jaild/jaild/run"
@@ -44,7 +44,7 @@ const (
 // MaxBodyBytes of request, so its memory is bounded by about
 // MaxConns*2*MaxBodyBytes plus what the runner keeps per admitted run.
 type Options struct {
-	// Runner runs the commands; normally the chain built by [Chain], so
+	// Runner runs the commands; normally the chain built by [run.Chain], so
 	// that maxima, admission control, audit and metrics apply. Required.
 	Runner run.Runner
 	// Tokens, if non-nil, are required as "Authorization: Bearer TOKEN"
@@ -53,7 +53,7 @@ type Options struct {
 	// or a unix socket with a restrictive mode).
 	Tokens *Tokens
 	// Metrics is served at /metrics; nil means a fresh set that only
-	// counts rejected requests. Pass the same Metrics as to [Chain].
+	// counts rejected requests. Pass the same Metrics as to [run.Chain].
 	Metrics *run.Metrics
 	// Health reports whether sandboxes work on this host, for /healthz;
 	// nil means they are assumed to. Its result is cached for HealthTTL,
@@ -80,7 +80,7 @@ type Options struct {
 	// chain's (run.ChainOptions.Egress).
 	SessionEgress    run.EgressOptions
 	Sessions         *session.Manager
-	SessionMaxLimits jail.Limits
+	SessionMaxLimits box.Limits
 	// Files, if non-nil (and Sessions too), serves
 	// /sessions/{id}/files/{path...}: it is called behind the same
 	// authentication, with the caller's session in the request's
@@ -104,7 +104,7 @@ type Options struct {
 
 	// Audit, if non-nil, gets a record for each request refused before
 	// it became a run (bad body, authentication, Host, Origin); runs are
-	// audited by the chain. Pass the same AuditLog as to [Chain].
+	// audited by the chain. Pass the same AuditLog as to [run.Chain].
 	Audit *run.AuditLog
 
 	// Logger gets the server's own events; nil discards them.
@@ -156,7 +156,8 @@ type Options struct {
 	ShutdownGrace time.Duration
 	KillWait      time.Duration
 
-	// RetryAfter is the hint sent with 429 answers.
+	// RetryAfter is the hint sent with busy answers: 429 (the queue is
+	// full) and 503 (the sandboxes' pids budget is used up).
 	RetryAfter time.Duration
 }
 
@@ -411,7 +412,11 @@ func (s *Server) waitIdle(ctx context.Context) error {
 }
 
 // healthCache runs the health check at most once per ttl, whatever the
-// request rate; concurrent requests share one check.
+// request rate; concurrent requests share one check. Only the first check
+// is waited for: once there is an answer, an expired one is still given
+// while a fresh check runs in the background, so that /healthz and /readyz
+// answer at once even while a check builds its sandbox (a fleet's daemons
+// read each other's /readyz with a short timeout).
 type healthCache struct {
 	check func(context.Context) error
 	ttl   time.Duration
@@ -427,8 +432,12 @@ func (h *healthCache) get(ctx context.Context) error {
 		return nil
 	}
 	h.mu.Lock()
-	if !h.at.IsZero() && time.Since(h.at) < h.ttl {
+	if !h.at.IsZero() {
 		err := h.err
+		if time.Since(h.at) >= h.ttl && h.running == nil {
+			h.running = make(chan struct{})
+			go h.refresh(context.WithoutCancel(ctx))
+		}
 		h.mu.Unlock()
 		return err
 	}
@@ -443,17 +452,20 @@ func (h *healthCache) get(ctx context.Context) error {
 		defer h.mu.Unlock()
 		return h.err
 	}
-	c := make(chan struct{})
-	h.running = c
+	h.running = make(chan struct{})
 	h.mu.Unlock()
-
 	// The check outlives the asking request's cancellation: other
 	// requests wait for its result.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	return h.refresh(context.WithoutCancel(ctx))
+}
+
+// refresh runs the check that get marked running and records its answer.
+func (h *healthCache) refresh(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err := h.check(cctx)
 	cancel()
-
 	h.mu.Lock()
+	c := h.running
 	h.at, h.err, h.running = time.Now(), err, nil
 	h.mu.Unlock()
 	close(c)

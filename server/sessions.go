@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
@@ -187,13 +187,6 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var ie *jail.InvalidError
-	if errors.As(err, &ie) {
-		// Named as the request names them.
-		if f, ok := sessionFields[ie.Field]; ok {
-			err = &jail.InvalidError{Field: f, Reason: ie.Reason}
-		}
-	}
 	s.writeSessionError(w, r, sessionLimitHint(err))
 }
 
@@ -211,20 +204,16 @@ func sessionLimitHint(err error) error {
 	return fmt.Errorf("%w. %s", err, hint)
 }
 
-// sessionFields are SessionRequest's names of the fields package session
-// names otherwise.
-var sessionFields = map[string]string{"ttl": "ttl_seconds", "workspace bytes": "workspace_bytes"}
-
 // sessionOptions checks a SessionRequest, naming the field at fault, and
 // turns it into the session's options; its limits must be within the
 // operator's maxima, as each call's.
 func (s *Server) sessionOptions(r *http.Request, req *api.SessionRequest) (session.Options, error) {
 	o := session.Options{Owner: s.owner(r), Cwd: req.Cwd}
 	bad := func(field, reason string) (session.Options, error) {
-		return o, &jail.InvalidError{Field: field, Reason: reason}
+		return o, &box.InvalidError{Field: field, Reason: reason}
 	}
 	if req.TTLSeconds != nil {
-		if *req.TTLSeconds <= 0 || *req.TTLSeconds > int64(jail.MaxTimeout/time.Second)*1000 {
+		if *req.TTLSeconds <= 0 || *req.TTLSeconds > int64(box.MaxTimeout/time.Second)*1000 {
 			return bad("ttl_seconds", "must be positive")
 		}
 		o.TTL = time.Duration(*req.TTLSeconds) * time.Second
@@ -304,7 +293,7 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request) {
 	var set, unset []string
 	for k, v := range p.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			s.writeRunError(w, r, &jail.InvalidError{Field: "env", Reason: fmt.Sprintf("%q is not a variable name", k)}, false)
+			s.writeRunError(w, r, &box.InvalidError{Field: "env", Reason: fmt.Sprintf("%q is not a variable name", k)}, false)
 			return
 		}
 		if v == nil {
@@ -343,7 +332,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 // that is gone all the same (logged by the session manager): the caller's
 // DELETE did what it asked.
 func isLostCleanup(err error) bool {
-	return !errors.Is(err, session.ErrNotFound) && !errors.Is(err, session.ErrLimit) && !jail.IsInvalid(err)
+	return !errors.Is(err, session.ErrNotFound) && !errors.Is(err, session.ErrLimit) && !box.IsInvalid(err)
 }
 
 // jsonContent reports whether r's body is JSON, in UTF-8 if it says.

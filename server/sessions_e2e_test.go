@@ -260,7 +260,7 @@ func testSessionsHTTP(t *testing.T, bin string) {
 
 	t.Run("latency", func(t *testing.T) {
 		// Logged, not asserted: a session call against a one-shot run
-		// (both without a pool), on this machine's load.
+		// (both without a pool), whatever the host's load.
 		const n = 10
 		var inSession, oneShot time.Duration
 		for range n {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
@@ -24,8 +24,8 @@ func TestTimeoutOneRule(t *testing.T) {
 		}
 	}
 	for i, c := range f.Calls() {
-		if c.Timeout != jail.DefaultTimeout {
-			t.Errorf("call %d: timeout %v, want the default %v", i, c.Timeout, jail.DefaultTimeout)
+		if c.Timeout != box.DefaultTimeout {
+			t.Errorf("call %d: timeout %v, want the default %v", i, c.Timeout, box.DefaultTimeout)
 		}
 	}
 	for _, tt := range []struct{ body, field, msg string }{

@@ -3,6 +3,7 @@ package session_test
 import (
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
@@ -21,19 +22,19 @@ func BenchmarkCall(b *testing.B) {
 	}
 	calls := []struct {
 		name string
-		run  func() (*jail.Result, error)
+		run  func() (*box.Result, error)
 	}{
-		{"oneshot-sh", func() (*jail.Result, error) {
-			return jm.Run(bg, &jail.Spec{Command: jail.Command{Args: []string{"/bin/sh", "-c", "true"}}})
+		{"oneshot-sh", func() (*box.Result, error) {
+			return jm.Run(bg, &jail.Spec{Command: box.Command{Args: []string{"/bin/sh", "-c", "true"}}})
 		}},
-		{"oneshot-bash", func() (*jail.Result, error) {
-			return jm.Run(bg, &jail.Spec{Command: jail.Command{Args: []string{"/bin/bash", "-c", "true"}}})
+		{"oneshot-bash", func() (*box.Result, error) {
+			return jm.Run(bg, &jail.Spec{Command: box.Command{Args: []string{"/bin/bash", "-c", "true"}}})
 		}},
-		{"session-argv", func() (*jail.Result, error) {
-			return s.Run(bg, &session.Call{Command: jail.Command{Args: []string{"/bin/sh", "-c", "true"}}})
+		{"session-argv", func() (*box.Result, error) {
+			return s.Run(bg, &session.Call{Command: box.Command{Args: []string{"/bin/sh", "-c", "true"}}})
 		}},
-		{"session-shell-sh", func() (*jail.Result, error) { return s.Run(bg, &session.Call{Shell: "true"}) }},
-		{"session-shell-bash", func() (*jail.Result, error) {
+		{"session-shell-sh", func() (*box.Result, error) { return s.Run(bg, &session.Call{Shell: "true"}) }},
+		{"session-shell-bash", func() (*box.Result, error) {
 			return s.Run(bg, &session.Call{Shell: "true", ShellPath: "/bin/bash"})
 		}},
 	}

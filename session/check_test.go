@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"errors"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"os"
 	"path/filepath"
@@ -30,7 +31,7 @@ func TestCheck(t *testing.T) {
 		got, ws = &c, workspace
 		return nil
 	}
-	if _, err := s.Run(bg, &session.Call{Shell: "true", Command: jail.Command{Env: []string{"C=c"}}, Check: allow}); err != nil {
+	if _, err := s.Run(bg, &session.Call{Shell: "true", Command: box.Command{Env: []string{"C=c"}}, Check: allow}); err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || ws != s.Dir() || got.Dir != "/work/sub" ||
@@ -45,7 +46,7 @@ func TestCheck(t *testing.T) {
 	if _, err := s.Run(bg, &session.Call{Shell: "touch /work/ran", Check: deny}); !errors.Is(err, denied) {
 		t.Errorf("denied call: %v", err)
 	}
-	if _, err := s.Start(bg, &session.Call{Command: jail.Command{Args: []string{"touch", "/work/ran"}}, Check: deny}); !errors.Is(err, denied) {
+	if _, err := s.Start(bg, &session.Call{Command: box.Command{Args: []string{"touch", "/work/ran"}}, Check: deny}); !errors.Is(err, denied) {
 		t.Errorf("denied job: %v", err)
 	}
 	if _, err := os.Lstat(filepath.Join(s.Dir(), "ran")); err == nil {

@@ -68,7 +68,7 @@
 // [Session.Start] runs a call in its own sandbox without waiting for it
 // (a shell call with Call.ShellPath -c, without the trap),
 // with a timeout up to [Config.MaxJobTimeout]. Its output is kept as it
-// arrives, bounded like a call's (head and tail with [jail.Elide]'s marker
+// arrives, bounded like a call's (head and tail with [box.Elide]'s marker
 // between), and can be read from an offset while it runs ([Session.Job]);
 // [Session.Wait] blocks until it ends, [Session.Kill] kills it. A running
 // job keeps its session from expiring for idleness.

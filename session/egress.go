@@ -5,7 +5,7 @@ import (
 	"net"
 	"sync"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // Egress is a session's way out: a proxy served on its workspace's proxy
@@ -15,9 +15,9 @@ import (
 type Egress interface {
 	// Serve serves the proxy on ln until ctx ends, then closes ln and
 	// every connection, and returns the final counters.
-	Serve(ctx context.Context, ln net.Listener) jail.EgressUsage
+	Serve(ctx context.Context, ln net.Listener) box.EgressUsage
 	// Usage is what the proxy counted so far.
-	Usage() jail.EgressUsage
+	Usage() box.EgressUsage
 }
 
 // proxyServer serves a session's Egress in a goroutine of its own, which
@@ -50,7 +50,7 @@ func (p *proxyServer) stop() {
 }
 
 // usage is the proxy's counters so far; nil on nil.
-func (p *proxyServer) usage() *jail.EgressUsage {
+func (p *proxyServer) usage() *box.EgressUsage {
 	if p == nil {
 		return nil
 	}

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
 
@@ -21,7 +21,7 @@ type lineEgress struct {
 	served chan struct{}
 }
 
-func (e *lineEgress) Serve(ctx context.Context, ln net.Listener) jail.EgressUsage {
+func (e *lineEgress) Serve(ctx context.Context, ln net.Listener) box.EgressUsage {
 	defer e.ended.Store(true)
 	close(e.served)
 	go func() { <-ctx.Done(); ln.Close() }()
@@ -37,7 +37,7 @@ func (e *lineEgress) Serve(ctx context.Context, ln net.Listener) jail.EgressUsag
 	}
 }
 
-func (e *lineEgress) Usage() jail.EgressUsage { return jail.EgressUsage{Connections: e.conns.Load()} }
+func (e *lineEgress) Usage() box.EgressUsage { return box.EgressUsage{Connections: e.conns.Load()} }
 
 // TestEgress: a session with Egress serves it on its workspace's listener
 // for every call, with the proxy variables set, counts it in Info, and

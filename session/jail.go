@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -16,7 +17,7 @@ type Jail interface {
 	// (jail.WithProxy), which keeps a sandbox with limits prestart
 	// started for its next run if prestart is not nil
 	// (jail.WithPrestart).
-	NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *jail.Limits) (Workspace, error)
+	NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *box.Limits) (Workspace, error)
 }
 
 // Workspace is what a session needs of its workspace: a *jail.Workspace
@@ -31,7 +32,7 @@ type Workspace interface {
 	Used() (int64, error)
 	// Run runs spec in a fresh sandbox on the workspace
 	// (jail.Workspace.Run).
-	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+	Run(ctx context.Context, spec *jail.Spec) (*box.Result, error)
 	// Close removes the workspace; it is safe to call more than once.
 	Close() error
 	// Lost is closed if the workspace is gone from under the session
@@ -49,7 +50,7 @@ func Local(m *jail.Manager) Jail { return localJail{m} }
 
 type localJail struct{ m *jail.Manager }
 
-func (l localJail) NewWorkspace(_ context.Context, size int64, proxy bool, prestart *jail.Limits) (Workspace, error) {
+func (l localJail) NewWorkspace(_ context.Context, size int64, proxy bool, prestart *box.Limits) (Workspace, error) {
 	var opts []jail.WorkspaceOption
 	if proxy {
 		opts = append(opts, jail.WithProxy())

@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jaild/jaild/jail"
+
+	"github.com/jaild/jaild/box"
 )
 
 // Job is a call running in the background in a sandbox of its own.
@@ -27,7 +28,7 @@ type Job struct {
 	release func() // Call.ReleaseOutput, or nil
 
 	// Set before done is closed.
-	res     *jail.Result
+	res     *box.Result
 	err     error
 	endedAt time.Time
 }
@@ -56,7 +57,7 @@ type JobStatus struct {
 	// Result is the verdict once the job has ended: exit code, signal,
 	// timed out, cancelled (killed), OOM, pids limit, usage. Its Stdout
 	// and Stderr are empty: the output is in the fields below.
-	Result *jail.Result
+	Result *box.Result
 	// Err is why the job could not run or was cut short, if it was.
 	Err error
 	// Stdout and Stderr are the output from the requested offsets on:
@@ -86,7 +87,7 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	case call.Timeout == 0:
 		call.Timeout = max
 	case call.Timeout < 0 || call.Timeout > max:
-		return "", invalid("timeout", "%v: a background job's must be between 0 and %v", call.Timeout, max)
+		return "", invalid("timeout_ms", "%v: a background job's must be between 0 and %v", call.Timeout, max)
 	}
 	spec, _ := s.spec(call)
 	if err := spec.Validate(); err != nil {
@@ -97,7 +98,7 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	}
 	maxOut := spec.MaxOutput
 	if maxOut == 0 {
-		maxOut = jail.DefaultMaxOutput
+		maxOut = box.DefaultMaxOutput
 	}
 	j := &Job{
 		id: uuid.NewString(), args: spec.Args, desc: call.Description, started: time.Now(),
@@ -261,7 +262,7 @@ func tee(s *stream, w io.Writer) io.Writer {
 // stream keeps the first and the last bytes of a job's output, max in all,
 // as it is written, and can be read from any offset while it grows. Bytes
 // between the head and the tail are counted, not kept; a reader whose
-// offset falls among them gets jail.Elide's marker in their place.
+// offset falls among them gets box.Elide's marker in their place.
 type stream struct {
 	mu      sync.Mutex
 	headMax int
@@ -321,7 +322,7 @@ func (b *stream) read(off int64) (string, int64) {
 	}
 	tailStart := b.total - int64(len(tail))
 	if off < tailStart {
-		out = append(out, jail.Elide(tailStart-off)...)
+		out = append(out, box.Elide(tailStart-off)...)
 		off = tailStart
 	}
 	out = append(out, tail[off-tailStart:]...)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
@@ -21,7 +22,7 @@ type fakeJail struct {
 	open int
 }
 
-func (j *fakeJail) NewWorkspace(context.Context, int64, bool, *jail.Limits) (session.Workspace, error) {
+func (j *fakeJail) NewWorkspace(context.Context, int64, bool, *box.Limits) (session.Workspace, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.open++
@@ -45,8 +46,8 @@ func (w *fakeWorkspace) Size() int64                     { return 1 << 20 }
 func (w *fakeWorkspace) Used() (int64, error)            { return 0, nil }
 func (w *fakeWorkspace) Lost() <-chan struct{}           { return nil }
 func (w *fakeWorkspace) TakeProxyListener() net.Listener { return nil }
-func (w *fakeWorkspace) Run(ctx context.Context, _ *jail.Spec) (*jail.Result, error) {
-	return &jail.Result{}, nil
+func (w *fakeWorkspace) Run(ctx context.Context, _ *jail.Spec) (*box.Result, error) {
+	return &box.Result{}, nil
 }
 func (w *fakeWorkspace) Close() error {
 	w.once.Do(func() {

@@ -7,6 +7,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"golang.org/x/sys/unix"
 )
@@ -25,10 +26,10 @@ type Call struct {
 	// Env and Dir for this call only (Dir overrides the session's
 	// directory), Stdin, Stdout, Stderr, Timeout and MaxOutput as for
 	// any sandbox. ExtraFiles must be empty: fd 3 is the session's.
-	jail.Command
+	box.Command
 	// Limits are this call's sandbox's resources; zero means the
 	// session's.
-	Limits jail.Limits
+	Limits box.Limits
 	// Check, if not nil, is asked before anything is built, about the
 	// call as it will run: spec holds the session's environment and
 	// directory merged with the call's (Args are the call's: a shell
@@ -77,7 +78,7 @@ func (c *Call) shell() string {
 // it. A shell call's directory and exported variables become the session's
 // (see the package doc). Removing the session kills the call; its result is
 // then Canceled and the error is ErrClosed.
-func (s *Session) Run(ctx context.Context, call *Call) (*jail.Result, error) {
+func (s *Session) Run(ctx context.Context, call *Call) (*box.Result, error) {
 	if err := call.validate(); err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func (s *Session) spec(call *Call) (*jail.Spec, map[string]string) {
 		callEnv[k] = v
 	}
 	spec := &jail.Spec{Limits: limits, Command: call.Command}
-	if call.Limits != (jail.Limits{}) {
+	if call.Limits != (box.Limits{}) {
 		spec.Limits = call.Limits
 	}
 	spec.Env = append(env, call.Env...)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 )
@@ -58,7 +59,7 @@ type Config struct {
 	ReapInterval time.Duration
 	// WorkDir is where the sandboxes mount the session's workspace: their
 	// working directory and HOME, as the jail's (jail.Config.WorkDir).
-	// Empty means jail.DefaultDir.
+	// Empty means box.DefaultDir.
 	WorkDir string
 	// NoPrestart: every call and job of a session builds its sandbox.
 	// False (the default): each session keeps one sandbox started on its
@@ -102,7 +103,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.WorkDir == "" {
-		c.WorkDir = jail.DefaultDir
+		c.WorkDir = box.DefaultDir
 	}
 	return c
 }
@@ -114,8 +115,8 @@ func (c Config) Validate() error {
 		return invalid("session maxima", "must not be negative")
 	case c.TTL < 0 || c.MaxLifetime < 0 || c.MaxJobTimeout < 0 || c.ReapInterval < 0:
 		return invalid("session durations", "must not be negative")
-	case c.MaxJobTimeout > jail.MaxTimeout:
-		return invalid("max job timeout", "%v exceeds %v", c.MaxJobTimeout, jail.MaxTimeout)
+	case c.MaxJobTimeout > box.MaxTimeout:
+		return invalid("max job timeout", "%v exceeds %v", c.MaxJobTimeout, box.MaxTimeout)
 	case c.WorkspaceBytes < 0 || c.MaxWorkspaceBytes < 0:
 		return invalid("workspace bytes", "must not be negative")
 	}
@@ -198,7 +199,7 @@ type Options struct {
 	Cwd string
 	// Limits are the resources of each of the session's sandboxes (a
 	// call may set its own); zero fields mean jail's defaults.
-	Limits jail.Limits
+	Limits box.Limits
 	// WorkspaceBytes is the size of the workspace; zero means
 	// Config.WorkspaceBytes.
 	WorkspaceBytes int64
@@ -233,7 +234,7 @@ type Session struct {
 	owner    caller.ID
 	ws       Workspace
 	proxy    *proxyServer // nil without egress
-	limits   jail.Limits
+	limits   box.Limits
 	ttl      time.Duration
 	attached bool
 	created  time.Time
@@ -274,7 +275,7 @@ type Info struct {
 	WorkDir        string
 	Cwd            string
 	Env            []string // sorted KEY=VALUE
-	Limits         jail.Limits
+	Limits         box.Limits
 	WorkspaceBytes int64 // the quota
 	WorkspaceUsed  int64
 	// Attached: the session is a connection's (Options.Attached).
@@ -283,7 +284,7 @@ type Info struct {
 	RunningJobs int
 	// Egress is what the session's proxy counted so far; nil if the
 	// session has no egress.
-	Egress *jail.EgressUsage
+	Egress *box.EgressUsage
 }
 
 // Create makes a session: its workspace, network namespace and uid range.
@@ -318,7 +319,7 @@ func (m *Manager) Create(ctx context.Context, opts Options) (*Session, error) {
 			m.log.Warn("removing evicted session", "id", evicted.id, "err", err)
 		}
 	}
-	var prestart *jail.Limits
+	var prestart *box.Limits
 	if !m.cfg.NoPrestart {
 		prestart = &opts.Limits
 	}
@@ -362,9 +363,9 @@ func checkOptions(o *Options, cfg Config) (string, error) {
 	case o.Owner.IsZero():
 		return "", invalid("owner", "a session must have an owner")
 	case o.TTL < 0 || o.TTL > cfg.MaxLifetime:
-		return "", invalid("ttl", "%v: must be between 0 and the maximum lifetime %v", o.TTL, cfg.MaxLifetime)
+		return "", invalid("ttl_seconds", "%v: must be between 0 and the maximum lifetime %v", o.TTL, cfg.MaxLifetime)
 	case o.WorkspaceBytes < 0 || o.WorkspaceBytes > cfg.MaxWorkspaceBytes:
-		return "", invalid("workspace bytes", "%d: must be between 0 and %d", o.WorkspaceBytes, cfg.MaxWorkspaceBytes)
+		return "", invalid("workspace_bytes", "%d: must be between 0 and %d", o.WorkspaceBytes, cfg.MaxWorkspaceBytes)
 	}
 	if err := o.Limits.Validate(); err != nil {
 		return "", err
@@ -788,7 +789,7 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Limits are the resources of each of the session's sandboxes unless a
 // call sets its own; fixed when the session is created.
-func (s *Session) Limits() jail.Limits { return s.limits }
+func (s *Session) Limits() box.Limits { return s.limits }
 
 // Info describes the session now.
 func (s *Session) Info() Info {
@@ -869,7 +870,7 @@ func envList(env map[string]string) []string {
 }
 
 func invalid(field, format string, args ...any) error {
-	return &jail.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &box.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
 func joinErrs(errs []error) error {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
@@ -26,7 +27,7 @@ func create(t *testing.T, m *session.Manager, opts session.Options) *session.Ses
 	return s
 }
 
-func shell(t *testing.T, s *session.Session, script string) *jail.Result {
+func shell(t *testing.T, s *session.Session, script string) *box.Result {
 	t.Helper()
 	res, err := s.Run(bg, &session.Call{Shell: script})
 	if err != nil {
@@ -80,7 +81,7 @@ func testCarryOver(t *testing.T, m *session.Manager, sh string) {
 		{name: "fallback", script: `pwd`, want: "/work\n"},
 	}
 	for _, st := range steps {
-		res, err := s.Run(bg, &session.Call{Shell: st.script, ShellPath: sh, Command: jail.Command{Env: st.env, Dir: st.dir}})
+		res, err := s.Run(bg, &session.Call{Shell: st.script, ShellPath: sh, Command: box.Command{Env: st.env, Dir: st.dir}})
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -110,7 +111,7 @@ func testCarryOver(t *testing.T, m *session.Manager, sh string) {
 	}
 	// An argv call starts in the session's directory and changes nothing.
 	shell(t, s, "cd /work/src")
-	res, err := s.Run(bg, &session.Call{Command: jail.Command{Args: []string{"pwd"}}})
+	res, err := s.Run(bg, &session.Call{Command: box.Command{Args: []string{"pwd"}}})
 	if err != nil || res.Stdout != "/work/src\n" {
 		t.Fatalf("argv call: %v %+v", err, res)
 	}
@@ -124,12 +125,12 @@ func testCarryOver(t *testing.T, m *session.Manager, sh string) {
 // the session.
 func TestSurvivesBadCalls(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
-	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Limits: jail.Limits{Pids: 64, Memory: 64 << 20}})
+	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Limits: box.Limits{Pids: 64, Memory: 64 << 20}})
 	shell(t, s, "echo keep > /work/k; cd /work; export K=1")
 	// The EXIT trap reports with builtins only: the state carries over
 	// from a shell whose forks fail.
 	for _, sh := range []string{"", "/bin/bash"} {
-		bomb, err := s.Run(bg, &session.Call{ShellPath: sh, Shell: "export B=" + sh + "; b(){ b|b& }; b; sleep 2", Command: jail.Command{Timeout: 20 * time.Second}})
+		bomb, err := s.Run(bg, &session.Call{ShellPath: sh, Shell: "export B=" + sh + "; b(){ b|b& }; b; sleep 2", Command: box.Command{Timeout: 20 * time.Second}})
 		if err != nil || !bomb.PidsLimitHit {
 			t.Fatalf("fork bomb in %q: %v %+v", sh, err, bomb)
 		}
@@ -157,7 +158,7 @@ func TestQuota(t *testing.T) {
 	if in := s.Info(); in.WorkspaceBytes != 1<<20 || in.WorkspaceUsed < 900<<10 {
 		t.Errorf("Info: quota %d used %d", in.WorkspaceBytes, in.WorkspaceUsed)
 	}
-	if _, err := m.Create(bg, session.Options{Owner: caller.FromToken("a"), WorkspaceBytes: 8 << 20}); !jail.IsInvalid(err) {
+	if _, err := m.Create(bg, session.Options{Owner: caller.FromToken("a"), WorkspaceBytes: 8 << 20}); !box.IsInvalid(err) {
 		t.Errorf("Create above the maximum workspace: %v", err)
 	}
 }
@@ -193,7 +194,7 @@ func TestSessionsIsolated(t *testing.T) {
 
 func waitServed(t *testing.T, s *session.Session, fetch, want string) {
 	t.Helper()
-	var res *jail.Result
+	var res *box.Result
 	for i := 0; i < 100; i++ {
 		res = shell(t, s, fetch)
 		if res.Stdout == want {
@@ -237,11 +238,11 @@ func TestJobs(t *testing.T) {
 	if st, _ := s.Job(short, session.Offsets{}); st.Running || st.Result.ExitCode != 7 || st.Stdout != "done\n" {
 		t.Errorf("short job: %+v %+v", st, st.Result)
 	}
-	third, err := s.Start(bg, &session.Call{Command: jail.Command{Args: []string{"sleep", "100"}}})
+	third, err := s.Start(bg, &session.Call{Command: box.Command{Args: []string{"sleep", "100"}}})
 	if err != nil {
 		t.Fatalf("third job after one ended: %v", err)
 	}
-	if _, err := s.Start(bg, &session.Call{Command: jail.Command{Args: []string{"true"}}}); !errors.Is(err, session.ErrLimit) {
+	if _, err := s.Start(bg, &session.Call{Command: box.Command{Args: []string{"true"}}}); !errors.Is(err, session.ErrLimit) {
 		t.Errorf("fourth job with two running: %v", err)
 	}
 	if _, err := s.Job(short, session.Offsets{}); !errors.Is(err, session.ErrNotFound) {
@@ -258,7 +259,7 @@ func TestJobs(t *testing.T) {
 			t.Errorf("killed job: %+v %+v", st.Result, st)
 		}
 	}
-	if _, err := s.Start(bg, &session.Call{Shell: "true", Command: jail.Command{Timeout: 2 * time.Hour}}); !jail.IsInvalid(err) {
+	if _, err := s.Start(bg, &session.Call{Shell: "true", Command: box.Command{Timeout: 2 * time.Hour}}); !box.IsInvalid(err) {
 		t.Errorf("job beyond the max job timeout: %v", err)
 	}
 }
@@ -273,7 +274,7 @@ func TestDeleteWithRunningJob(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Run(bg, &session.Call{Shell: "sleep 1000", Command: jail.Command{Timeout: time.Hour}})
+		_, err := s.Run(bg, &session.Call{Shell: "sleep 1000", Command: box.Command{Timeout: time.Hour}})
 		done <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
@@ -303,7 +304,7 @@ func TestExpiry(t *testing.T) {
 	// to start the busy session's job before the session could expire.
 	m, env := newManager(t, session.Config{TTL: 3 * time.Second, MaxLifetime: 10 * time.Second, ReapInterval: 50 * time.Millisecond})
 	busy := create(t, m, session.Options{Owner: caller.FromToken("a")})
-	if _, err := busy.Start(bg, &session.Call{Command: jail.Command{Args: []string{"sleep", "1000"}}}); err != nil {
+	if _, err := busy.Start(bg, &session.Call{Command: box.Command{Args: []string{"sleep", "1000"}}}); err != nil {
 		t.Fatal(err)
 	}
 	idle := create(t, m, session.Options{Owner: caller.FromToken("a")})
@@ -345,10 +346,10 @@ func TestLimits(t *testing.T) {
 		{Owner: caller.FromToken("d"), Cwd: "/tmp"},
 		{Owner: caller.FromToken("d"), Env: []string{"1X=1"}},
 		{Owner: caller.FromToken("d"), TTL: 48 * time.Hour},
-		{Owner: caller.FromToken("d"), Limits: jail.Limits{Pids: 1}},
+		{Owner: caller.FromToken("d"), Limits: box.Limits{Pids: 1}},
 		{}, // nobody's
 	} {
-		if _, err := m.Create(bg, o); !jail.IsInvalid(err) {
+		if _, err := m.Create(bg, o); !box.IsInvalid(err) {
 			t.Errorf("Create(%+v) = %v, want invalid", o, err)
 		}
 	}

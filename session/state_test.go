@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // testNonce is the nonce of the reports report builds.
@@ -213,13 +213,13 @@ func TestStream(t *testing.T) {
 		b.Write([]byte("ABCDEFGHIJ")) // forces compaction of the tail
 	}
 	got, next := b.read(0)
-	if want := "0123456789" + jail.Elide(95) + "ABCDEFGHIJ"; got != want || next != 115 {
+	if want := "0123456789" + box.Elide(95) + "ABCDEFGHIJ"; got != want || next != 115 {
 		t.Fatalf("read(0) = %q, %d; want %q", got, next, want)
 	}
 	if got, _ := b.read(107); got != "CDEFGHIJ" {
 		t.Errorf("read(107) = %q", got)
 	}
-	if got, _ := b.read(12); got != jail.Elide(93)+"ABCDEFGHIJ" {
+	if got, _ := b.read(12); got != box.Elide(93)+"ABCDEFGHIJ" {
 		t.Errorf("read(12) = %q", got)
 	}
 	if got, next := b.read(500); got != "" || next != 115 {

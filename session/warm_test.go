@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
 
@@ -41,10 +41,10 @@ func TestPrestartedCalls(t *testing.T) {
 	}{
 		{"shell state report", session.Call{Shell: "mkdir -p /work/d && cd /work/d && export A=1 && echo hi > f; exit 4"}, "", 4, true},
 		{"the directory and exports carried", session.Call{Shell: `pwd; echo "$A $S"; cat f`}, "/work/d\n1 s\nhi\n", 0, true},
-		{"an argv call in the session's directory", session.Call{Command: jail.Command{Args: []string{"pwd"}}}, "/work/d\n", 0, true},
-		{"the call's own directory (a shell reports it) and env", session.Call{Shell: `pwd; echo "$A $B"`, Command: jail.Command{Dir: "/work", Env: []string{"B=2"}}}, "/work\n1 2\n", 0, true},
-		{"another memory limit", session.Call{Shell: "echo $A", Limits: jail.Limits{Memory: 128 << 20}}, "1\n", 0, true},
-		{"another tmpfs size: a fresh sandbox", session.Call{Shell: "echo $A; pwd", Limits: jail.Limits{TmpfsSize: 8 << 20}}, "1\n/work\n", 0, false},
+		{"an argv call in the session's directory", session.Call{Command: box.Command{Args: []string{"pwd"}}}, "/work/d\n", 0, true},
+		{"the call's own directory (a shell reports it) and env", session.Call{Shell: `pwd; echo "$A $B"`, Command: box.Command{Dir: "/work", Env: []string{"B=2"}}}, "/work\n1 2\n", 0, true},
+		{"another memory limit", session.Call{Shell: "echo $A", Limits: box.Limits{Memory: 128 << 20}}, "1\n", 0, true},
+		{"another tmpfs size: a fresh sandbox", session.Call{Shell: "echo $A; pwd", Limits: box.Limits{TmpfsSize: 8 << 20}}, "1\n/work\n", 0, false},
 		{"an unset export carries over", session.Call{Shell: "unset A; cd /work"}, "", 0, true},
 		{"after it", session.Call{Shell: `pwd; echo "[$A]"`}, "/work\n[]\n", 0, true},
 	}
@@ -100,9 +100,9 @@ func TestPrestartedCalls(t *testing.T) {
 // visible.
 func TestPrestartIsolation(t *testing.T) {
 	m, _ := newManager(t, session.Config{})
-	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Limits: jail.Limits{Pids: 32}})
+	s := create(t, m, session.Options{Owner: caller.FromToken("a"), Limits: box.Limits{Pids: 32}})
 	waitPrestarted(t, s)
-	res, err := s.Run(bg, &session.Call{Shell: `sleep 1000 & b() { b | b & }; b; sleep 2`, Command: jail.Command{Timeout: 5 * time.Second}})
+	res, err := s.Run(bg, &session.Call{Shell: `sleep 1000 & b() { b | b & }; b; sleep 2`, Command: box.Command{Timeout: 5 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

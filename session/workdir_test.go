@@ -4,20 +4,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session"
 )
 
 // TestWorkDir: with another working directory, a session's directory,
 // its fallback, HOME and Options.Cwd all follow it; /work is no place.
 func TestWorkDir(t *testing.T) {
-	if _, err := session.New(nil, session.Config{WorkDir: "/etc/x"}); !jail.IsInvalid(err) {
+	if _, err := session.New(nil, session.Config{WorkDir: "/etc/x"}); !box.IsInvalid(err) {
 		t.Errorf("session.New with WorkDir /etc/x = %v, want an *InvalidError", err)
 	}
 	m, _ := newManager(t, session.Config{WorkDir: "/workspace"})
 	owner := caller.FromToken("a")
-	if _, err := m.Create(bg, session.Options{Owner: owner, Cwd: "/work"}); !jail.IsInvalid(err) || !strings.Contains(err.Error(), "/workspace") {
+	if _, err := m.Create(bg, session.Options{Owner: owner, Cwd: "/work"}); !box.IsInvalid(err) || !strings.Contains(err.Error(), "/workspace") {
 		t.Errorf("Create with Cwd /work = %v, want an *InvalidError naming /workspace", err)
 	}
 	s := create(t, m, session.Options{Owner: owner})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/egress"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/jail"
@@ -157,7 +158,7 @@ func runEgress(c *cli.Context, spec *jail.Spec) error {
 	}
 	p := egress.New(cfg)
 	g := egress.Grant{Caller: "run", FrontEnd: "run", Command: strings.Join(spec.Args, " ")}
-	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) box.EgressUsage {
 		return p.Serve(ctx, ln, g)
 	}}
 	return nil

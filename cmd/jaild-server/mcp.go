@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/command"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
@@ -36,10 +36,10 @@ README). Sizes take a unit: 512K, 256M, 1G.`,
 		// Client configurations often say "jaild mcp --stdio": accepted,
 		// and changes nothing, since stdio is jaild mcp's only transport.
 		&cli.BoolFlag{Name: "stdio", Usage: "serve over stdin/stdout, which jaild mcp always does (for client configurations that name the transport)"},
-		&cli.StringFlag{Name: "memory", Value: command.Size(jail.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit of each sandbox, no swap"},
-		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads of each sandbox"},
-		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota of each sandbox in cores"},
-		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of the working directory and /tmp"},
+		&cli.StringFlag{Name: "memory", Value: command.Size(box.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit of each sandbox, no swap"},
+		&cli.Int64Flag{Name: "pids", Value: box.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads of each sandbox"},
+		&cli.Float64Flag{Name: "cpus", Value: box.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota of each sandbox in cores"},
+		&cli.StringFlag{Name: "tmpfs-size", Value: command.Size(box.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of the working directory and /tmp"},
 		&cli.DurationFlag{Name: "timeout", Value: server.DefaultMCPTimeout, EnvVars: []string{"JAILD_MCP_TIMEOUT"}, Usage: "timeout of a tool call that gives none"},
 		&cli.DurationFlag{Name: "max-timeout", Value: server.MaxMCPTimeout, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "ceiling for the timeout a tool call asks for (at most 10m)"},
 		&cli.StringFlag{Name: "max-output", Value: fmt.Sprint(server.DefaultMCPMaxOutput), EnvVars: []string{"JAILD_MCP_MAX_OUTPUT", "MCP_EXEC_MAX_OUTPUT_BYTES"}, Usage: "characters of each stream a bash or execute result keeps (MCP_EXEC_MAX_OUTPUT_BYTES is read as characters too); beyond it head and tail are kept with a marker (run_network_tool keeps 1 MiB, its convention's cap in bytes)"},
@@ -217,7 +217,7 @@ type shutdownRunner struct {
 	caller string
 }
 
-func (s shutdownRunner) Run(ctx context.Context, req *run.Request) (*jail.Result, error) {
+func (s shutdownRunner) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
 	// The caller, for the audit log, is whoever started jaild mcp.
 	req.Caller = s.caller
 	ctx, cancel := context.WithCancel(ctx)

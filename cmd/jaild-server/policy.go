@@ -5,10 +5,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/command"
+	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 )
 
@@ -59,19 +62,20 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 	if dlog != nil {
 		opts.DecisionLog = dlog
 	}
-	// Commands resolve as the sandboxes see them: in a prepared root
-	// (--rootfs DIR) there; over the host's /usr, on the host, whose
-	// /usr the generated template binds (policy.NewRoot("/")); with the
-	// working directory where the sandboxes have it.
+	// Commands resolve as the sandboxes see them, with the working
+	// directory where the sandboxes have it: in a prepared root (--rootfs
+	// DIR), or in the generated template with the host paths it binds
+	// (/usr, ...), so that a host file no sandbox can see resolves as
+	// not found.
 	workDir, err := command.SandboxWorkDir(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	root := "/"
-	if r := c.String("rootfs"); r != "" && r != "host" {
-		root = r
+	resolver, err := sandboxResolver(c.String("rootfs"), c.String("state-dir"), workDir)
+	if err != nil {
+		return nil, nil, err
 	}
-	opts.Resolver = policy.NewRoot(root).WithWorkDir(workDir)
+	opts.Resolver = resolver
 	e, err := policy.Open(opts)
 	if err != nil {
 		if dlog != nil {
@@ -111,3 +115,21 @@ func healthOfPolicy(e *policy.Engine) func() (string, bool) {
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
+
+// sandboxResolver resolves commands in the sandboxes' root: the prepared
+// directory rootfs, or ("" or "host") the template generated under
+// stateDir over the host paths it binds.
+func sandboxResolver(rootfs, stateDir, workDir string) (*policy.Root, error) {
+	if rootfs != "" && rootfs != "host" {
+		return policy.NewRoot(rootfs).WithWorkDir(workDir), nil
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, command.UsageError("--state-dir: %v", err)
+	}
+	r, err := jail.HostRoot(abs, workDir)
+	if err != nil {
+		return nil, cli.Exit(fmt.Sprintf("the policy resolves commands in the sandboxes' root: %v", err), api.ExitRootfs)
+	}
+	return policy.NewRoot(r.Dir, r.Binds()...).WithWorkDir(workDir), nil
+}

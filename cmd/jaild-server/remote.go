@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/command"
-	"github.com/jaild/jaild/jail"
 )
 
 // maxRemoteStdin bounds how much of its stdin jaild remote reads into
@@ -55,7 +55,7 @@ than the daemon's maximums. Sizes take a unit: 512K, 256M, 1G.`,
 		&cli.BoolFlag{Name: "background", Aliases: []string{"b"}, Usage: "with --session: start the command as a background job of the session, print its id and exit (see jaild jobs)"},
 		&cli.StringSliceFlag{Name: "keep-env", EnvVars: []string{"JAILD_KEEP_ENV"}, Usage: "pass these local environment variables on: --keep-env=CI,LANG or --keep-env CI (repeatable); unset ones are skipped; a policy sees them as input.env"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
-		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit (default: the daemon's, " + jail.DefaultTimeout.String() + " unless it caps lower)"},
+		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit (default: the daemon's, " + box.DefaultTimeout.String() + " unless it caps lower)"},
 		&cli.StringFlag{Name: "cwd", EnvVars: []string{"JAILD_CWD"}, Usage: "working directory, under the daemon's working directory (/work unless its --sandbox-workdir says otherwise) or /tmp (default: that directory)"},
 		&cli.StringFlag{Name: "memory", EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit (default: the daemon's)"},
 		&cli.Int64Flag{Name: "pids", EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads (default: the daemon's)"},
@@ -204,7 +204,7 @@ func isTerminal(f *os.File) bool {
 
 // remoteExit exits as jaild run would for the same result.
 func remoteExit(exitCode int, v *api.Verdict) error {
-	code := command.ResultCode(&jail.Result{ExitCode: exitCode, Signal: v.Signal, TimedOut: v.TimedOut, OOMKilled: v.OOMKilled})
+	code := command.ResultCode(&box.Result{ExitCode: exitCode, Signal: v.Signal, TimedOut: v.TimedOut, OOMKilled: v.OOMKilled})
 	if code != 0 {
 		return cli.Exit("", code)
 	}
@@ -212,8 +212,7 @@ func remoteExit(exitCode int, v *api.Verdict) error {
 }
 
 // remoteError maps a failed call to jaild run's exit codes; a session that
-// is not there is a usage error, not a command not found (both are "not
-// found" on the wire; only a missing session is a 404).
+// is not there (404 not_found) is a usage error with a message of its own.
 func remoteError(ctx context.Context, req *api.Request, err error) error {
 	ae, exit := apiErrorOf(ctx, err, "interrupted; the remote sandbox was killed")
 	if ae == nil {

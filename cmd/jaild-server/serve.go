@@ -22,9 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/pidfile"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/server"
 )
@@ -77,7 +77,7 @@ with # comments; duration values take a unit (10s), sizes one of K, M, G.`,
 		&cli.IntFlag{Name: "pool", Value: 2, EnvVars: []string{"JAILD_POOL"}, Usage: "sandboxes kept started ahead of time for requests with the default limits (0: none)"},
 		&cli.IntFlag{Name: "queue", Aliases: []string{"max-queue"}, Value: 64, EnvVars: []string{"JAILD_QUEUE", "JAILD_MAX_QUEUE"}, Usage: "requests that may wait for a sandbox; beyond it 429 at once"},
 		&cli.DurationFlag{Name: "queue-wait", Value: run.DefaultQueueWait, EnvVars: []string{"JAILD_QUEUE_WAIT"}, Usage: "how long a request waits for a sandbox before 429"},
-		&cli.DurationFlag{Name: "max-timeout", Value: 10 * time.Minute, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "longest timeout a request may ask for (default timeout: " + jail.DefaultTimeout.String() + " or this, if lower)"},
+		&cli.DurationFlag{Name: "max-timeout", Value: 10 * time.Minute, EnvVars: []string{"JAILD_MAX_TIMEOUT"}, Usage: "longest timeout a request may ask for (default timeout: " + box.DefaultTimeout.String() + " or this, if lower)"},
 		&cli.StringFlag{Name: "max-memory", Value: "1G", EnvVars: []string{"JAILD_MAX_MEMORY"}, Usage: "largest memory limit a request may ask for"},
 		&cli.Int64Flag{Name: "max-pids", Value: 1024, EnvVars: []string{"JAILD_MAX_PIDS"}, Usage: "largest pids limit a request may ask for"},
 		&cli.Float64Flag{Name: "max-cpus", Value: float64(runtime.NumCPU()), EnvVars: []string{"JAILD_MAX_CPUS"}, Usage: "largest CPU quota a request may ask for, in cores"},
@@ -392,8 +392,8 @@ func serveMaxima(c *cli.Context) (run.Maxima, error) {
 	if m.Timeout <= 0 {
 		return m, command.UsageError("--max-timeout must be positive")
 	}
-	if m.Timeout > jail.MaxTimeout {
-		return m, command.UsageError("--max-timeout %v: at most %v", m.Timeout, jail.MaxTimeout)
+	if m.Timeout > box.MaxTimeout {
+		return m, command.UsageError("--max-timeout %v: at most %v", m.Timeout, box.MaxTimeout)
 	}
 	return m, nil
 }

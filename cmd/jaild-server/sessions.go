@@ -11,10 +11,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/worker"
-	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/server"
 	"github.com/jaild/jaild/session"
 	"github.com/jaild/jaild/session/files"
@@ -104,8 +104,8 @@ func sessionConfig(c *cli.Context, log *slog.Logger) (session.Config, error) {
 		return cfg, command.UsageError("--max-sessions, --max-sessions-per-caller and --max-jobs must be positive")
 	case cfg.TTL <= 0 || cfg.MaxLifetime <= 0 || cfg.MaxJobTimeout <= 0 || ws <= 0:
 		return cfg, command.UsageError("--session-ttl, --session-max-lifetime, --max-job-timeout and --workspace-size must be positive")
-	case cfg.MaxJobTimeout > jail.MaxTimeout:
-		return cfg, command.UsageError("--max-job-timeout %v: at most %v", cfg.MaxJobTimeout, jail.MaxTimeout)
+	case cfg.MaxJobTimeout > box.MaxTimeout:
+		return cfg, command.UsageError("--max-job-timeout %v: at most %v", cfg.MaxJobTimeout, box.MaxTimeout)
 	case cfg.TTL > cfg.MaxLifetime:
 		return cfg, command.UsageError("--session-ttl %v exceeds --session-max-lifetime %v", cfg.TTL, cfg.MaxLifetime)
 	}
@@ -148,12 +148,12 @@ func newFilesHandler(c *cli.Context, o files.Options) (*files.Handler, *cgroup.P
 		Keep:    true,
 	})
 	if err != nil {
-		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", box.ErrUnsupported, err))
 	}
 	g, err := parent.Files()
 	if err != nil {
 		_ = parent.Close()
-		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", box.ErrUnsupported, err))
 	}
 	o.Charge = g
 	return files.NewHandler(func(r *http.Request) (files.Root, error) {
@@ -179,7 +179,7 @@ func newSessions(cfg session.Config, w *worker.Client) (*session.Manager, error)
 // workerJail makes the sessions' workspaces in the worker.
 type workerJail struct{ w *worker.Client }
 
-func (j workerJail) NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *jail.Limits) (session.Workspace, error) {
+func (j workerJail) NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *box.Limits) (session.Workspace, error) {
 	ws, err := j.w.NewWorkspace(ctx, size, proxy, prestart)
 	if err != nil {
 		return nil, err

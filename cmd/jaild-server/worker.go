@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/sibling"
@@ -27,7 +28,7 @@ const workerBinary = "jaild"
 // logFormat, with --pool sandboxes of limits l kept ready, sweeping every
 // sweep (0: only at start). The worker fails as the Manager would, with
 // the same exit status.
-func startWorker(c *cli.Context, log *slog.Logger, logFormat string, l jail.Limits, sweep time.Duration) (*worker.Client, error) {
+func startWorker(c *cli.Context, log *slog.Logger, logFormat string, l box.Limits, sweep time.Duration) (*worker.Client, error) {
 	n := c.Int("pool")
 	if n < 0 {
 		return nil, command.UsageError("--pool %d: must not be negative", n)
@@ -42,7 +43,7 @@ func startWorker(c *cli.Context, log *slog.Logger, logFormat string, l jail.Limi
 	// in the daemon's leaf of the unit's cgroup (see cgroup.Settle).
 	if c.String("cgroup-parent") == "" {
 		if err := cgroup.Settle(); err != nil {
-			return nil, command.ExitError(fmt.Errorf("%w: %w", jail.ErrUnsupported, err))
+			return nil, command.ExitError(fmt.Errorf("%w: %w", box.ErrUnsupported, err))
 		}
 	}
 	var opened error
@@ -75,7 +76,7 @@ const serverName = "jaild-server"
 // server caches its result, so it runs at most every few seconds.
 func runnerHealth(r worker.Runner) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		res, err := r.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"true"}, Timeout: 10 * time.Second}})
+		res, err := r.Run(ctx, &jail.Spec{Command: box.Command{Args: []string{"true"}, Timeout: 10 * time.Second}})
 		if err != nil {
 			return err
 		}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/command"
-	"github.com/jaild/jaild/jail"
 )
 
 // TestWorkspaceRootFlag: --workspace-root (or its alias --workdir) wins,
@@ -66,7 +66,7 @@ func workerArgsOf(t *testing.T, args []string) []string {
 	app := &cli.App{
 		Flags: slices.Concat(sessionFlags, command.ManagerFlags),
 		Action: func(c *cli.Context) error {
-			out = command.WorkerArgs(c, "text", 0, jail.Limits{}, 0)
+			out = command.WorkerArgs(c, "text", 0, box.Limits{}, 0)
 			return nil
 		},
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
@@ -41,8 +42,8 @@ func (l *lockedBuffer) lines() []string {
 // is about what reaches the policy, not about sandboxes.
 type okBase struct{}
 
-func (okBase) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) {
-	return &jail.Result{ID: "fake", Duration: time.Millisecond}, nil
+func (okBase) Run(ctx context.Context, s *jail.Spec) (*box.Result, error) {
+	return &box.Result{ID: "fake", Duration: time.Millisecond}, nil
 }
 
 // TestRemoteEnvReachesPolicy runs jaild remote against a daemon whose

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 	"github.com/urfave/cli/v2"
 )
@@ -95,7 +96,7 @@ func workDirFinding(c *cli.Context) jail.Finding {
 	}
 	f.OK = true
 	f.Detail = wd + ": the sandboxes' writable working directory (a session's workspace), default cwd and HOME"
-	if wd == jail.DefaultDir {
+	if wd == box.DefaultDir {
 		f.Detail += "; --sandbox-workdir (JAILD_SANDBOX_WORKDIR) moves it, e.g. to /workspace"
 	}
 	return f

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 	"github.com/urfave/cli/v2"
 )
 
@@ -28,7 +28,7 @@ func ExitError(err error) error {
 }
 
 // ResultCode is the exit code that reports res.
-func ResultCode(res *jail.Result) int {
+func ResultCode(res *box.Result) int {
 	return api.ResultOutcome(res).Exit
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/go-units"
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/jail"
 	"github.com/urfave/cli/v2"
@@ -35,15 +36,15 @@ the output. --egress-allow gives the sandbox network access to those
 destinations only, through jaild's proxy (see docs/egress.md).
 Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 	Flags: append([]cli.Flag{
-		&cli.DurationFlag{Name: "timeout", Value: jail.DefaultTimeout, EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit; the sandbox is killed when it expires"},
-		&cli.StringFlag{Name: "memory", Value: Size(jail.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit, no swap (tmpfs pages count too)"},
-		&cli.Int64Flag{Name: "pids", Value: jail.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads"},
-		&cli.Float64Flag{Name: "cpus", Value: jail.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota in cores"},
-		&cli.StringFlag{Name: "tmpfs-size", Value: Size(jail.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of the working directory and /tmp"},
+		&cli.DurationFlag{Name: "timeout", Value: box.DefaultTimeout, EnvVars: []string{"JAILD_TIMEOUT"}, Usage: "wall-clock limit; the sandbox is killed when it expires"},
+		&cli.StringFlag{Name: "memory", Value: Size(box.DefaultMemory), EnvVars: []string{"JAILD_MEMORY"}, Usage: "memory limit, no swap (tmpfs pages count too)"},
+		&cli.Int64Flag{Name: "pids", Value: box.DefaultPids, EnvVars: []string{"JAILD_PIDS"}, Usage: "maximum processes and threads"},
+		&cli.Float64Flag{Name: "cpus", Value: box.DefaultCPUs, EnvVars: []string{"JAILD_CPUS"}, Usage: "CPU quota in cores"},
+		&cli.StringFlag{Name: "tmpfs-size", Value: Size(box.DefaultTmpfsSize), EnvVars: []string{"JAILD_TMPFS_SIZE"}, Usage: "size cap of each of the working directory and /tmp"},
 		&cli.StringSliceFlag{Name: "env", EnvVars: []string{"JAILD_ENV"}, Usage: "set KEY=VALUE in the command's environment (repeatable)"},
 		&cli.StringFlag{Name: "cwd", EnvVars: []string{"JAILD_CWD"}, Usage: "where the command starts: the working directory (--sandbox-workdir), /tmp or below them (default: the working directory)"},
 		&cli.StringFlag{Name: "stdin", EnvVars: []string{"JAILD_STDIN"}, Usage: "file to feed as stdin, - for jaild's own stdin; default /dev/null"},
-		&cli.StringFlag{Name: "max-output", Value: Size(jail.DefaultMaxOutput), EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
+		&cli.StringFlag{Name: "max-output", Value: Size(box.DefaultMaxOutput), EnvVars: []string{"JAILD_MAX_OUTPUT"}, Usage: "bytes of each stream to keep; beyond it head and tail are kept with a marker"},
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "print the result as JSON instead of the output"},
 		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
 	}, append(ManagerFlags, EgressFlags...)...),
@@ -73,14 +74,14 @@ var ManagerFlags = []cli.Flag{
 
 // SandboxWorkDirFlag is the sandboxes' working directory: every command
 // that builds sandboxes or describes them (the front ends) takes it.
-var SandboxWorkDirFlag = &cli.StringFlag{Name: "sandbox-workdir", Value: jail.DefaultDir, EnvVars: []string{"JAILD_SANDBOX_WORKDIR"},
+var SandboxWorkDirFlag = &cli.StringFlag{Name: "sandbox-workdir", Value: box.DefaultDir, EnvVars: []string{"JAILD_SANDBOX_WORKDIR"},
 	Usage: "the sandbox's working directory: its writable tmpfs (a session's workspace), default cwd and HOME, e.g. /workspace"}
 
 // SandboxWorkDir reads --sandbox-workdir, valid (see jail.ValidateWorkDir).
 func SandboxWorkDir(c *cli.Context) (string, error) {
 	wd := c.String("sandbox-workdir")
 	if wd == "" {
-		wd = jail.DefaultDir
+		wd = box.DefaultDir
 	}
 	if err := jail.ValidateWorkDir(wd); err != nil {
 		return "", UsageError("--sandbox-workdir: %v", err)
@@ -176,7 +177,7 @@ func SizeFlag(c *cli.Context, name string) (int64, error) {
 // from "max-output": run and mcp read the limits their sandboxes get (prefix
 // ""), serve the ceilings of what a request may ask for ("max-"). Each must
 // be positive and within jail's bounds.
-func LimitFlags(c *cli.Context, prefix string) (l jail.Limits, maxOutput int64, err error) {
+func LimitFlags(c *cli.Context, prefix string) (l box.Limits, maxOutput int64, err error) {
 	if l.Memory, err = SizeFlag(c, prefix+"memory"); err != nil {
 		return l, 0, err
 	}

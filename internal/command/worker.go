@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/worker"
 	"github.com/jaild/jaild/jail"
 )
@@ -44,7 +45,7 @@ var Worker = &cli.Command{
 // its manager flags, its log format, its pool of size pool with limits l,
 // and how often it sweeps. Every manager flag is passed, so the worker's
 // environment cannot override what the front end was told.
-func WorkerArgs(c *cli.Context, logFormat string, pool int, l jail.Limits, sweep time.Duration) []string {
+func WorkerArgs(c *cli.Context, logFormat string, pool int, l box.Limits, sweep time.Duration) []string {
 	args := []string{Worker.Name,
 		"--log-format", logFormat,
 		"--pool", strconv.Itoa(pool),
@@ -111,7 +112,7 @@ func workerAction(c *cli.Context) error {
 	var base worker.Runner = m
 	var pool *jail.Pool
 	if err == nil && c.Int("pool") > 0 {
-		var l jail.Limits
+		var l box.Limits
 		if l.Memory, err = SizeFlag(c, "pool-memory"); err == nil {
 			l.TmpfsSize, err = SizeFlag(c, "pool-tmpfs-size")
 		}
@@ -165,7 +166,7 @@ func workerAction(c *cli.Context) error {
 	}()
 
 	// Until the front end closes the connection or dies.
-	serr := worker.Serve(c.Context, ctl, base, func(size int64, proxy bool, prestart *jail.Limits) (worker.Workspace, error) {
+	serr := worker.Serve(c.Context, ctl, base, func(size int64, proxy bool, prestart *box.Limits) (worker.Workspace, error) {
 		var opts []jail.WorkspaceOption
 		if proxy {
 			opts = append(opts, jail.WithProxy())

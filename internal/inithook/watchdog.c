@@ -9,9 +9,9 @@
 // on this project's 2-core VM).
 //
 // Once either descriptor turns readable (the owner exited or is exiting),
-// this returns and the process goes on into Go as before, where
-// jail.Watchdog waits for the exact condition it needs and cleans up. The
-// signals the Go side ignores are ignored from the start, so that a
+// this returns and the process goes on into Go, where inithook's init
+// calls jail.MaybeWatchdog, which waits for the exact condition it needs
+// and cleans up. The signals the Go side ignores are ignored from the start, so that a
 // terminal's Ctrl-C or a service manager's SIGTERM to jaild's processes does
 // not end a dormant watchdog either; the owner ends it with SIGKILL.
 #define _GNU_SOURCE

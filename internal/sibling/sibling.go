@@ -91,12 +91,6 @@ func check(bin string, st *unix.Stat_t, dir string, d *unix.Stat_t, owner uint32
 	return nil
 }
 
-// Path is the name under which a child process started with os/exec
-// executes the descriptor fd, which it inherits across fork: execve opens
-// /proc/self/fd/N before it closes the close-on-exec descriptors, and the
-// new process's /proc/self/exe is the file itself.
-func Path(fd int) string { return fmt.Sprintf("/proc/self/fd/%d", fd) }
-
 // Exec replaces the process with the file open as fd, as fexecve(3) does;
 // it returns only if that fails. Unlike syscall.Exec it does not hold the
 // runtime's lock against creating threads during the exec, which only

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/fdpass"
 	"io"
 	"log/slog"
@@ -20,19 +21,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 )
 
 // ErrDown: no worker serves runs now (it died and is being restarted), and
 // the run was not handed to one: no worker had all of it. It matches
-// api.ErrUnavailable, which front ends answer with "try again".
+// box.ErrUnavailable, which front ends answer with "try again".
 var ErrDown error = downError{}
 
 type downError struct{}
 
 func (downError) Error() string        { return "jaild worker is not running" }
-func (downError) Is(target error) bool { return target == api.ErrUnavailable }
+func (downError) Is(target error) bool { return target == box.ErrUnavailable }
 
 // ErrLost: the worker died while it held the run, or the workspace the run
 // named. What became of the command is unknown, so it is no ErrDown: "try
@@ -309,7 +309,7 @@ func (c *Client) current() (*proc, error) {
 	defer c.mu.Unlock()
 	switch {
 	case c.closed:
-		return nil, jail.ErrClosed
+		return nil, box.ErrClosed
 	case c.cur == nil:
 		return nil, c.down
 	}
@@ -319,7 +319,7 @@ func (c *Client) current() (*proc, error) {
 // Run runs spec in the worker, with the contract of jail.Manager.Run: the
 // spec's Stdout and Stderr receive the output live, and when ctx ends the
 // sandbox is killed and the partial result comes back with ctx's error.
-func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*box.Result, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -331,7 +331,7 @@ func (c *Client) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
 }
 
 // runOn runs spec on p, on the workspace wsID if it is not empty.
-func runOn(ctx context.Context, p *proc, spec *jail.Spec, wsID string) (*jail.Result, error) {
+func runOn(ctx context.Context, p *proc, spec *jail.Spec, wsID string) (*box.Result, error) {
 	res, err := p.run(ctx, spec, wsID)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The worker's run was cancelled because ctx ended; say why.
@@ -340,56 +340,100 @@ func runOn(ctx context.Context, p *proc, spec *jail.Spec, wsID string) (*jail.Re
 	return res, err
 }
 
-// run sends one run to the worker and collects its answer.
-func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Result, error) {
+// run sends one run to the worker and collects its answer: a socket of
+// its own for the run, the run's descriptors over the control socket, the
+// spec over the run's socket, then the answer (see receive).
+func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*box.Result, error) {
 	if len(spec.ExtraFiles) > maxExtra {
-		return nil, &jail.InvalidError{Field: "extra files", Reason: fmt.Sprintf("%d: at most %d through the worker", len(spec.ExtraFiles), maxExtra)}
+		return nil, &box.InvalidError{Field: "extra files", Reason: fmt.Sprintf("%d: at most %d through the worker", len(spec.ExtraFiles), maxExtra)}
 	}
+	conn, peer, err := runSocket()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	fs := runFiles{send: []int{peer}}
+	// The tees end when the worker has closed its ends of their pipes and
+	// fs.close this side's (deferred below, so run before this).
+	defer fs.tees.Wait()
+	defer fs.close()
+	if err := fs.open(spec); err != nil {
+		return nil, err
+	}
+	if _, _, err := p.ctl.WriteMsgUnix(fs.message(spec), unix.UnixRights(fs.send...), nil); err != nil {
+		return nil, p.notSent("send the run", err)
+	}
+	fs.closeSent()
+	ws := wireSpec{
+		Limits: spec.Limits, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
+		Timeout: spec.Timeout, MaxOutput: spec.MaxOutput, Workspace: wsID, Egress: spec.Egress != nil,
+	}
+	if err := writeFrame(conn, ws); err != nil {
+		return nil, p.notSent("send the spec", err)
+	}
+	if fs.stdinW != nil {
+		go func() {
+			_, _ = io.Copy(fs.stdinW, spec.Stdin)
+			fs.stdinW.Close()
+		}()
+	}
+	// Half-closing the socket cancels the run in the worker, which still
+	// answers.
+	defer context.AfterFunc(ctx, func() { _ = conn.CloseWrite() })()
+	return p.receive(ctx, conn, spec)
+}
+
+// runSocket returns this side of a new run's socket and the descriptor of
+// the worker's side, to be sent.
+func runSocket() (*net.UnixConn, int, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("run socketpair: %w", err)
+		return nil, -1, fmt.Errorf("run socketpair: %w", err)
 	}
 	local := os.NewFile(uintptr(pair[0]), "run")
 	nc, err := net.FileConn(local)
 	local.Close()
 	if err != nil {
 		unix.Close(pair[1])
-		return nil, fmt.Errorf("run socket: %w", err)
+		return nil, -1, fmt.Errorf("run socket: %w", err)
 	}
-	conn := nc.(*net.UnixConn)
-	defer conn.Close()
-	// The tees end when the worker has closed its ends of their pipes and
-	// this function its own (deferred below, so run before this).
-	var tees sync.WaitGroup
-	defer tees.Wait()
+	return nc.(*net.UnixConn), pair[1], nil
+}
 
-	// The worker's descriptors: sent, then closed here (the message
-	// holds its own references until the worker receives them).
-	send := []int{pair[1]}
-	var sent []io.Closer
-	defer func() {
-		unix.Close(pair[1])
-		for _, f := range sent {
-			f.Close()
-		}
-	}()
-	var flags byte
-	var stdinW *os.File
+// runFiles are the descriptors one run hands to the worker: the worker's
+// side of the run's socket, then stdin, stdout, stderr (those the spec
+// has) and the extra files, in that order, as flags says.
+type runFiles struct {
+	send  []int
+	flags byte
+	// sent are this side's references to descriptors made for the run
+	// (the peer socket is send[0]): closed once sent, since the message
+	// holds its own until the worker receives them, or at close.
+	sent []io.Closer
+	// stdinW is the write end of the stdin pipe of a Stdin that is no
+	// *os.File. It is closed when the run returns, abandoning a Read
+	// still blocked, as os/exec does.
+	stdinW *os.File
+	tees   sync.WaitGroup
+}
+
+// open makes the pipes of spec's streams and lists the descriptors to send.
+// The tees of stdout and stderr run until the worker closes its write ends.
+func (fs *runFiles) open(spec *jail.Spec) error {
 	switch in := spec.Stdin.(type) {
 	case nil:
 	case *os.File:
-		flags |= hasStdin
-		send = append(send, int(in.Fd()))
+		fs.flags |= hasStdin
+		fs.send = append(fs.send, int(in.Fd()))
 	default:
 		r, w, err := os.Pipe()
 		if err != nil {
-			return nil, fmt.Errorf("create stdin pipe: %w", err)
+			return fmt.Errorf("create stdin pipe: %w", err)
 		}
-		flags |= hasStdin
-		send = append(send, int(r.Fd()))
-		sent = append(sent, r)
-		stdinW = w
-		defer w.Close() // a Read still blocked after the run is abandoned, as os/exec does
+		fs.flags |= hasStdin
+		fs.send = append(fs.send, int(r.Fd()))
+		fs.sent = append(fs.sent, r)
+		fs.stdinW = w
 	}
 	for _, t := range []struct {
 		flag byte
@@ -400,59 +444,63 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Res
 		}
 		r, w, err := os.Pipe()
 		if err != nil {
-			return nil, fmt.Errorf("create output pipe: %w", err)
+			return fmt.Errorf("create output pipe: %w", err)
 		}
-		flags |= t.flag
-		send = append(send, int(w.Fd()))
-		sent = append(sent, w)
-		tees.Add(1)
+		fs.flags |= t.flag
+		fs.send = append(fs.send, int(w.Fd()))
+		fs.sent = append(fs.sent, w)
+		fs.tees.Add(1)
 		go func() {
-			defer tees.Done()
+			defer fs.tees.Done()
 			tee(t.dst, r)
 		}()
 	}
-	msg := []byte{flags}
+	// The caller keeps its own extra files: the message holds references
+	// of its own until the worker has them.
+	for _, f := range spec.ExtraFiles {
+		fs.send = append(fs.send, int(f.Fd()))
+	}
+	return nil
+}
+
+// message is the control message's payload: the flags, and the number of
+// extra files if there are any.
+func (fs *runFiles) message(spec *jail.Spec) []byte {
 	if n := len(spec.ExtraFiles); n > 0 {
-		// The caller keeps its own: the message holds references of
-		// its own until the worker has them.
-		msg[0] |= hasExtra
-		msg = append(msg, byte(n))
-		for _, f := range spec.ExtraFiles {
-			send = append(send, int(f.Fd()))
-		}
+		return []byte{fs.flags | hasExtra, byte(n)}
 	}
-	if _, _, err := p.ctl.WriteMsgUnix(msg, unix.UnixRights(send...), nil); err != nil {
-		return nil, p.notSent("send the run", err)
+	return []byte{fs.flags}
+}
+
+// closeSent closes this side's references to what was sent.
+func (fs *runFiles) closeSent() {
+	if fs.send[0] >= 0 {
+		unix.Close(fs.send[0])
+		fs.send[0] = -1
 	}
-	for _, f := range sent {
+	for _, f := range fs.sent {
 		f.Close()
 	}
-	sent = nil
-	unix.Close(pair[1])
-	pair[1] = -1
+	fs.sent = nil
+}
 
-	ws := wireSpec{
-		Limits: spec.Limits, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
-		Timeout: spec.Timeout, MaxOutput: spec.MaxOutput, Workspace: wsID, Egress: spec.Egress != nil,
+// close closes what the run still holds: what was never sent, and the
+// stdin pipe's write end.
+func (fs *runFiles) close() {
+	fs.closeSent()
+	if fs.stdinW != nil {
+		fs.stdinW.Close()
 	}
-	if err := writeFrame(conn, ws); err != nil {
-		return nil, p.notSent("send the spec", err)
-	}
-	if stdinW != nil {
-		go func() {
-			_, _ = io.Copy(stdinW, spec.Stdin)
-			stdinW.Close()
-		}()
-	}
-	// Half-closing the socket cancels the run in the worker, which still
-	// answers.
-	defer context.AfterFunc(ctx, func() { _ = conn.CloseWrite() })()
+}
 
+// receive reads the worker's answer to a run sent on conn: the proxy
+// listener first for a run with egress (unless the run failed before its
+// sandbox was built), then the answer frame, then the output it announces.
+func (p *proc) receive(ctx context.Context, conn *net.UnixConn, spec *jail.Spec) (*box.Result, error) {
 	var in io.Reader = conn
 	var egress *egressServer
 	if spec.Egress != nil {
-		// The proxy listener comes first, unless the run failed before
-		// its sandbox was built.
+		var err error
 		in, egress, err = receiveListener(ctx, conn, spec.Egress)
 		if err != nil {
 			return nil, p.gone("receive the proxy listener", err)
@@ -473,12 +521,13 @@ func (p *proc) run(ctx context.Context, spec *jail.Spec, wsID string) (*jail.Res
 	}
 	maxOut := spec.MaxOutput
 	if maxOut == 0 {
-		maxOut = jail.DefaultMaxOutput
+		maxOut = box.DefaultMaxOutput
 	}
 	if a.Result == nil && (a.StdoutLen > 0 || a.StderrLen > 0) || a.StdoutLen < 0 || a.StderrLen < 0 || a.StdoutLen > maxOut || a.StderrLen > maxOut {
 		return nil, fmt.Errorf("jaild worker answered %d and %d bytes of output for a run that keeps %d", a.StdoutLen, a.StderrLen, maxOut)
 	}
 	if a.Result != nil {
+		var err error
 		if a.Result.Stdout, err = readString(in, a.StdoutLen); err == nil {
 			a.Result.Stderr, err = readString(in, a.StderrLen)
 		}
@@ -550,12 +599,12 @@ func tee(dst io.Writer, r *os.File) {
 type egressServer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	usage  jail.EgressUsage
+	usage  box.EgressUsage
 	once   sync.Once
 }
 
 // stop ends the proxy and returns its counters; safe to call twice.
-func (e *egressServer) stop() *jail.EgressUsage {
+func (e *egressServer) stop() *box.EgressUsage {
 	if e == nil {
 		return nil
 	}

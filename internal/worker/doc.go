@@ -16,7 +16,7 @@
 // Manager. Then each run is one message from the front end that carries, by
 // SCM_RIGHTS, a fresh SOCK_STREAM socket for the run and, as the run needs
 // them, a descriptor for the command's stdin and the write ends of pipes for
-// its live stdout and stderr (the streams a jail.Command's Stdout and Stderr
+// its live stdout and stderr (the streams a box.Command's Stdout and Stderr
 // writers receive as they are produced). On the run's socket the front end
 // sends the spec (one length-prefixed JSON frame) and the worker answers
 // with the result and its error (one JSON frame) followed by the kept stdout

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/fdpass"
 	"net"
 	"os"
@@ -11,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -81,8 +81,8 @@ func TestDeadWorkerDownOrLost(t *testing.T) {
 			} else {
 				<-died
 			}
-			_, err = p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"true"}}}, "")
-			down := errors.Is(err, ErrDown) && errors.Is(err, api.ErrUnavailable)
+			_, err = p.run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"true"}}}, "")
+			down := errors.Is(err, ErrDown) && errors.Is(err, box.ErrUnavailable)
 			lost := errors.Is(err, ErrLost)
 			if down != tt.wantDown || lost == tt.wantDown {
 				t.Errorf("err %v: down %v lost %v, want down %v", err, down, lost, tt.wantDown)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/fdpass"
 	"io"
 	"log/slog"
@@ -21,7 +22,7 @@ import (
 // Runner runs one spec in a fresh sandbox and tears it down: *jail.Manager
 // or *jail.Pool in the worker, *Client in the front end.
 type Runner interface {
-	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+	Run(ctx context.Context, spec *jail.Spec) (*box.Result, error)
 }
 
 // ControlFD is the worker's descriptor of the control connection.
@@ -63,7 +64,7 @@ type Workspace interface {
 	Dir() string
 	Size() int64
 	HostIDs() (uid, gid int)
-	Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error)
+	Run(ctx context.Context, spec *jail.Spec) (*box.Result, error)
 	Close() error
 	// TakeProxyListener is jail.Workspace.TakeProxyListener.
 	TakeProxyListener() net.Listener
@@ -74,7 +75,7 @@ type Workspace interface {
 // not nil: with a *jail.Manager m, m.NewWorkspace (with jail.WithProxy and
 // jail.WithPrestart), with the nil check that converting a nil
 // *jail.Workspace needs.
-type Workspaces func(size int64, proxy bool, prestart *jail.Limits) (Workspace, error)
+type Workspaces func(size int64, proxy bool, prestart *box.Limits) (Workspace, error)
 
 // ErrNoWorkspace: a run or a close names a workspace the worker does not
 // hold (it was closed, or another worker made it), or the worker makes none.
@@ -260,7 +261,7 @@ func passWorkspaceListener(conn *net.UnixConn, ln net.Listener) error {
 	return nil
 }
 
-func (w *served) create(size int64, proxy bool, prestart *jail.Limits) (Workspace, error) {
+func (w *served) create(size int64, proxy bool, prestart *box.Limits) (Workspace, error) {
 	if w.make == nil {
 		return nil, fmt.Errorf("%w: this worker makes no workspaces", ErrNoWorkspace)
 	}
@@ -272,7 +273,7 @@ func (w *served) create(size int64, proxy bool, prestart *jail.Limits) (Workspac
 	defer w.mu.Unlock()
 	if w.done {
 		_ = ws.Close()
-		return nil, jail.ErrClosed
+		return nil, box.ErrClosed
 	}
 	w.held[ws.ID()] = ws
 	return ws, nil
@@ -305,9 +306,68 @@ func fdConn(fd int) (*net.UnixConn, error) {
 // serveRun serves one run: fds are its socket and the descriptors flags
 // announce, in order.
 func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
+	spec, files := receivedFiles(msg, fds)
+	closeFiles := func() {
+		for _, f := range files {
+			f.Close()
+		}
+		files = nil
+	}
+	defer closeFiles()
+	conn, err := fdConn(fds[0])
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	var ws wireSpec
+	if err := readFrame(conn, &ws); err != nil {
+		return fmt.Errorf("read spec: %w", err)
+	}
+	spec.Limits = ws.Limits
+	spec.Args, spec.Env, spec.Dir = ws.Args, ws.Env, ws.Dir
+	spec.Timeout, spec.MaxOutput = ws.Timeout, ws.MaxOutput
+	if ws.Egress {
+		spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) box.EgressUsage {
+			return passListener(ctx, conn, ln)
+		}}
+	}
+
+	// The front end sends nothing more: EOF, or any byte, cancels the
+	// run, as does the end of ctx.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var b [1]byte
+		_, _ = conn.Read(b[:])
+		cancel()
+	}()
+	var res *box.Result
+	if ws.Workspace == "" {
+		res, err = w.base.Run(runCtx, spec)
+	} else if wsp, werr := w.workspace(ws.Workspace); werr != nil {
+		err = werr
+	} else {
+		res, err = wsp.Run(runCtx, spec)
+	}
+	// The live streams end here, before the answer, so that the front
+	// end has delivered all of them when it returns the result.
+	closeFiles()
+	err = sendAnswer(conn, res, err)
+	conn.Close()
+	<-watched
+	return err
+}
+
+// receivedFiles turns the descriptors of a run's control message into a
+// spec's stdin, stdout, stderr and extra files, as msg's flags say
+// (fds[0] is the run's socket). files are all of them, for the caller to
+// close once the command has ended.
+func receivedFiles(msg []byte, fds []int) (spec *jail.Spec, files []*os.File) {
 	flags := msg[0]
-	var files []*os.File // the command's stdio and extra files, closed once it ends
-	spec := &jail.Spec{}
+	spec = &jail.Spec{}
 	i := 1
 	for _, s := range []struct {
 		flag byte
@@ -336,55 +396,13 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 			spec.ExtraFiles = append(spec.ExtraFiles, f)
 		}
 	}
-	closeFiles := func() {
-		for _, f := range files {
-			f.Close()
-		}
-		files = nil
-	}
-	defer closeFiles()
-	conn, err := fdConn(fds[0])
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+	return spec, files
+}
 
-	var ws wireSpec
-	if err := readFrame(conn, &ws); err != nil {
-		return fmt.Errorf("read spec: %w", err)
-	}
-	spec.Limits = ws.Limits
-	spec.Args, spec.Env, spec.Dir = ws.Args, ws.Env, ws.Dir
-	spec.Timeout, spec.MaxOutput = ws.Timeout, ws.MaxOutput
-	if ws.Egress {
-		spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) jail.EgressUsage {
-			return passListener(ctx, conn, ln)
-		}}
-	}
-
-	// The front end sends nothing more: EOF, or any byte, cancels the
-	// run, as does the end of ctx.
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		var b [1]byte
-		_, _ = conn.Read(b[:])
-		cancel()
-	}()
-	var res *jail.Result
-	if ws.Workspace == "" {
-		res, err = w.base.Run(runCtx, spec)
-	} else if wsp, werr := w.workspace(ws.Workspace); werr != nil {
-		err = werr
-	} else {
-		res, err = wsp.Run(runCtx, spec)
-	}
-	// The live streams end here, before the answer, so that the front
-	// end has delivered all of them when it returns the result.
-	closeFiles()
-	a := answer{Err: encodeError(err)}
+// sendAnswer writes a run's answer, its result without the output and
+// the run's error, then the output bytes as they are, in one writev.
+func sendAnswer(conn *net.UnixConn, res *box.Result, runErr error) error {
+	a := answer{Err: encodeError(runErr)}
 	var stdout, stderr string
 	if res != nil {
 		r := *res
@@ -392,7 +410,6 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 		r.Stdout, r.Stderr = "", ""
 		a.Result, a.StdoutLen, a.StderrLen = &r, int64(len(stdout)), int64(len(stderr))
 	}
-	// One writev: the header, then the output bytes as they are.
 	head, err := frame(a)
 	if err == nil {
 		bufs := net.Buffers{head}
@@ -403,8 +420,6 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 		}
 		_, err = bufs.WriteTo(conn)
 	}
-	conn.Close()
-	<-watched
 	if err != nil {
 		return fmt.Errorf("send result: %w", err)
 	}
@@ -414,20 +429,20 @@ func (w *served) serveRun(ctx context.Context, msg []byte, fds []int) error {
 // passListener hands the proxy listener of a run with egress to the front
 // end, which serves it and counts the run's usage, and holds the worker's
 // copy until the sandbox is gone (ctx ends).
-func passListener(ctx context.Context, conn *net.UnixConn, ln net.Listener) jail.EgressUsage {
+func passListener(ctx context.Context, conn *net.UnixConn, ln net.Listener) box.EgressUsage {
 	defer ln.Close()
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
-		return jail.EgressUsage{}
+		return box.EgressUsage{}
 	}
 	f, err := tl.File() // a duplicate, closed once sent
 	if err != nil {
-		return jail.EgressUsage{}
+		return box.EgressUsage{}
 	}
 	// A failure leaves the listener unserved: the sandbox's connections
 	// wait in its backlog and fail when it ends, refused, not let out.
 	_, _, _ = conn.WriteMsgUnix([]byte{egressMark}, unix.UnixRights(int(f.Fd())), nil)
 	f.Close()
 	<-ctx.Done()
-	return jail.EgressUsage{}
+	return box.EgressUsage{}
 }

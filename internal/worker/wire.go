@@ -9,7 +9,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/jaild/jaild/jail"
+	"github.com/jaild/jaild/box"
 )
 
 // The flags of a control message, its first byte: which descriptors follow
@@ -39,7 +39,7 @@ type wsRequest struct {
 	Proxy bool `json:"proxy,omitempty"`
 	// Prestart, if set, makes the workspace keep a sandbox with these
 	// limits started for its next run (jail.WithPrestart).
-	Prestart *jail.Limits `json:"prestart,omitempty"`
+	Prestart *box.Limits `json:"prestart,omitempty"`
 }
 
 // wsAnswer is the worker's answer to a wsRequest: the workspace made (its
@@ -66,7 +66,7 @@ type ready struct {
 
 // wireSpec is a jail.Spec without its stdio.
 type wireSpec struct {
-	Limits    jail.Limits   `json:"limits"`
+	Limits    box.Limits    `json:"limits"`
 	Args      []string      `json:"args"`
 	Env       []string      `json:"env,omitempty"`
 	Dir       string        `json:"dir,omitempty"`
@@ -90,14 +90,14 @@ const egressMark = 'L'
 // answer is the worker's reply to a run. The kept output follows it on the
 // run's socket: StdoutLen bytes of stdout, then StderrLen of stderr.
 type answer struct {
-	Result    *jail.Result `json:"result,omitempty"` // without Stdout and Stderr
-	StdoutLen int64        `json:"stdout_len"`
-	StderrLen int64        `json:"stderr_len"`
-	Err       *wireError   `json:"err,omitempty"`
+	Result    *box.Result `json:"result,omitempty"` // without Stdout and Stderr
+	StdoutLen int64       `json:"stdout_len"`
+	StderrLen int64       `json:"stderr_len"`
+	Err       *wireError  `json:"err,omitempty"`
 }
 
 // wireError is an error with the identity callers test for: one of the
-// sentinels below, or a *jail.InvalidError.
+// sentinels below, or a *box.InvalidError.
 type wireError struct {
 	Msg    string `json:"msg"`
 	Kind   string `json:"kind,omitempty"`
@@ -110,13 +110,14 @@ var sentinels = []struct {
 	kind string
 	err  error
 }{
-	{"not_found", jail.ErrNotFound},
-	{"not_executable", jail.ErrNotExecutable},
-	{"closed", jail.ErrClosed},
-	{"not_root", jail.ErrNotRoot},
-	{"unsupported", jail.ErrUnsupported},
-	{"rootfs", jail.ErrRootfs},
-	{"untrusted", jail.ErrUntrusted},
+	{"command_not_found", box.ErrCommandNotFound},
+	{"not_executable", box.ErrNotExecutable},
+	{"closed", box.ErrClosed},
+	{"not_root", box.ErrNotRoot},
+	{"unsupported", box.ErrUnsupported},
+	{"rootfs", box.ErrRootfs},
+	{"untrusted", box.ErrUntrusted},
+	{"pids_budget", box.ErrPidsBudget},
 	{"canceled", context.Canceled},
 	{"no_workspace", ErrNoWorkspace},
 	{"deadline", context.DeadlineExceeded},
@@ -127,7 +128,7 @@ func encodeError(err error) *wireError {
 		return nil
 	}
 	we := &wireError{Msg: err.Error()}
-	var ie *jail.InvalidError
+	var ie *box.InvalidError
 	if errors.As(err, &ie) {
 		we.Kind, we.Field, we.Reason = "invalid", ie.Field, ie.Reason
 		return we
@@ -149,7 +150,7 @@ func (we *wireError) decode() error {
 	}
 	var id error
 	if we.Kind == "invalid" {
-		id = &jail.InvalidError{Field: we.Field, Reason: we.Reason}
+		id = &box.InvalidError{Field: we.Field, Reason: we.Reason}
 	}
 	for _, s := range sentinels {
 		if s.kind == we.Kind {

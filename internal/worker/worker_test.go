@@ -15,13 +15,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 )
 
 // fake is a Runner that acts by the command's name.
 type fake struct{}
 
-func (fake) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (fake) Run(ctx context.Context, spec *jail.Spec) (*box.Result, error) {
 	switch spec.Args[0] {
 	case "echo": // stdin to the live stdout, the kept stdout and stderr
 		var in []byte
@@ -34,19 +35,19 @@ func (fake) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 		if spec.Stderr != nil {
 			fmt.Fprint(spec.Stderr, strings.Join(spec.Args, " "))
 		}
-		return &jail.Result{ID: "x", ExitCode: 7, Stdout: string(in), Stderr: strings.Join(spec.Env, ","),
+		return &box.Result{ID: "x", ExitCode: 7, Stdout: string(in), Stderr: strings.Join(spec.Env, ","),
 			StdoutBytes: int64(len(in)), Duration: time.Second, Limits: spec.Limits}, nil
 	case "block": // until cancelled, after live output
 		fmt.Fprint(spec.Stdout, "started\n")
 		<-ctx.Done()
-		return &jail.Result{Canceled: true, ExitCode: -1, Signal: "SIGKILL", Stdout: "partial"}, ctx.Err()
+		return &box.Result{Canceled: true, ExitCode: -1, Signal: "SIGKILL", Stdout: "partial"}, ctx.Err()
 	case "egress": // as the jail does: a listener served by spec.Egress
 		ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
 			return nil, err
 		}
 		sctx, cancel := context.WithCancel(context.Background())
-		done := make(chan jail.EgressUsage, 1)
+		done := make(chan box.EgressUsage, 1)
 		go func() { done <- spec.Egress.Serve(sctx, ln) }()
 		c, err := net.Dial("tcp", ln.Addr().String())
 		var line []byte
@@ -56,17 +57,19 @@ func (fake) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
 		}
 		cancel()
 		u := <-done
-		return &jail.Result{Stdout: string(line), Egress: &u}, err
+		return &box.Result{Stdout: string(line), Egress: &u}, err
 	case "notfound":
-		return nil, fmt.Errorf("%w: %s", jail.ErrNotFound, spec.Args[0])
+		return nil, fmt.Errorf("%w: %s", box.ErrCommandNotFound, spec.Args[0])
 	case "closed":
-		return nil, jail.ErrClosed
+		return nil, box.ErrClosed
 	case "invalid":
-		return nil, &jail.InvalidError{Field: "memory", Reason: "too much"}
+		return nil, &box.InvalidError{Field: "memory", Reason: "too much"}
 	case "wrapped-invalid":
-		return nil, fmt.Errorf("check: %w", &jail.InvalidError{Field: "cwd", Reason: "outside"})
+		return nil, fmt.Errorf("check: %w", &box.InvalidError{Field: "cwd", Reason: "outside"})
 	case "untrusted":
-		return nil, fmt.Errorf("%w: /run/x is writable by uid 5", jail.ErrUntrusted)
+		return nil, fmt.Errorf("%w: /run/x is writable by uid 5", box.ErrUntrusted)
+	case "pids-budget":
+		return nil, box.ErrPidsBudget
 	case "other":
 		return nil, errors.New("something else")
 	}
@@ -132,8 +135,8 @@ func TestRunCrossesTheWire(t *testing.T) {
 	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB, beyond any socket buffer
 	var out, errs lockedBuffer
 	spec := &jail.Spec{
-		Limits: jail.Limits{Memory: 64 << 20},
-		Command: jail.Command{
+		Limits: box.Limits{Memory: 64 << 20},
+		Command: box.Command{
 			Args: []string{"echo", "a b"}, Env: []string{"K=V", "L=W"},
 			Stdin: strings.NewReader(big), Stdout: &out, Stderr: &errs, MaxOutput: 2 << 20,
 		},
@@ -157,7 +160,7 @@ func TestRunCrossesTheWire(t *testing.T) {
 	}
 	defer f.Close()
 	want, _ := os.ReadFile("/proc/self/cmdline")
-	res, err = p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"echo"}, Stdin: f}}, "")
+	res, err = p.run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"echo"}, Stdin: f}}, "")
 	if err != nil || res.Stdout != string(want) {
 		t.Errorf("file stdin: %v, %q", err, res.Stdout)
 	}
@@ -165,24 +168,25 @@ func TestRunCrossesTheWire(t *testing.T) {
 
 func TestErrorsKeepTheirIdentity(t *testing.T) {
 	p := pair(t, fake{})
-	var invalid *jail.InvalidError
+	var invalid *box.InvalidError
 	tests := []struct {
 		name  string
 		check func(error) bool
 		msg   string
 	}{
-		{"notfound", func(err error) bool { return errors.Is(err, jail.ErrNotFound) }, "jail: command not found: notfound"},
-		{"closed", func(err error) bool { return err == jail.ErrClosed }, "jail: closed"},
+		{"notfound", func(err error) bool { return errors.Is(err, box.ErrCommandNotFound) }, "jail: command not found: notfound"},
+		{"closed", func(err error) bool { return err == box.ErrClosed }, "jail: closed"},
 		{"invalid", func(err error) bool {
 			return errors.As(err, &invalid) && invalid.Field == "memory" && invalid.Reason == "too much"
 		}, "invalid memory: too much"},
 		{"wrapped-invalid", func(err error) bool { return errors.As(err, &invalid) && invalid.Field == "cwd" }, "check: invalid cwd: outside"},
-		{"untrusted", func(err error) bool { return errors.Is(err, jail.ErrUntrusted) }, "jail: directory not safe from other users: /run/x is writable by uid 5"},
-		{"other", func(err error) bool { return err != nil && !errors.Is(err, jail.ErrNotFound) }, "something else"},
+		{"untrusted", func(err error) bool { return errors.Is(err, box.ErrUntrusted) }, "jail: directory not safe from other users: /run/x is writable by uid 5"},
+		{"pids-budget", func(err error) bool { return errors.Is(err, box.ErrPidsBudget) }, box.ErrPidsBudget.Error()},
+		{"other", func(err error) bool { return err != nil && !errors.Is(err, box.ErrCommandNotFound) }, "something else"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{tt.name}}}, "")
+			res, err := p.run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{tt.name}}}, "")
 			if res != nil || !tt.check(err) || err.Error() != tt.msg {
 				t.Errorf("got %v, %v (%T); want %q with its identity", res, err, err, tt.msg)
 			}
@@ -217,13 +221,13 @@ func TestCancelKillsTheRun(t *testing.T) {
 				return len(b), nil
 			})
 			type ret struct {
-				res *jail.Result
+				res *box.Result
 				err error
 			}
 			done := make(chan ret, 1)
 			c := &Client{cur: p}
 			go func() {
-				res, err := c.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"block"}, Stdout: out}})
+				res, err := c.Run(ctx, &jail.Spec{Command: box.Command{Args: []string{"block"}, Stdout: out}})
 				done <- ret{res, err}
 			}()
 			<-started
@@ -262,7 +266,7 @@ func TestServeEndsRunsAtEOF(t *testing.T) {
 	front, back := conns[0], conns[1]
 	defer back.Close()
 	ended := make(chan error, 1)
-	base := runnerFunc(func(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+	base := runnerFunc(func(ctx context.Context, spec *jail.Spec) (*box.Result, error) {
 		fmt.Fprint(spec.Stdout, "started\n")
 		<-ctx.Done()
 		ended <- ctx.Err()
@@ -273,7 +277,7 @@ func TestServeEndsRunsAtEOF(t *testing.T) {
 	p := &proc{ctl: front, exited: make(chan struct{})}
 	started := make(chan struct{})
 	go func() {
-		_, _ = p.run(context.Background(), &jail.Spec{Command: jail.Command{Args: []string{"x"}, Stdout: writerFunc(func(b []byte) (int, error) {
+		_, _ = p.run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"x"}, Stdout: writerFunc(func(b []byte) (int, error) {
 			close(started)
 			return len(b), nil
 		})}}, "")
@@ -288,9 +292,9 @@ func TestServeEndsRunsAtEOF(t *testing.T) {
 	}
 }
 
-type runnerFunc func(context.Context, *jail.Spec) (*jail.Result, error)
+type runnerFunc func(context.Context, *jail.Spec) (*box.Result, error)
 
-func (f runnerFunc) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error) { return f(ctx, s) }
+func (f runnerFunc) Run(ctx context.Context, s *jail.Spec) (*box.Result, error) { return f(ctx, s) }
 
 // TestEgressListenerCrossesTheWire: the worker hands a run's proxy listener
 // to the front end, whose Serve answers the sandbox's connections and whose
@@ -298,7 +302,7 @@ func (f runnerFunc) Run(ctx context.Context, s *jail.Spec) (*jail.Result, error)
 func TestEgressListenerCrossesTheWire(t *testing.T) {
 	p := pair(t, fake{})
 	var served sync.WaitGroup
-	serve := func(ctx context.Context, ln net.Listener) jail.EgressUsage {
+	serve := func(ctx context.Context, ln net.Listener) box.EgressUsage {
 		served.Add(1)
 		defer served.Done()
 		stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -307,14 +311,14 @@ func TestEgressListenerCrossesTheWire(t *testing.T) {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
-				return jail.EgressUsage{Connections: n, BytesIn: 42}
+				return box.EgressUsage{Connections: n, BytesIn: 42}
 			}
 			n++
 			fmt.Fprintf(c, "served by pid %d", os.Getpid())
 			c.Close()
 		}
 	}
-	res, err := p.run(context.Background(), &jail.Spec{Egress: &jail.Egress{Serve: serve}, Command: jail.Command{Args: []string{"egress"}}}, "")
+	res, err := p.run(context.Background(), &jail.Spec{Egress: &jail.Egress{Serve: serve}, Command: box.Command{Args: []string{"egress"}}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,8 +326,8 @@ func TestEgressListenerCrossesTheWire(t *testing.T) {
 		t.Errorf("result %+v, egress %+v", res, res.Egress)
 	}
 	// A run that fails before its sandbox exists sends no listener.
-	_, err = p.run(context.Background(), &jail.Spec{Egress: &jail.Egress{Serve: serve}, Command: jail.Command{Args: []string{"notfound"}}}, "")
-	if !errors.Is(err, jail.ErrNotFound) {
+	_, err = p.run(context.Background(), &jail.Spec{Egress: &jail.Egress{Serve: serve}, Command: box.Command{Args: []string{"notfound"}}}, "")
+	if !errors.Is(err, box.ErrCommandNotFound) {
 		t.Errorf("err = %v, want ErrNotFound", err)
 	}
 	served.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/fdpass"
 	"net"
 	"os"
@@ -41,7 +42,7 @@ type RemoteWorkspace struct {
 // before asking; once asked, NewWorkspace waits for the answer (a mount and
 // a network namespace, milliseconds), so that no workspace is made for a
 // caller that left.
-func (c *Client) NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *jail.Limits) (*RemoteWorkspace, error) {
+func (c *Client) NewWorkspace(ctx context.Context, size int64, proxy bool, prestart *box.Limits) (*RemoteWorkspace, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func (w *RemoteWorkspace) Lost() <-chan struct{} { return w.p.exited }
 
 // Run runs spec in a fresh sandbox on the workspace, with the contract of
 // jail.Workspace.Run; spec.ExtraFiles are passed to the worker.
-func (w *RemoteWorkspace) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (w *RemoteWorkspace) Run(ctx context.Context, spec *jail.Spec) (*box.Result, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}

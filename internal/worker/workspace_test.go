@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -22,7 +23,7 @@ type fakeWorkspace struct {
 	closed bool
 	proxy  net.Listener
 	// prestart is what the create asked for (jail.WithPrestart).
-	prestart *jail.Limits
+	prestart *box.Limits
 }
 
 func (w *fakeWorkspace) TakeProxyListener() net.Listener {
@@ -44,7 +45,7 @@ func (w *fakeWorkspace) Close() error {
 	return nil
 }
 
-func (w *fakeWorkspace) Run(ctx context.Context, spec *jail.Spec) (*jail.Result, error) {
+func (w *fakeWorkspace) Run(ctx context.Context, spec *jail.Spec) (*box.Result, error) {
 	w.mu.Lock()
 	w.runs = append(w.runs, strings.Join(spec.Args, " "))
 	w.mu.Unlock()
@@ -53,7 +54,7 @@ func (w *fakeWorkspace) Run(ctx context.Context, spec *jail.Spec) (*jail.Result,
 			return nil, err
 		}
 	}
-	return &jail.Result{ExitCode: len(spec.ExtraFiles)}, nil
+	return &box.Result{ExitCode: len(spec.ExtraFiles)}, nil
 }
 
 func (w *fakeWorkspace) isClosed() bool {
@@ -70,9 +71,9 @@ func (w *fakeWorkspace) isClosed() bool {
 func TestWorkspacesCrossTheWire(t *testing.T) {
 	var mu sync.Mutex
 	var made []*fakeWorkspace
-	ws := func(size int64, proxy bool, prestart *jail.Limits) (Workspace, error) {
+	ws := func(size int64, proxy bool, prestart *box.Limits) (Workspace, error) {
 		if size == 1 {
-			return nil, &jail.InvalidError{Field: "workspace size", Reason: "too small"}
+			return nil, &box.InvalidError{Field: "workspace size", Reason: "too small"}
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -92,7 +93,7 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 		p := pairWith(t, fake{}, ws)
 		c := &Client{cur: p}
 		ctx := context.Background()
-		if _, err := c.NewWorkspace(ctx, 1, false, nil); !jail.IsInvalid(err) {
+		if _, err := c.NewWorkspace(ctx, 1, false, nil); !box.IsInvalid(err) {
 			t.Errorf("NewWorkspace(1) = %v, want the worker's invalid error", err)
 		}
 		w, err := c.NewWorkspace(ctx, 0, false, nil)
@@ -110,7 +111,7 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		res, err := w.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"bash", "-c", "x"}, ExtraFiles: []*os.File{wr}}})
+		res, err := w.Run(ctx, &jail.Spec{Command: box.Command{Args: []string{"bash", "-c", "x"}, ExtraFiles: []*os.File{wr}}})
 		wr.Close()
 		if err != nil || res.ExitCode != 1 {
 			t.Fatalf("Run: %+v, %v", res, err)
@@ -125,14 +126,14 @@ func TestWorkspacesCrossTheWire(t *testing.T) {
 		if err := w.Close(); err != nil || !made[0].isClosed() {
 			t.Errorf("Close: %v, closed %v", err, made[0].isClosed())
 		}
-		if _, err := w.Run(ctx, &jail.Spec{Command: jail.Command{Args: []string{"true"}}}); !errors.Is(err, ErrNoWorkspace) {
+		if _, err := w.Run(ctx, &jail.Spec{Command: box.Command{Args: []string{"true"}}}); !errors.Is(err, ErrNoWorkspace) {
 			t.Errorf("run on a closed workspace: %v, want ErrNoWorkspace", err)
 		}
-		if _, err := c.NewWorkspace(ctx, 0, false, &jail.Limits{Memory: 64 << 20}); err != nil {
+		if _, err := c.NewWorkspace(ctx, 0, false, &box.Limits{Memory: 64 << 20}); err != nil {
 			t.Fatal(err)
 		}
 		leftOpen = made[1]
-		if made[0].prestart != nil || leftOpen.prestart == nil || *leftOpen.prestart != (jail.Limits{Memory: 64 << 20}) {
+		if made[0].prestart != nil || leftOpen.prestart == nil || *leftOpen.prestart != (box.Limits{Memory: 64 << 20}) {
 			t.Errorf("prestart limits crossed as %v and %v", made[0].prestart, leftOpen.prestart)
 		}
 	})

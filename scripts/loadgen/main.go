@@ -79,7 +79,7 @@ func main() {
 	}
 	req, err := api.DecodeRequest(strings.NewReader(*body))
 	if err == nil {
-		_, err = req.Spec()
+		_, _, err = req.Spec()
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen: -body:", err)

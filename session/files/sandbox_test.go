@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/session/files"
@@ -41,9 +42,9 @@ func TestSandboxWorkspace(t *testing.T) {
 			t.Errorf("Workspace.Close: %v", err)
 		}
 	})
-	run := func(script string) *jail.Result {
+	run := func(script string) *box.Result {
 		t.Helper()
-		res, err := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: jail.Command{Args: []string{"/bin/sh", "-c", script}}})
+		res, err := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: box.Command{Args: []string{"/bin/sh", "-c", script}}})
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}

@@ -1,6 +1,28 @@
-package jail
+package box
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// EgressUsage is what a sandbox's proxy counted.
+type EgressUsage struct {
+	// BytesIn were received from upstreams and sent to the sandbox,
+	// BytesOut the other way.
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// Connections were let through; Denied were refused.
+	Connections int64 `json:"connections"`
+	Denied      int64 `json:"denied"`
+}
+
+// Elide is the marker that stands in output for n bytes that were cut from
+// its middle. It is on a line of its own so that both people and models can
+// tell a partial result from a complete one.
+func Elide(n int64) string {
+	return fmt.Sprintf("\n[... jaild: %s bytes of output elided ...]\n", strconv.FormatInt(n, 10))
+}
 
 // Result is what one run produced, including the verdict. Stdout and Stderr
 // hold the bytes exactly as the command wrote them (they may not be UTF-8),
@@ -43,10 +65,10 @@ type Result struct {
 	Limits     Limits
 
 	// Prestarted: the command ran in a sandbox started ahead of time (a
-	// [Pool]'s, or a workspace's made [WithPrestart]).
+	// jail Pool's, or a workspace's made with jail.WithPrestart).
 	Prestarted bool `json:",omitempty"`
 
 	// Egress is what the sandbox's proxy counted, for a run given egress
-	// (see [Egress]); nil otherwise.
+	// (package jail's Spec.Egress); nil otherwise.
 	Egress *EgressUsage `json:",omitempty"`
 }
