@@ -92,9 +92,9 @@ var outcomes = []struct {
 	{box.IsInvalid, Outcome{CodeInvalid, VerdictInvalid, 400, ExitUsage}},
 	{isErr(box.ErrBusy), Outcome{CodeBusy, VerdictBusy, 429, ExitInternal}},
 	{isErr(box.ErrUnavailable), Outcome{CodeUnavailable, VerdictError, 503, ExitInternal}},
-	// No process left in the sandboxes' pids budget: busy, as a full
-	// queue, but 503: the host, not this caller's rate, is at capacity.
-	{isErr(box.ErrPidsBudget), Outcome{CodeBusy, VerdictBusy, 503, ExitInternal}},
+	// No process left in the sandboxes' pids budget: the host, not this
+	// caller's rate, is at capacity.
+	{isErr(box.ErrPidsBudget), Outcome{CodeCapacity, VerdictBusy, 503, ExitInternal}},
 	{isErr(ErrDenied), Outcome{CodePolicyDenied, VerdictDenied, 403, ExitUsage}},
 	{isErr(box.ErrCommandNotFound), Outcome{CodeCommandNotFound, VerdictNotFound, 422, ExitNotFound}},
 	{isErr(box.ErrNotFound), Outcome{CodeNotFound, VerdictNotFound, 404, ExitUsage}},

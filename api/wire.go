@@ -220,7 +220,8 @@ const (
 	CodeCommandNotFound  = "command_not_found"      // 422: command not found in the sandbox (older daemons answered not_found; package client reads that as this)
 	CodeLimit            = "limit"                  // 409: too many sessions, or jobs in a session
 	CodeNotExecutable    = "not_executable"         // 422: command not executable
-	CodeBusy             = "busy"                   // 429: admission queue full or wait expired; 503: the sandboxes' pids budget is used up
+	CodeBusy             = "busy"                   // 429: admission queue full or wait expired
+	CodeCapacity         = "capacity"               // 503: the sandboxes' pids budget is used up; see Retry-After
 	CodeShuttingDown     = "shutting_down"          // 503: the daemon is stopping
 	CodeDraining         = "draining"               // 503: the daemon takes no new sessions or one-shot runs; retry elsewhere
 	CodeSessionLost      = "session_lost"           // 410: the node that held the session is gone, and the session's workspace with it

@@ -115,18 +115,12 @@ type Manager struct {
 // New checks the host, prepares the rootfs and the parent cgroup, and sweeps
 // the sandboxes of any jaild that died.
 //
-// It also sets GOMAXPROCS=1 in this process's environment, unless the
-// operator set it: libcontainer passes that variable (and no other) to
-// every container's init, a Go process that lives for a few milliseconds
-// and does single-threaded work. Left unset, each init's runtime sizes
-// itself for every CPU of the host (a P, its caches and, on a GC, a worker
-// per CPU), which costs CPU on every run and more the more CPUs the host
-// has (docs/performance.md). This process's own runtime read its setting at
-// its start and keeps it; the watchdog inherits 1, which is all it needs.
+// New leaves the process's environment alone. libcontainer passes one
+// variable of it, GOMAXPROCS, and no other, to every sandbox's init, a Go
+// process that lives for a few milliseconds and does single-threaded work:
+// whoever starts the process that calls New decides it (jaild gives its
+// sandbox-building processes GOMAXPROCS=1, see internal/command).
 func New(cfg Config) (*Manager, error) {
-	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {
-		os.Setenv("GOMAXPROCS", "1")
-	}
 	if os.Geteuid() != 0 {
 		return nil, box.ErrNotRoot
 	}

@@ -1122,8 +1122,8 @@ fi
 # --- gaps: capacity refusals and the policy's view ------------------------------
 # With the sandboxes' pids budget (--total-pids) used up by running
 # sandboxes, a run that needs a new one is refused as the host being at
-# capacity: 503 busy with Retry-After, never a 500; once they end, runs work
-# again. Without --rootfs the policy resolves commands in the sandbox's own
+# capacity: 503 capacity with Retry-After, never a 500; once they end, runs
+# work again (their teardown may take a while on a loaded host). Without --rootfs the policy resolves commands in the sandbox's own
 # view: a program only the host has (in /var/tmp) is not found, and a name
 # looked up through a host-only PATH entry is the sandbox's own file.
 if command -v curl > /dev/null && command -v python3 > /dev/null; then
@@ -1133,12 +1133,14 @@ if command -v curl > /dev/null && command -v python3 > /dev/null; then
     curl -s -D "$T/$1.hdr" -o "$T/$1.out" -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/run" \
       -H 'Content-Type: application/json' -d "$2" 2> /dev/null || true
   }
-  busy503() { # NAME CODE: 503, code busy, a Retry-After of at least 1
-    [ "$2" = 503 ] && grep -q '"code":"busy"' "$T/$1.out" &&
+  busy503() { # NAME CODE: 503, code capacity, a Retry-After of at least 1
+    [ "$2" = 503 ] && grep -q '"code":"capacity"' "$T/$1.out" &&
       [ "$(sed -n 's/^Retry-After: *\([0-9]*\).*/\1/Ip' "$T/$1.hdr" | tr -d '\r')" -ge 1 ] 2> /dev/null
   }
+  # How many fit depends on what a start takes on top of the sleep's one
+  # pid; at most 24 fit, and the daemon admits 48 at once.
   holders=() refused=
-  for i in $(seq 24); do
+  for i in $(seq 40); do
     gaps_api "gaps-hold$i" "{\"executable\":\"sleep\",\"args\":[\"$GAPMARK\"],\"timeout_seconds\":120}" > "$T/gaps-hold$i.code" &
     holders+=($!)
     BG_PIDS+=($!)
@@ -1162,7 +1164,7 @@ if command -v curl > /dev/null && command -v python3 > /dev/null; then
   for p in "${holders[@]}"; do wait "$p" 2> /dev/null || true; done
   for _ in $(seq 100); do [ -z "$(pgrep -xf "sleep $GAPMARK" || true)" ] && break; sleep 0.1; done
   code=
-  for _ in $(seq 50); do
+  for _ in $(seq 300); do
     code=$(gaps_api gaps-free '{"command":"echo free"}')
     [ "$code" = 200 ] && break
     sleep 0.1

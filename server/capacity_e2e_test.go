@@ -18,7 +18,7 @@ import (
 
 // TestPidsBudgetE2E: with the sandboxes' pids budget (--total-pids) used
 // up by running sandboxes, a run that needs a new sandbox is refused as
-// the host being at capacity: 503 busy with Retry-After, one-shot or in a
+// the host being at capacity: 503 capacity with Retry-After, one-shot or in a
 // session, never a 500. Once the holders end, runs work again, and nothing
 // is left on the host (the installation's check at cleanup).
 func TestPidsBudgetE2E(t *testing.T) {
@@ -91,8 +91,8 @@ func TestPidsBudgetE2E(t *testing.T) {
 		if a.resp != nil {
 			retry = a.resp.Header.Get("Retry-After")
 		}
-		if n, _ := strconv.Atoi(retry); a.status != 503 || e.Code != api.CodeBusy || n < 1 || !strings.Contains(e.Error, "pids budget") {
-			t.Errorf("%s with the pids budget used up: %d (Retry-After %q) %s, want 503 busy with Retry-After", what, a.status, retry, a.body)
+		if n, _ := strconv.Atoi(retry); a.status != 503 || e.Code != api.CodeCapacity || n < 1 || !strings.Contains(e.Error, "pids budget") {
+			t.Errorf("%s with the pids budget used up: %d (Retry-After %q) %s, want 503 capacity with Retry-After", what, a.status, retry, a.body)
 		}
 	}
 	checkBusy("the holder that did not fit", *refused)

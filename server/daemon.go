@@ -57,13 +57,12 @@ type DrainOptions struct {
 // returns when every run it started has ended.
 func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	c.Chain.Metrics = c.Server.Metrics
-	c.Chain.Sessions = c.Sessions
 	if c.Chain.Metrics == nil {
 		c.Chain.Metrics = run.NewMetrics()
 	}
-	runner, err := run.Chain(c.Base, c.Chain)
+	runner, err := c.Runner()
 	if err != nil {
-		return fmt.Errorf("server: %w", err)
+		return err
 	}
 	opts := c.Server
 	opts.Runner, opts.Metrics, opts.Audit = runner, c.Chain.Metrics, c.Chain.Audit
@@ -110,6 +109,17 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 		stop()
 	}()
 	return srv.Serve(stopping, ln)
+}
+
+// Runner builds the run chain that Run serves, over Base with Chain and
+// Sessions, for a front end that serves it itself (MCP over stdio).
+func (c Config) Runner() (run.Runner, error) {
+	c.Chain.Sessions = c.Sessions
+	r, err := run.Chain(c.Base, c.Chain)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	return r, nil
 }
 
 // drain drains srv and its sessions until none is left, the drain's

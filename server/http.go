@@ -362,7 +362,7 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 		switch {
 		case errors.Is(err, box.ErrUnavailable):
 			w.Header().Set("Retry-After", "1") // a worker restarts within a second
-		case e.Code == api.CodeBusy: // the host's sandbox capacity is used up
+		case e.Code == api.CodeCapacity:
 			w.Header().Set("Retry-After", strconv.FormatInt(int64((s.opts.RetryAfter+time.Second-1)/time.Second), 10))
 		}
 	case http.StatusBadRequest:

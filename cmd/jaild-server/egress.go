@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -17,10 +16,6 @@ import (
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
 )
-
-func init() {
-	command.EgressHook = runEgress
-}
 
 // egressConfig reads the egress flags every command shares.
 func egressConfig(c *cli.Context, log *slog.Logger) (egress.Config, error) {
@@ -147,12 +142,7 @@ func daemonEgress(o run.EgressOptions, cfg egress.Config, audit *run.AuditLog, p
 // runEgress gives a one-shot run (jaild-server run) its proxy, served in
 // this process; denied connections are logged on stderr with --debug.
 func runEgress(c *cli.Context, spec *jail.Spec) error {
-	level := slog.LevelWarn
-	if c.Bool("debug") {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	cfg, err := egressConfig(c, log)
+	cfg, err := egressConfig(c, command.QuietLogger(c))
 	if err != nil {
 		return err
 	}

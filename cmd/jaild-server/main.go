@@ -17,7 +17,7 @@ func main() {
 	// The files API's writer (see session/files), this binary re-executed.
 	files.WriterMain()
 	command.Main(
-		command.Run,
+		command.Run(command.RunOptions{Egress: runEgress}),
 		command.Doctor(frontEnds),
 		mcpCommand,
 		serveCommand,

@@ -29,22 +29,54 @@ var policyFlags = []cli.Flag{
 var policyShellModeFlag = &cli.StringFlag{Name: "policy-shell-mode", Value: string(policy.ShellAuto), EnvVars: []string{"JAILD_POLICY_SHELL_MODE"},
 	Usage: `shell strings: "whole" (the set decides the parse, input.shell), "each" (jaild asks data.sandbox.main.allow per simple command, as argv, and refuses anything dynamic: for sets written for argv requests), or "auto": each for a set that routes on data.sandbox[input.command] and never reads input.shell`}
 
-// openPolicy opens the --policy-dir engine, or returns nil without one.
-// A set that fails to load is no error: the engine starts in deny-all and
-// recovers on the first valid edit. obs, if not nil, gets the decisions
-// and loads (the daemon's metrics).
-func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.Engine, func(), error) {
+// readPolicyOptions reads the policy flags: the options of the
+// --policy-dir engine but its resolver (see openPolicy), or nil without
+// one.
+func readPolicyOptions(c *cli.Context, log *slog.Logger) (*policy.Options, error) {
 	dir := c.String("policy-dir")
 	if dir == "" {
-		return nil, func() {}, nil
+		return nil, nil
 	}
 	mode, err := policy.ParseMode(c.String("policy-mode"))
 	if err != nil {
-		return nil, nil, command.UsageError("--policy-mode: %v", err)
+		return nil, command.UsageError("--policy-mode: %v", err)
 	}
 	shell, err := policy.ParseShellMode(c.String("policy-shell-mode"))
 	if err != nil {
-		return nil, nil, command.UsageError("--policy-shell-mode: %v", err)
+		return nil, command.UsageError("--policy-shell-mode: %v", err)
+	}
+	return &policy.Options{
+		Dir:    dir,
+		Mode:   mode,
+		Shell:  shell,
+		Logger: log.With("part", "policy"),
+		LogEnv: c.Bool("decision-log-env"),
+	}, nil
+}
+
+// openPolicy opens the engine of o, or returns nil if o is nil, with its
+// decisions appended to --decision-log ("-": stderr). A set that fails to
+// load is no error: the engine starts in deny-all and recovers on the
+// first valid edit. obs, if not nil, gets the decisions and loads (the
+// daemon's metrics).
+func openPolicy(c *cli.Context, o *policy.Options, obs policy.Observer) (*policy.Engine, func(), error) {
+	if o == nil {
+		return nil, func() {}, nil
+	}
+	opts := *o
+	opts.Observer = obs
+	// Commands resolve as the sandboxes see them, with the working
+	// directory where the sandboxes have it: in a prepared root (--rootfs
+	// DIR), or in the generated template with the host paths it binds
+	// (/usr, ...), so that a host file no sandbox can see resolves as
+	// not found. The template is made if missing: after the worker,
+	// whose Manager checks the state dir first.
+	workDir, err := command.SandboxWorkDir(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if opts.Resolver, err = sandboxResolver(c.String("rootfs"), c.String("state-dir"), workDir); err != nil {
+		return nil, nil, err
 	}
 	var dlog io.WriteCloser
 	switch path := c.String("decision-log"); path {
@@ -54,28 +86,13 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 	default:
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
-			return nil, nil, cli.Exit(fmt.Sprintf("open decision log: %v", err), 119)
+			return nil, nil, cli.Exit(fmt.Sprintf("open decision log: %v", err), api.ExitInternal)
 		}
 		dlog = f
 	}
-	opts := policy.Options{Dir: dir, Mode: mode, Shell: shell, Logger: log.With("part", "policy"), LogEnv: c.Bool("decision-log-env"), Observer: obs}
 	if dlog != nil {
 		opts.DecisionLog = dlog
 	}
-	// Commands resolve as the sandboxes see them, with the working
-	// directory where the sandboxes have it: in a prepared root (--rootfs
-	// DIR), or in the generated template with the host paths it binds
-	// (/usr, ...), so that a host file no sandbox can see resolves as
-	// not found.
-	workDir, err := command.SandboxWorkDir(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	resolver, err := sandboxResolver(c.String("rootfs"), c.String("state-dir"), workDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	opts.Resolver = resolver
 	e, err := policy.Open(opts)
 	if err != nil {
 		if dlog != nil {
@@ -84,7 +101,7 @@ func openPolicy(c *cli.Context, log *slog.Logger, obs policy.Observer) (*policy.
 		return nil, nil, command.UsageError("--policy-dir: %v", err)
 	}
 	if st := e.Status(); st.DenyAll {
-		log.Error("policy does not load: denying every run until it does", "dir", dir, "err", st.Error)
+		opts.Logger.Error("policy does not load: denying every run until it does", "dir", opts.Dir, "err", st.Error)
 	}
 	return e, func() {
 		e.Close()

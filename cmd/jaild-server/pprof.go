@@ -25,14 +25,6 @@ var profileFlags = []cli.Flag{
 	&cli.StringFlag{Name: "worker-cpu-profile", EnvVars: []string{"JAILD_WORKER_CPU_PROFILE"}, Usage: "file the worker writes a CPU profile of its life to when it exits (default: off)"},
 }
 
-// workerProfileArgs are the worker's flags for --worker-cpu-profile.
-func workerProfileArgs(c *cli.Context) []string {
-	if f := c.String("worker-cpu-profile"); f != "" {
-		return []string{"--cpu-profile", f}
-	}
-	return nil
-}
-
 // startPprof serves the front end's profiles if --pprof is set, and
 // returns what stops it.
 func startPprof(c *cli.Context, log *slog.Logger) (stop func(), err error) {

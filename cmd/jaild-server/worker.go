@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -24,21 +25,11 @@ import (
 // init is the lean binary and not this one (see internal/worker).
 const workerBinary = "jaild"
 
-// startWorker starts the worker with the manager flags of c, logging in
-// logFormat, with --pool sandboxes of limits l kept ready, sweeping every
-// sweep (0: only at start). The worker fails as the Manager would, with
-// the same exit status.
-func startWorker(c *cli.Context, log *slog.Logger, logFormat string, l box.Limits, sweep time.Duration) (*worker.Client, error) {
-	n := c.Int("pool")
-	if n < 0 {
-		return nil, command.UsageError("--pool %d: must not be negative", n)
-	}
-	if err := l.Validate(); err != nil {
-		return nil, command.UsageError("--pool: %v", err)
-	}
-	if _, err := command.SizeFlag(c, "total-memory"); err != nil {
-		return nil, err
-	}
+// startWorker starts the worker with the manager flags of c and o. Its
+// environment is this process's with the sandboxes' inits' GOMAXPROCS
+// (command.BuilderEnv). The worker fails as the Manager would, with the
+// same exit status.
+func startWorker(c *cli.Context, log *slog.Logger, o command.WorkerOptions) (*worker.Client, error) {
 	// On cgroup v2 the worker, which builds the parent cgroup, must start
 	// in the daemon's leaf of the unit's cgroup (see cgroup.Settle).
 	if c.String("cgroup-parent") == "" {
@@ -46,6 +37,8 @@ func startWorker(c *cli.Context, log *slog.Logger, logFormat string, l box.Limit
 			return nil, command.ExitError(fmt.Errorf("%w: %w", box.ErrUnsupported, err))
 		}
 	}
+	env, added := command.BuilderEnv(os.Environ())
+	o.DefaultGOMAXPROCS = added
 	var opened error
 	w, err := worker.Start(worker.Config{
 		Open: func() (string, int, error) {
@@ -55,7 +48,8 @@ func startWorker(c *cli.Context, log *slog.Logger, logFormat string, l box.Limit
 			}
 			return bin, fd, err
 		},
-		Args:   append(command.WorkerArgs(c, logFormat, n, l, sweep), workerProfileArgs(c)...),
+		Args:   command.WorkerArgs(c, o),
+		Env:    env,
 		Logger: log,
 	})
 	switch {

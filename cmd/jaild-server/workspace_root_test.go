@@ -7,7 +7,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/command"
 )
 
@@ -66,7 +65,7 @@ func workerArgsOf(t *testing.T, args []string) []string {
 	app := &cli.App{
 		Flags: slices.Concat(sessionFlags, command.ManagerFlags),
 		Action: func(c *cli.Context) error {
-			out = command.WorkerArgs(c, "text", 0, box.Limits{}, 0)
+			out = command.WorkerArgs(c, command.WorkerOptions{LogFormat: "text"})
 			return nil
 		},
 	}

@@ -19,10 +19,9 @@ import (
 )
 
 func main() {
-	// run with egress needs the proxy, which jaild-server carries.
-	command.Delegate = execServer
 	command.Main(
-		command.Run,
+		// run with egress needs the proxy, which jaild-server carries.
+		command.Run(command.RunOptions{Delegate: execServer}),
 		command.Doctor(frontEnds),
 		mcpCommand,
 		serveCommand,

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +23,12 @@ import (
 var jaildBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(printGOMAXPROCS) != "" {
+		// A helper of TestWorkerGOMAXPROCS: what the runtime makes of
+		// this host and cgroup by default.
+		fmt.Println(runtime.GOMAXPROCS(0))
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "jaild-bin-")
 	if err != nil {
 		panic(err)

@@ -23,7 +23,7 @@ func TestMCPStdioChain(t *testing.T) {
 	in := newInstall(t)
 	auditPath := filepath.Join(t.TempDir(), "audit.log")
 	cmd := exec.Command(jaildBin, "mcp", "--state-dir", in.StateDir, "--cgroup-parent", in.Parent,
-		"--pool", "0", "--max-output", "2000", "--memory", "64M", "--audit-log", auditPath)
+		"--pool", "0", "--mcp-max-output", "2000", "--memory", "64M", "--audit-log", auditPath)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -43,7 +43,7 @@ func TestMCPStdioChain(t *testing.T) {
 	data, _ := json.Marshal(res.StructuredContent)
 	json.Unmarshal(data, &out)
 	if len(out.Stdout) > 2000 || !out.StdoutTruncated {
-		t.Errorf("stdout of %d bytes, truncated %v: --max-output 2000 not applied", len(out.Stdout), out.StdoutTruncated)
+		t.Errorf("stdout of %d bytes, truncated %v: --mcp-max-output 2000 not applied", len(out.Stdout), out.StdoutTruncated)
 	}
 	if _, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "execute", Arguments: map[string]any{"command": "true"}}); err != nil {
 		t.Fatal(err)

@@ -172,12 +172,19 @@ func (l *serveLog) String() string {
 // The daemon is stopped with SIGTERM when the test ends.
 func startServe(t *testing.T, in install, newNet bool, args ...string) (addr string, log *serveLog) {
 	t.Helper()
+	return startServeEnv(t, in, newNet, nil, args...)
+}
+
+// startServeEnv is startServe with env added to the daemon's environment.
+func startServeEnv(t *testing.T, in install, newNet bool, env []string, args ...string) (addr string, log *serveLog) {
+	t.Helper()
 	base := []string{"serve", "--log-format", "json", "--pool", "0", "--audit-log", "off"}
 	if !slices.Contains(args, "--listen") && !slices.Contains(args, "--socket") {
 		// Not the default port: whatever else on the host holds it.
 		base = append(base, "--listen", "127.0.0.1:0")
 	}
 	cmd := in.cmd(append(base, args...)...)
+	cmd.Env = append(cmd.Env, env...)
 	if newNet {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
 	}

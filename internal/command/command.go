@@ -1,8 +1,10 @@
 // Package command holds what the two binaries of jaild share: the run and
-// doctor commands, the flags that build a jail.Manager and the sandbox
-// limits, exit statuses, and [Main]. cmd/jaild (lean: run, doctor and every
-// one-shot sandbox's init) and cmd/jaild-server (every command, and every
-// daemon sandbox's init) each list their commands and call Main.
+// doctor commands, the hidden worker, the flags that build a jail.Manager
+// and the sandbox limits, exit statuses, and [Main]. cmd/jaild (lean: run,
+// doctor, the worker, and every sandbox's init) and cmd/jaild-server (every
+// command) each list their commands and call Main; what only one binary
+// has, it passes to the command that uses it ([RunOptions]), never through
+// package variables.
 package command
 
 import (

@@ -75,6 +75,7 @@ Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 }
 
 func selfTest(c *cli.Context) error {
+	forSandboxInits()
 	m, err := NewManager(c, nil)
 	if err != nil {
 		return err

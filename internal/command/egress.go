@@ -30,15 +30,6 @@ var DaemonEgressFlags = []cli.Flag{
 	&cli.BoolFlag{Name: "mcp-egress", EnvVars: []string{"JAILD_MCP_EGRESS"}, Usage: "MCP calls get egress (the allowlist): with --mcp-session none each bash and execute call may ask for it with \"egress\": true; with --mcp-session auto each MCP session's workspace has it, for all its calls and tasks"},
 }
 
-// EgressHook gives a one-shot run's spec the proxy of the egress flags. It
-// is set by jaild-server; in the lean jaild it is nil, and run with egress
-// flags executes jaild-server run instead (see Delegate).
-var EgressHook func(c *cli.Context, spec *jail.Spec) error
-
-// Delegate replaces the process with jaild-server COMMAND ARGS...; set by
-// the lean jaild.
-var Delegate func(command string, args []string) error
-
 // wantsEgress reports whether run was asked for egress.
 func wantsEgress(c *cli.Context) bool { return len(c.StringSlice("egress-allow")) > 0 }
 

@@ -20,8 +20,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Run is the run command: one command in a fresh sandbox.
-var Run = &cli.Command{
+// RunOptions are what a binary gives its run command.
+type RunOptions struct {
+	// Egress gives a one-shot run's spec the proxy of the egress flags,
+	// served in this process (jaild-server's). Nil: the binary has no
+	// proxy (the lean jaild leaves out net/http, which the proxy needs).
+	Egress func(c *cli.Context, spec *jail.Spec) error
+	// Delegate, if not nil, replaces the process with the complete
+	// binary's COMMAND ARGS... (the lean jaild's: jaild-server). Without
+	// Egress, a run that asks for egress is handed to it.
+	Delegate func(command string, args []string) error
+}
+
+// Run is the run command, one command in a fresh sandbox, with o.
+func Run(o RunOptions) *cli.Command {
+	cmd := runCommand
+	cmd.Action = func(c *cli.Context) error { return runAction(c, o) }
+	return &cmd
+}
+
+// runCommand is the run command but its action, which Run adds.
+var runCommand = cli.Command{
 	Name:      "run",
 	Usage:     "run one command in a fresh sandbox and exit with its exit code",
 	ArgsUsage: "-- COMMAND [ARG...]",
@@ -48,7 +67,6 @@ Sizes take a unit: 512K, 256M, 1G (binary multiples).`,
 		&cli.BoolFlag{Name: "json", EnvVars: []string{"JAILD_JSON"}, Usage: "print the result as JSON instead of the output"},
 		&cli.StringFlag{Name: "shell", Usage: "run this string with /bin/sh -c instead of COMMAND"},
 	}, append(ManagerFlags, EgressFlags...)...),
-	Action:       runAction,
 	OnUsageError: OnUsageError,
 }
 
@@ -118,11 +136,7 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		return nil, err
 	}
 	if log == nil {
-		level := slog.LevelWarn
-		if c.Bool("debug") {
-			level = slog.LevelDebug
-		}
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		log = QuietLogger(c)
 	}
 	m, err := jail.New(jail.Config{
 		StateDir:     c.String("state-dir"),
@@ -212,10 +226,10 @@ func LimitFlags(c *cli.Context, prefix string) (l box.Limits, maxOutput int64, e
 	return l, maxOutput, nil
 }
 
-func runAction(c *cli.Context) error {
-	if wantsEgress(c) && EgressHook == nil && Delegate != nil {
+func runAction(c *cli.Context, o RunOptions) error {
+	if wantsEgress(c) && o.Egress == nil && o.Delegate != nil {
 		// The proxy lives in jaild-server (see EgressFlags).
-		return Delegate("run", runArgs())
+		return o.Delegate("run", runArgs())
 	}
 	spec, closeStdin, err := specFromFlags(c)
 	if err != nil {
@@ -223,10 +237,10 @@ func runAction(c *cli.Context) error {
 	}
 	defer closeStdin()
 	if wantsEgress(c) {
-		if EgressHook == nil {
+		if o.Egress == nil {
 			return UsageError("--egress-allow: this jaild has no egress proxy; run it with jaild-server")
 		}
-		if err := EgressHook(c, spec); err != nil {
+		if err := o.Egress(c, spec); err != nil {
 			return err
 		}
 	}
@@ -252,6 +266,7 @@ func runAction(c *cli.Context) error {
 		}
 	}()
 
+	forSandboxInits()
 	m, err := NewManager(c, nil)
 	if err != nil {
 		return err

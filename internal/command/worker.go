@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"time"
@@ -36,25 +37,50 @@ var Worker = &cli.Command{
 		&cli.DurationFlag{Name: "sweep-interval", Usage: "how often to sweep orphaned sandboxes (0: only at start)"},
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the worker's life to this file at exit"},
 		&cli.StringFlag{Name: "workspace-root", Usage: "where session workspaces are mounted (empty: <state-dir>/workspaces)"},
+		&cli.BoolFlag{Name: "default-gomaxprocs", Usage: "size this process's Go runtime as if GOMAXPROCS were unset: the GOMAXPROCS of its environment is the sandboxes' inits' (see BuilderEnv)"},
 	}, ManagerFlags...),
 	Action:       workerAction,
 	OnUsageError: OnUsageError,
 }
 
-// WorkerArgs are the arguments of a worker for the front end's context c:
-// its manager flags, its log format, its pool of size pool with limits l,
-// and how often it sweeps. Every manager flag is passed, so the worker's
-// environment cannot override what the front end was told.
-func WorkerArgs(c *cli.Context, logFormat string, pool int, l box.Limits, sweep time.Duration) []string {
+// WorkerOptions are what a front end tells its worker besides the manager
+// flags.
+type WorkerOptions struct {
+	// LogFormat is the worker's log format, "text" or "json".
+	LogFormat string
+	// Pool is how many sandboxes of PoolLimits the worker keeps started.
+	Pool       int
+	PoolLimits box.Limits
+	// Sweep is how often the worker sweeps orphaned sandboxes; zero: only
+	// at start.
+	Sweep time.Duration
+	// DefaultGOMAXPROCS: the worker's environment carries the inits'
+	// GOMAXPROCS (BuilderEnv added it), and its own runtime is sized as if
+	// it were unset.
+	DefaultGOMAXPROCS bool
+	// CPUProfile, if not empty, is the file the worker writes a CPU
+	// profile of its life to.
+	CPUProfile string
+}
+
+// WorkerArgs are the arguments of a worker for the front end's context c
+// and o. Every manager flag is passed, so the worker's environment cannot
+// override what the front end was told.
+func WorkerArgs(c *cli.Context, o WorkerOptions) []string {
+	l := o.PoolLimits
 	args := []string{Worker.Name,
-		"--log-format", logFormat,
-		"--pool", strconv.Itoa(pool),
+		"--log-format", o.LogFormat,
+		"--pool", strconv.Itoa(o.Pool),
 		"--pool-memory", strconv.FormatInt(l.Memory, 10),
 		"--pool-pids", strconv.FormatInt(l.Pids, 10),
 		"--pool-cpus", strconv.FormatFloat(l.CPUs, 'g', -1, 64),
 		"--pool-tmpfs-size", strconv.FormatInt(l.TmpfsSize, 10),
-		"--sweep-interval", sweep.String(),
+		"--sweep-interval", o.Sweep.String(),
+		"--default-gomaxprocs=" + strconv.FormatBool(o.DefaultGOMAXPROCS),
 		"--debug=" + strconv.FormatBool(c.Bool("debug")),
+	}
+	if o.CPUProfile != "" {
+		args = append(args, "--cpu-profile", o.CPUProfile)
 	}
 	// workspace-root is serve's and mcp's (their session flags), not a
 	// manager flag: jaild run makes no workspaces.
@@ -83,7 +109,22 @@ func Logger(format string, debug bool) (*slog.Logger, error) {
 	return nil, UsageError("--log-format %q: want text or json", format)
 }
 
+// QuietLogger is a one-shot command's log on stderr: warnings only, or
+// everything with --debug.
+func QuietLogger(c *cli.Context) *slog.Logger {
+	level := slog.LevelWarn
+	if c.Bool("debug") {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// workerAction builds the Manager and the pool, tells the front end
+// whether that worked, and serves it until it closes the connection.
 func workerAction(c *cli.Context) error {
+	if c.Bool("default-gomaxprocs") {
+		runtime.SetDefaultGOMAXPROCS()
+	}
 	ctl, err := worker.Control()
 	if err != nil {
 		return cli.Exit(err.Error(), api.ExitInternal)
@@ -95,57 +136,112 @@ func workerAction(c *cli.Context) error {
 	// time. Caught rather than ignored: an ignored signal would stay
 	// ignored in the sandboxes' commands.
 	signal.Notify(make(chan os.Signal, 1), unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
-	log, err := Logger(c.String("log-format"), c.Bool("debug"))
-	if err == nil {
-		log = log.With("proc", "worker")
-	}
-	if err == nil && c.String("cpu-profile") != "" {
-		var stop func()
-		if stop, err = cpuProfile(c.String("cpu-profile")); err == nil {
-			defer stop()
-		}
-	}
-	var m *jail.Manager
-	if err == nil {
-		m, err = newManager(c, log)
-	}
-	var base worker.Runner = m
-	var pool *jail.Pool
-	if err == nil && c.Int("pool") > 0 {
-		var l box.Limits
-		if l.Memory, err = SizeFlag(c, "pool-memory"); err == nil {
-			l.TmpfsSize, err = SizeFlag(c, "pool-tmpfs-size")
-		}
-		l.Pids, l.CPUs = c.Int64("pool-pids"), c.Float64("pool-cpus")
-		if err == nil {
-			pool, err = m.NewPool(c.Int("pool"), l)
-		}
-		if err == nil {
-			base = pool
-		}
-	}
+	w, err := openWorker(c)
 	if err != nil {
-		if m != nil {
-			_ = m.Close()
-		}
 		if rerr := worker.Ready(ctl, err); rerr != nil {
 			return cli.Exit(fmt.Sprintf("%v (and telling the front end: %v)", err, rerr), api.ExitInternal)
 		}
 		return cli.Exit("", api.ErrorOutcome(err).Exit) // the front end reports it
 	}
+	defer w.stopProfile()
 	if err := worker.Ready(ctl, nil); err != nil {
-		_ = m.Close()
+		_ = w.close()
 		return cli.Exit(fmt.Sprintf("tell the front end the worker is ready: %v", err), api.ExitInternal)
 	}
+	w.log.Debug("worker ready", "gomaxprocs", runtime.GOMAXPROCS(0), "pool", c.Int("pool"))
 
 	// A one-shot jaild run that is killed while the daemon runs leaves an
 	// orphan that no restart will find soon; sweep for such orphans now
 	// and then, not only at start.
-	sweepDone := make(chan struct{})
-	sweepStopped := make(chan struct{})
+	stopSweep := w.sweepEvery(c.Duration("sweep-interval"))
+	// Until the front end closes the connection or dies.
+	serr := worker.Serve(c.Context, ctl, w.base(), w.newWorkspace, w.log)
+	stopSweep()
+	if err := w.close(); err != nil {
+		return cli.Exit(fmt.Sprintf("clean up sandboxes: %v", err), api.ExitInternal)
+	}
+	if serr != nil {
+		return cli.Exit(serr.Error(), api.ExitInternal)
+	}
+	return nil
+}
+
+// openedWorker is what a worker serves with: the Manager, and the pool in
+// front of it if --pool asks for one.
+type openedWorker struct {
+	log         *slog.Logger
+	m           *jail.Manager
+	pool        *jail.Pool
+	stopProfile func()
+}
+
+// openWorker reads the worker's flags, starts the CPU profile if asked,
+// and builds the Manager and the pool. On an error nothing is left open.
+func openWorker(c *cli.Context) (_ *openedWorker, err error) {
+	w := &openedWorker{stopProfile: func() {}}
+	if w.log, err = Logger(c.String("log-format"), c.Bool("debug")); err != nil {
+		return nil, err
+	}
+	w.log = w.log.With("proc", "worker")
+	var l box.Limits
+	if l.Memory, err = SizeFlag(c, "pool-memory"); err != nil {
+		return nil, err
+	}
+	if l.TmpfsSize, err = SizeFlag(c, "pool-tmpfs-size"); err != nil {
+		return nil, err
+	}
+	l.Pids, l.CPUs = c.Int64("pool-pids"), c.Float64("pool-cpus")
+	if f := c.String("cpu-profile"); f != "" {
+		if w.stopProfile, err = cpuProfile(f); err != nil {
+			return nil, err
+		}
+	}
+	if w.m, err = newManager(c, w.log); err != nil {
+		w.stopProfile()
+		return nil, err
+	}
+	if n := c.Int("pool"); n > 0 {
+		if w.pool, err = w.m.NewPool(n, l); err != nil {
+			_ = w.m.Close()
+			w.stopProfile()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// base runs the one-shot sandboxes: the pool's, or new ones.
+func (w *openedWorker) base() worker.Runner {
+	if w.pool != nil {
+		return w.pool
+	}
+	return w.m
+}
+
+// newWorkspace makes a session's workspace of size bytes.
+func (w *openedWorker) newWorkspace(size int64, proxy bool, prestart *box.Limits) (worker.Workspace, error) {
+	var opts []jail.WorkspaceOption
+	if proxy {
+		opts = append(opts, jail.WithProxy())
+	}
+	if prestart != nil {
+		opts = append(opts, jail.WithPrestart(*prestart))
+	}
+	ws, err := w.m.NewWorkspace(size, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return ws, nil
+}
+
+// sweepEvery sweeps orphaned sandboxes every d (never if d is not
+// positive) until the returned stop is called, which waits for a sweep
+// under way.
+func (w *openedWorker) sweepEvery(d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
 	go func() {
-		defer close(sweepStopped)
-		d := c.Duration("sweep-interval")
+		defer close(stopped)
 		if d <= 0 {
 			return
 		}
@@ -154,44 +250,29 @@ func workerAction(c *cli.Context) error {
 		for {
 			select {
 			case <-t.C:
-				if n, err := m.Sweep(); err != nil {
-					log.Warn("sweeping orphaned sandboxes", "found", n, "err", err)
+				if n, err := w.m.Sweep(); err != nil {
+					w.log.Warn("sweeping orphaned sandboxes", "found", n, "err", err)
 				} else if n > 0 {
-					log.Info("swept orphaned sandboxes", "count", n)
+					w.log.Info("swept orphaned sandboxes", "count", n)
 				}
-			case <-sweepDone:
+			case <-done:
 				return
 			}
 		}
 	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
 
-	// Until the front end closes the connection or dies.
-	serr := worker.Serve(c.Context, ctl, base, func(size int64, proxy bool, prestart *box.Limits) (worker.Workspace, error) {
-		var opts []jail.WorkspaceOption
-		if proxy {
-			opts = append(opts, jail.WithProxy())
-		}
-		if prestart != nil {
-			opts = append(opts, jail.WithPrestart(*prestart))
-		}
-		ws, err := m.NewWorkspace(size, opts...)
-		if err != nil {
-			return nil, err
-		}
-		return ws, nil
-	}, log)
-	close(sweepDone)
-	<-sweepStopped
-	if pool != nil {
-		_ = pool.Close()
+// close closes the pool, then the Manager, which waits until every
+// sandbox is torn down.
+func (w *openedWorker) close() error {
+	if w.pool != nil {
+		_ = w.pool.Close()
 	}
-	if err := m.Close(); err != nil {
-		return cli.Exit(fmt.Sprintf("clean up sandboxes: %v", err), api.ExitInternal)
-	}
-	if serr != nil {
-		return cli.Exit(serr.Error(), api.ExitInternal)
-	}
-	return nil
+	return w.m.Close()
 }
 
 // cpuProfile starts profiling the worker's CPU into file and returns what
