@@ -63,13 +63,14 @@
 // # Workspaces
 //
 // A [Workspace] is what the sandboxes of one session share: a working
-// directory that
-// outlives them (a size-capped tmpfs jaild mounts on the host and binds
-// into each), a network namespace with only loopback that they all join,
-// and the uid range they all map, so that files one writes are the next
-// one's. Every other namespace, limit and filter stays each sandbox's own.
+// directory that outlives them (a size-capped tmpfs jaild holds, detached
+// where the kernel allows, and binds into each), a network namespace with
+// only loopback that they all join, and the uid range they all map, so
+// that files one writes are the next one's. Neither is mounted in jaild's
+// mount namespace, which every new sandbox's starts as a copy of: however
+// many sessions live, a sandbox's start costs the same. Every other namespace, limit and filter stays each sandbox's own.
 // The workspace's slot record lists its live sandboxes, so a sweep after a
-// crash removes them, the tmpfs and the network namespace. A workspace made
+// crash removes them, and a tmpfs mounted on the host. A workspace made
 // [WithPrestart] keeps one sandbox started for its next run, waiting in the
 // pool's init, and up to three while its runs come back to back or at once
 // (see workspacewarm.go). Package session

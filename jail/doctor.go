@@ -63,6 +63,12 @@ func Check() []Finding {
 	add("overlayfs", overlay, false,
 		"seals the init binary cheaply for each sandbox; without it libcontainer copies the binary every time")
 
+	if detachedMountsWork() {
+		add("detached workspaces", true, false, "a session's workspace is mounted nowhere (with the default workspace root): a sandbox's start costs the same however many sessions live")
+	} else {
+		add("detached workspaces", false, false, "this kernel cannot bind a detached mount into a sandbox (Linux 6.15 and later can): each session's workspace is a mount in jaild's namespace, which every sandbox's start copies")
+	}
+
 	kseccomp, _ := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
 	switch {
 	case !seccomp.Enabled:

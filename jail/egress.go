@@ -9,11 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/box"
 )
@@ -59,53 +56,43 @@ func egressNetNS(stateRoot, id string) string {
 	return filepath.Join(filepath.Dir(stateRoot), "netns", id)
 }
 
-// newProxyNetNS creates a loopback-only network namespace pinned at path
-// (see newNetNS) and, in it, a TCP listener on 127.0.0.1:ProxyPort. A
-// socket belongs to the namespace it was created in for its whole life,
-// whichever thread later accepts on it, so the listener is created by the
-// thread that entered the namespace, and served from anywhere after.
-func newProxyNetNS(path string) (*net.TCPListener, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o600)
+// newProxyNetNS creates a loopback-only network namespace (see newNetNS)
+// and, in it, a TCP listener on 127.0.0.1:ProxyPort. A socket belongs to
+// the namespace it was created in for its whole life, whichever thread
+// later accepts on it, so the listener is created by the thread that
+// entered the namespace, and served from anywhere after.
+func newProxyNetNS() (*os.File, *net.TCPListener, error) {
+	var ln *net.TCPListener
+	ns, err := newNetNS(func() error {
+		// net.ListenTCP makes its socket on the calling thread, which
+		// is locked in the namespace.
+		var err error
+		ln, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: ProxyPort})
+		if err != nil {
+			return fmt.Errorf("proxy listener: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("create netns mount point: %w", err)
+		return nil, nil, err
 	}
-	f.Close()
-	type answer struct {
-		ln  *net.TCPListener
-		err error
+	return ns, ln, nil
+}
+
+// newEgressNetNS makes a sandbox's egress namespace with its proxy
+// listener (see newProxyNetNS), pinned at path: a sandbox's record names
+// the pin, so that its teardown and a sweep find it.
+func newEgressNetNS(path string) (*net.TCPListener, error) {
+	ns, ln, err := newProxyNetNS()
+	if err != nil {
+		return nil, err
 	}
-	done := make(chan answer, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine rather than
-		// go back to the scheduler inside the namespace (see newNetNS).
-		runtime.LockOSThread()
-		ln, err := func() (*net.TCPListener, error) {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				return nil, fmt.Errorf("unshare netns: %w", err)
-			}
-			if err := loopbackUp(); err != nil {
-				return nil, err
-			}
-			self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-			if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
-				return nil, fmt.Errorf("pin netns: %w", err)
-			}
-			// net.ListenTCP makes its socket on the calling thread, which
-			// is locked in the namespace.
-			ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: ProxyPort})
-			if err != nil {
-				return nil, fmt.Errorf("proxy listener: %w", err)
-			}
-			return ln, nil
-		}()
-		done <- answer{ln, err}
-	}()
-	a := <-done
-	if a.err != nil {
-		_ = removeNetNS(path)
-		return nil, a.err
+	defer ns.Close()
+	if err := pinNetNS(ns, path); err != nil {
+		ln.Close()
+		return nil, err
 	}
-	return a.ln, nil
+	return ln, nil
 }
 
 // serveEgress starts e.Serve on ln and returns the function that, once the

@@ -21,7 +21,7 @@ func BenchmarkProxyNetNS(b *testing.B) {
 	for b.Loop() {
 		path := filepath.Join(dir, "ns")
 		start := time.Now()
-		ln, err := newProxyNetNS(path)
+		ln, err := newEgressNetNS(path)
 		if err != nil {
 			b.Fatal(err)
 		}

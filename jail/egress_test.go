@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,7 +155,7 @@ func TestEgressWatchdogSweep(t *testing.T) {
 
 // TestSweepPins: a pin no slot record names (an older jaild swept its
 // sandbox without knowing of it) is removed by the next sweep; a live
-// workspace's pin stays.
+// workspace's network namespace, which has no pin, is left alone.
 func TestSweepPins(t *testing.T) {
 	testenv.NeedRoot(t, "network namespaces")
 	env := testenv.New(t, "jaild-test")
@@ -169,7 +170,10 @@ func TestSweepPins(t *testing.T) {
 	}
 	t.Cleanup(func() { ws.Close() })
 	orphan := jail.EgressNetNS(m, "00000000-0000-0000-0000-000000000000")
-	ln, err := jail.NewProxyNetNS(orphan)
+	if err := os.MkdirAll(filepath.Dir(orphan), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := jail.NewEgressNetNS(orphan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +184,8 @@ func TestSweepPins(t *testing.T) {
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
 		t.Errorf("orphan pin still there: %v", err)
 	}
-	if _, err := os.Stat(jail.WorkspaceNetNS(ws)); err != nil {
-		t.Errorf("the live workspace's pin was removed: %v", err)
+	res, err := ws.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"true"}}})
+	if err != nil || res.ExitCode != 0 {
+		t.Errorf("the live workspace no longer runs: %v, %+v", err, res)
 	}
 }

@@ -8,11 +8,9 @@ import (
 
 // Test hooks for the external tests.
 
-var NewProxyNetNS = newProxyNetNS
+var NewEgressNetNS = newEgressNetNS
 
 func EgressNetNS(m *Manager, id string) string { return egressNetNS(m.containers, id) }
-
-func WorkspaceNetNS(w *Workspace) string { return w.netns }
 
 // SetTeardownHook makes m's background teardowns call f with the sandbox's
 // id before they destroy it (nil: no hook). Set it before any run.
@@ -72,6 +70,17 @@ func PrestartCounts(w *Workspace) (ready, want int) {
 
 // HotWindow is how long a hot workspace keeps its extra sandboxes.
 const HotWindow = hotWindow
+
+// DetachedWorkspaces reports whether m's workspaces are detached mounts.
+func DetachedWorkspaces(m *Manager) bool { return m.detached }
+
+// IdleWorkspaceFDs bounds the descriptors of an idle workspace with a
+// waiting sandbox.
+const IdleWorkspaceFDs = idleWorkspaceFDs
+
+// DetachedMountsWork reports whether this kernel lets workspaces be
+// detached mounts.
+var DetachedMountsWork = detachedMountsWork
 
 // PoolBuilding is how many sandboxes are being started for p. Ready plus
 // building never exceeds the pool's size.

@@ -103,6 +103,9 @@ type Manager struct {
 	// says it is <stateDir>/workspaces, which NewWorkspace makes.
 	workspaces        string
 	defaultWorkspaces bool
+	// detached: workspaces' tmpfs are detached mounts (see
+	// workspacemount.go), not mounted in the workspace root.
+	detached bool
 
 	mu     sync.Mutex
 	closed bool
@@ -159,6 +162,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.rlimits, _ = sandboxRlimits()
 	m.workspaces, m.defaultWorkspaces = workspaces, defWS
+	m.detached = defWS && detachedMountsWork()
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
 	// pay (see cgroup.Parent.Warm); everything below overlaps that wait.
@@ -359,6 +363,7 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 		err    error
 		netns  string
 		proxy  *net.TCPListener
+		join   *wsJoin
 	)
 	if egress {
 		// Made before the record names it, so that a failure here
@@ -375,13 +380,13 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 			hostID = sl.hostID()
 		}
 	} else {
-		hostID, err = ws.add(id, rec.Cgroup)
+		hostID, join, err = ws.add(id, rec.Cgroup)
 	}
 	if err == nil && egress {
 		// The slot's record names the namespace from here on: a crash
 		// leaves it to the sweep.
 		netns = egressNetNS(m.containers, id)
-		if proxy, err = newProxyNetNS(netns); err != nil {
+		if proxy, err = newEgressNetNS(netns); err != nil {
 			sl.release()
 		}
 	}
@@ -389,8 +394,13 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 		m.live.Done()
 		return nil, err
 	}
-	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, hostID, l, ws, netns))
+	work := ""
+	if join != nil {
+		work, netns = join.dir, join.netns
+	}
+	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, hostID, l, work, netns))
 	if err != nil {
+		join.close()
 		// Create writes only the state dir; nothing runs yet.
 		_ = os.RemoveAll(filepath.Join(m.containers, id))
 		if proxy != nil {
@@ -407,16 +417,20 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 		m.live.Done()
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	return &sandbox{m: m, id: id, c: c, slot: sl, ws: ws, hostID: hostID, limits: l, group: rec.Cgroup, netns: netns, proxy: proxy}, nil
+	sb := &sandbox{m: m, id: id, c: c, slot: sl, ws: ws, hostID: hostID, limits: l, group: rec.Cgroup, join: join}
+	if proxy != nil {
+		sb.netns, sb.proxy = netns, proxy
+	}
+	return sb, nil
 }
 
 // containerConfig is the whole isolation policy of one sandbox. On a
-// workspace (ws not nil) it differs in two places only: the working
-// directory is the
-// workspace's tmpfs, and the network namespace is the workspace's, joined
-// rather than created (its loopback is already up). A sandbox with egress
-// joins the namespace at netns the same way (see [Egress]).
-func (m *Manager) containerConfig(id string, hostID int, l box.Limits, ws *Workspace, netns string) *configs.Config {
+// workspace it differs in two places only: the working directory is a bind
+// of the workspace's tmpfs at the path work, and the network namespace is
+// the workspace's at the path netns, joined rather than created (its
+// loopback is already up). A sandbox with egress joins the namespace at
+// netns the same way (see [Egress]).
+func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, netns string) *configs.Config {
 	var devs []*devices.Device
 	var rules []*devices.Rule
 	for _, d := range specconv.AllowedDevices {
@@ -429,12 +443,9 @@ func (m *Manager) containerConfig(id string, hostID int, l box.Limits, ws *Works
 	quota, period := cgroup.CPUQuota(l.CPUs)
 	oomScore := 1000 // the kernel's OOM killer picks sandboxes before jaild
 	// A lone loopback interface: the network namespace has no route out.
-	networks, work := []*configs.Network{{Type: "loopback"}}, ""
+	networks := []*configs.Network{{Type: "loopback"}}
 	if netns != "" {
 		networks = nil
-	}
-	if ws != nil {
-		netns, networks, work = ws.netns, nil, ws.dir
 	}
 	cfg := &configs.Config{
 		Rootfs:     m.root.Dir,

@@ -9,44 +9,75 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// newNetNS creates a network namespace whose only interface is loopback, up,
-// and pins it by bind-mounting its nsfs file on path, which must not exist.
+// newNetNS creates a network namespace whose only interface is loopback,
+// up, and returns its nsfs file: the namespace lives as long as that file
+// or a process in it. in, if not nil, runs on the thread that is in the
+// namespace, so that a socket it makes belongs to the namespace.
+//
 // The namespace belongs to the host's user namespace: sandboxes join it
-// (runc's nsexec joins namespace paths before it unshares the sandbox's
-// user namespace) but their root, whose capabilities are those of the
-// sandbox's own user namespace, cannot reconfigure it: no interface, route
-// or firewall rule can be added from inside, so it stays loopback only.
-func newNetNS(path string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("create netns mount point: %w", err)
+// (runc's nsexec joins namespace paths, such as /proc/<pid>/fd/<n> of this
+// file, see procFD, before it unshares the sandbox's user namespace) but
+// their root, whose capabilities are those of the sandbox's own user
+// namespace, cannot reconfigure it: no interface, route or firewall rule
+// can be added from inside, so it stays loopback only.
+func newNetNS(in func() error) (*os.File, error) {
+	type answer struct {
+		ns  *os.File
+		err error
 	}
-	f.Close()
-	errc := make(chan error, 1)
+	done := make(chan answer, 1)
 	go func() {
 		// The thread is never unlocked, so it ends with this goroutine
 		// instead of going back to the scheduler inside the new
 		// namespace: no other goroutine can ever run in it.
 		runtime.LockOSThread()
-		errc <- func() error {
+		ns, err := func() (*os.File, error) {
 			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("unshare netns: %w", err)
+				return nil, fmt.Errorf("unshare netns: %w", err)
 			}
 			if err := loopbackUp(); err != nil {
-				return err
+				return nil, err
 			}
-			self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-			if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("pin netns: %w", err)
+			ns, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+			if err != nil {
+				return nil, fmt.Errorf("open netns: %w", err)
 			}
-			return nil
+			if in != nil {
+				if err := in(); err != nil {
+					ns.Close()
+					return nil, err
+				}
+			}
+			return ns, nil
 		}()
+		done <- answer{ns, err}
 	}()
-	if err := <-errc; err != nil {
+	a := <-done
+	return a.ns, a.err
+}
+
+// pinNetNS bind-mounts the namespace ns on path, which must not exist, so
+// that it outlives ns and a sweep finds it by name.
+func pinNetNS(ns *os.File, path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("create netns mount point: %w", err)
+	}
+	f.Close()
+	if err := unix.Mount(procFD(ns), path, "", unix.MS_BIND, ""); err != nil {
 		_ = os.Remove(path)
-		return err
+		return fmt.Errorf("pin netns: %w", err)
 	}
 	return nil
+}
+
+// procFD is the path of f through this process's fd table,
+// /proc/<pid>/fd/<n>: a path that a child process of this one (a
+// sandbox's nsexec, libcontainer's mount source thread) can open while f is
+// open. The number is reused once f is closed, so the path must not be
+// handed to anything that may open it later than that.
+func procFD(f *os.File) string {
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd())
 }
 
 // loopbackUp sets lo up in the calling thread's network namespace, as

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/box"
 )
@@ -54,20 +55,29 @@ type Pool struct {
 	once     sync.Once
 }
 
-// warm is a started sandbox waiting for its command.
+// warm is a started sandbox waiting for its command. What it holds open
+// while it waits is what a pooled sandbox or an idle session costs in
+// descriptors (idleFDs): the control socket, the output pipes, stdin and
+// the extra pipe. Its namespaces are pinned only when its command comes.
 type warm struct {
-	sb     *sandbox
-	r      *running
-	cmd    *os.File // write end of the init's fd 3
-	status *os.File // read end of the init's fd 4
-	extra  *os.File // read end of the init's fd 5; nil if it has none
+	sb  *sandbox
+	r   *running
+	ctl *os.File // the init's fd 3 and 4: command in, status out
+	// extra is the read end of the init's fd 5; nil if it has none.
+	extra *os.File
 }
+
+// idleFDs bounds the descriptors jaild holds for one waiting sandbox:
+// ctl, the read ends of stdout and stderr, the write end of stdin and
+// extra, and the pidfd of its init (os.Process's handle).
+const idleFDs = 6
 
 // poolInit is the pooled sandbox's init: the binary libcontainer started as
 // the container's init (its sealed copy), again, as "pool-wait". It reads
-// its command from fd 3, which the pool writes and closes at request time,
-// and reports a command it cannot run on fd 4, which the command never
-// gets, so the command cannot forge that report.
+// its command from fd 3 until EOF, which the pool writes and shuts down at
+// request time, and reports a command it cannot run on fd 4, which the
+// command never gets, so the command cannot forge that report. Both are
+// the one end of a socket pair whose other end is the warm's ctl.
 var poolInit = []string{"/proc/self/exe", "pool-wait"}
 
 // NewPool starts a pool that keeps size sandboxes with limits l ready. Close
@@ -154,17 +164,12 @@ func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm
 			}
 		}
 	}()
-	cmdR, cmdW, err := os.Pipe()
+	ctl, ctlChild, err := controlPair()
 	if err != nil {
-		return nil, fmt.Errorf("create command pipe: %w", err)
+		return nil, err
 	}
-	closers = append(closers, cmdR, cmdW)
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("create status pipe: %w", err)
-	}
-	closers = append(closers, statusR, statusW)
-	files := []*os.File{cmdR, statusW}
+	closers = append(closers, ctl, ctlChild)
+	files := []*os.File{ctlChild, ctlChild}
 	var extraR *os.File
 	if extra {
 		var extraW *os.File
@@ -186,12 +191,40 @@ func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm
 	sb.used = true
 	// A pipe for stdin whatever the command will want: it is fed or
 	// closed at request time.
-	r, err := sb.startProcess(proc, pipeStdin{})
+	r, err := sb.startProcess(proc, pipeStdin{}, false)
 	if err != nil {
 		return nil, fmt.Errorf("start pooled sandbox: %w", err)
 	}
 	// startProcess closed the files the sandbox holds.
-	return &warm{sb: sb, r: r, cmd: cmdW, status: statusR, extra: extraR}, nil
+	return &warm{sb: sb, r: r, ctl: ctl, extra: extraR}, nil
+}
+
+// controlPair makes a waiting init's control socket: the parent's end,
+// non-blocking (in Go's poller), and the init's, blocking, for its read.
+func controlPair() (parent, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create control socket: %w", err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("create control socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "control"), os.NewFile(uintptr(fds[1]), "control"), nil
+}
+
+// shutdownWrite ends what the init reads from f (its command): EOF.
+func shutdownWrite(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Shutdown(int(fd), unix.SHUT_WR) }); err != nil {
+		return err
+	}
+	return serr
 }
 
 // pipeStdin makes startProcess give the process a stdin pipe; collect
@@ -209,8 +242,7 @@ func (w *warm) destroy() {
 // closePipes closes the pool's ends of a waiting sandbox's pipes: its init
 // then reads EOF and exits.
 func (w *warm) closePipes() {
-	w.cmd.Close()
-	w.status.Close()
+	w.ctl.Close()
 	w.r.outR.Close()
 	w.r.errR.Close()
 	w.r.stdinW.Close()

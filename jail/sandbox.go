@@ -42,8 +42,11 @@ type sandbox struct {
 	// pin and the proxy listener in it; empty and nil otherwise.
 	netns string
 	proxy *net.TCPListener
+	// join is what a sandbox on a workspace joins, until its init has
+	// (see wsJoin); nil otherwise.
+	join *wsJoin
 	// pins hold the namespaces and the executable of the sandbox's init
-	// open until Destroy (see pin).
+	// open from its command's start until Destroy (see pin).
 	pins []*os.File
 	// init is the process started in the sandbox, nil until one is.
 	init *initProc
@@ -130,7 +133,7 @@ func (s *sandbox) Run(ctx context.Context, cmd *box.Command) (*box.Result, error
 		}
 		p.ExtraFiles = append(p.ExtraFiles, os.NewFile(uintptr(fd), f.Name()))
 	}
-	st, err := s.startProcess(p, cmd.Stdin)
+	st, err := s.startProcess(p, cmd.Stdin, true)
 	if err != nil {
 		// startProcess closes them only once the sandbox holds them; a
 		// duplicate left open would keep a reader of the caller's pipe
@@ -161,8 +164,11 @@ type running struct {
 }
 
 // startProcess starts p in the sandbox with fresh output pipes and stdin
-// from in (nil: /dev/null; an *os.File is handed over as it is).
-func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *running, retErr error) {
+// from in (nil: /dev/null; an *os.File is handed over as it is). With pin,
+// the sandbox's namespaces are pinned at once (see pin); a waiting init's
+// are pinned when it gets its command, so that an idle one holds no
+// descriptors for them.
+func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader, pin bool) (_ *running, retErr error) {
 	var closers []io.Closer
 	defer func() {
 		if retErr != nil {
@@ -204,15 +210,19 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 	// Start, then release the command with Exec, noting when: the init
 	// may be slow to report back, and a quick command ends before Run
 	// would return.
-	if err := s.c.Start(p); err != nil {
+	err = s.c.Start(p)
+	// The init has joined the workspace's namespace and mounted its
+	// tmpfs, or failed.
+	s.join.close()
+	if err != nil {
 		// libcontainer killed and reaped what it started.
 		return nil, err
 	}
 	// From here on the init is this sandbox's to reap, on every path:
 	// Destroy waits for it.
 	s.init = newInitProc(p)
-	if pid, err := p.Pid(); err == nil {
-		s.pin(pid)
+	if pin {
+		s.pinInit()
 	}
 	r.started = time.Now()
 	if err := s.c.Exec(); err != nil {
@@ -229,6 +239,16 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader) (_ *runnin
 		f.Close()
 	}
 	return r, nil
+}
+
+// pinInit pins the namespaces of the sandbox's init, once (see pin).
+func (s *sandbox) pinInit() {
+	if s.pins != nil || s.init == nil {
+		return
+	}
+	if pid, err := s.init.p.Pid(); err == nil {
+		s.pin(pid)
+	}
 }
 
 // pin opens the namespaces and the executable of the sandbox's init, pid,
@@ -509,6 +529,7 @@ func (s *sandbox) Destroy() error {
 	// The init is gone (or stuck, its waiter left to reap it): its namespaces
 	// end now, before the slot's uid range can go to another sandbox.
 	s.unpin()
+	s.join.close() // a sandbox destroyed before it started
 	if err != nil {
 		// Keep the slot record (a workspace's keeps listing the
 		// sandbox): the next sweep or the workspace's Close finishes

@@ -41,11 +41,18 @@ type record struct {
 	// Workspace marks the slot of a [Workspace] rather than of one
 	// sandbox: its tmpfs is mounted at Dir (<workspace root>/<ID>; a
 	// record without one, written before workspace roots, at a path
-	// derived from StateRoot and ID), its network namespace at a path
-	// derived from StateRoot and ID (see workspacePaths), and Sandboxes
-	// lists the sandboxes that run on its uid range.
+	// derived from StateRoot and ID) unless Detached, a network
+	// namespace of a jaild before held namespaces by descriptor may be
+	// pinned at a path derived from StateRoot and ID (see
+	// workspacePaths), and Sandboxes lists the sandboxes that run on its
+	// uid range.
 	Workspace bool   `json:"workspace,omitempty"`
 	Dir       string `json:"dir,omitempty"`
+	// Detached marks a workspace whose tmpfs is mounted nowhere on the
+	// host (see detachedTmpfs): nothing of it outlives its owner but
+	// its sandboxes. Its Dir is the path it is reached at while its
+	// owner lives (/proc/<owner>/fd/<n>/.), which a sweep never uses.
+	Detached bool `json:"detached,omitempty"`
 	// NetNS marks a sandbox with egress: its network namespace is
 	// pinned at a path derived from StateRoot and ID (see egressNetNS).
 	NetNS     bool     `json:"netns,omitempty"`

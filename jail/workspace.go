@@ -38,10 +38,14 @@ const minWorkspaceSize = 4096
 // network anyway), and their separate pid and user namespaces keep one from
 // signalling or tracing another even though their uids are equal.
 //
-// /work is a tmpfs of its own, mounted by jaild on the host under the
-// workspace root (<root>/<id>, by default <state dir>/workspaces/<id>; see
-// workspaceroot.go; nosuid and nodev, but not noexec: agents build and
-// run programs there) and bind-mounted into each sandbox. Its size cap is
+// /work is a tmpfs of its own (nosuid and nodev, but not noexec: agents
+// build and run programs there), bind-mounted into each sandbox: detached,
+// mounted nowhere on the host and held by jaild, where the kernel allows
+// it, else mounted under the workspace root (<root>/<id>, by default
+// <state dir>/workspaces/<id>; see workspacemount.go and
+// workspaceroot.go). The network namespace is held by jaild too, never
+// mounted: a workspace adds nothing to the mount table that every new
+// sandbox copies. Its size cap is
 // enforced by the kernel (a write beyond it fails with ENOSPC); it is
 // memory, counted against the memory cgroup of the sandbox that wrote the
 // pages and, once that sandbox is gone, against the parent cgroup's budget.
@@ -51,12 +55,13 @@ const minWorkspaceSize = 4096
 // into the teardown of those sandboxes, the tmpfs and the network
 // namespace. A workspace does not survive its jaild.
 type Workspace struct {
-	m     *Manager
-	id    string
-	dir   string // host mount point of the tmpfs
-	netns string // host path the network namespace is pinned at
-	size  int64
-	slot  *slot
+	m    *Manager
+	id   string
+	dir  string   // host path of the tmpfs (see Dir)
+	mnt  *os.File // the detached tmpfs; nil if mounted at dir
+	ns   *os.File // the network namespace
+	size int64
+	slot *slot
 	// proxied: made WithProxy, its sandboxes get the proxy variables.
 	proxied bool
 	pre     *prestarted // made WithPrestart; nil otherwise
@@ -69,7 +74,8 @@ type Workspace struct {
 
 // workspacePaths derives a workspace's network namespace pin from its
 // record, so that a sweep never removes a pin a record could name: only
-// this one. The tmpfs path it derives is the default root's, which a
+// this one. Only a jaild from before workspaces held their namespace by
+// descriptor made that pin; a sweep still removes it. The tmpfs path it derives is the default root's, which a
 // record written before workspace roots implies (see
 // recordedWorkspaceDir).
 func workspacePaths(stateRoot, id string) (dir, netns string) {
@@ -120,26 +126,26 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	m.live.Add(1)
 	m.mu.Unlock()
 
-	// The directories first, so that nothing is recorded that a failure
-	// here would leave. Both are 0700: runc opens a bind mount's source
-	// and nsexec joins a namespace path as host root, before the
-	// sandbox's user namespace exists (TestWorkspacePersists fails if a
-	// runc ever stops doing so), so no sandbox needs to traverse them.
-	err := m.checkWorkspaceRoot()
-	if err == nil {
-		_, err = makeTrustedDir("netns dir", filepath.Join(m.stateDir, "netns"), 0o700)
-	}
-	if err != nil {
-		m.live.Done()
-		return nil, err
+	// The workspace root first, so that nothing is recorded that a
+	// failure here would leave. It is 0700: runc opens a bind mount's
+	// source as host root, before the sandbox's user namespace exists
+	// (TestWorkspacePersists fails if a runc ever stops doing so), so no
+	// sandbox needs to traverse it.
+	if !m.detached {
+		if err := m.checkWorkspaceRoot(); err != nil {
+			m.live.Done()
+			return nil, err
+		}
 	}
 
 	id := uuid.NewString()
 	w := &Workspace{m: m, id: id, size: size}
-	w.rec = record{ID: id, StateRoot: m.containers, Owner: os.Getpid(), Workspace: true}
-	_, w.netns = workspacePaths(m.containers, id)
-	w.dir = filepath.Join(m.workspaces, id)
-	w.rec.Dir = w.dir
+	w.rec = record{ID: id, StateRoot: m.containers, Owner: os.Getpid(), Workspace: true, Detached: m.detached}
+	if !m.detached {
+		w.dir = filepath.Join(m.workspaces, id)
+		w.rec.Dir = w.dir
+	}
+	var err error
 	// From here on a crash leaves a record, and the sweep removes what
 	// the record's paths hold.
 	w.slot, err = acquireSlot(m.slotDir, &w.rec, m.sweepRecord)
@@ -151,29 +157,35 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 		if retErr != nil {
 			w.closed = true
 			w.release(m.sweepWorkspace(&w.rec))
+			w.closeFiles()
 		}
 	}()
-	if err := os.Mkdir(w.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create workspace: %w", err)
-	}
-	host := w.slot.hostID()
-	// nr_inodes bounds the kernel memory that tiny files could take
-	// outside the size cap: one inode per 4 KiB of quota, at least 16384.
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d",
-		size, max(16384, size/4096), host+SandboxUID, host+SandboxGID)
-	if err := unix.Mount(workspaceSource, w.dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return nil, fmt.Errorf("mount workspace: %w", err)
+	opts := workspaceOpts(size, w.slot.hostID())
+	if m.detached {
+		if w.mnt, err = detachedTmpfs(opts); err != nil {
+			return nil, fmt.Errorf("mount workspace: %w", err)
+		}
+		// "/." makes a walk follow the fd's link, even one that
+		// refuses to follow a last component that is a symlink.
+		w.dir = procFD(w.mnt) + "/."
+		// Where the workspace is reached while jaild lives, for
+		// whoever reads the record (an operator, a test); a sweep
+		// has nothing of it to remove.
+		w.rec.Dir = w.dir
+		if err := w.slot.rewrite(&w.rec); err != nil {
+			return nil, err
+		}
+	} else if err := mountTmpfs(w.dir, opts); err != nil {
+		return nil, err
 	}
 	if !o.proxy {
-		if err := newNetNS(w.netns); err != nil {
-			return nil, err
-		}
+		w.ns, err = newNetNS(nil)
 	} else {
-		ln, err := newProxyNetNS(w.netns)
-		if err != nil {
-			return nil, err
-		}
-		w.proxy, w.proxied = ln, true
+		w.ns, w.proxy, err = newProxyNetNS()
+		w.proxied = err == nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	if o.prestart != nil {
 		w.pre = newPrestarted(w, *o.prestart)
@@ -196,14 +208,17 @@ func (w *Workspace) TakeProxyListener() net.Listener {
 	return ln
 }
 
-// ID names the workspace; its tmpfs is mounted at <ID> in the workspace
-// root (Dir).
+// ID names the workspace; a tmpfs mounted on the host is at <ID> in the
+// workspace root (Dir).
 func (w *Workspace) ID() string { return w.id }
 
 // Size is the workspace's capacity in bytes.
 func (w *Workspace) Size() int64 { return w.size }
 
-// Dir is the host path of the workspace's tmpfs. Everything below it was
+// Dir is the host path of the workspace's tmpfs: <workspace root>/<ID>,
+// or, for a detached one, /proc/<jaild's pid>/fd/<n>/., a path that every
+// process of the host allowed to read jaild's descriptors (root) walks,
+// while the workspace is open. Everything below it was
 // written by sandboxed code: never resolve a path below it with ordinary
 // path walks as root (a symlink would lead out of it); use openat2 with
 // RESOLVE_IN_ROOT on a descriptor of Dir, or do the I/O in a sandbox.
@@ -240,20 +255,60 @@ func (w *Workspace) Used() (int64, error) {
 	return int64(st.Blocks-st.Bfree) * st.Bsize, nil
 }
 
+// wsJoin is what a sandbox on a workspace joins: the paths its
+// configuration names for the workspace's tmpfs and network namespace,
+// through files that are the sandbox's own duplicates of the workspace's.
+// The sandbox closes them once its init has joined both (or at its
+// Destroy): a path through the number of a file of the workspace's own
+// could name another file by then, had the workspace been closed
+// meanwhile and the number reused.
+type wsJoin struct {
+	dir, netns string
+	files      []*os.File
+}
+
+// close closes the files the paths go through.
+func (j *wsJoin) close() {
+	if j == nil {
+		return
+	}
+	for _, f := range j.files {
+		f.Close()
+	}
+	j.files = nil
+}
+
 // add records a sandbox that is about to be created on the workspace and
-// returns the host uid its range starts at.
-func (w *Workspace) add(id string, g *cgroup.Group) (int, error) {
+// returns the host uid its range starts at and what it joins.
+func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return 0, box.ErrClosed
+		return 0, nil, box.ErrClosed
+	}
+	j := &wsJoin{dir: w.dir}
+	for _, f := range []*os.File{w.ns, w.mnt} {
+		if f == nil {
+			continue
+		}
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			j.close()
+			return 0, nil, fmt.Errorf("workspace %s: %w", w.id, err)
+		}
+		j.files = append(j.files, os.NewFile(uintptr(fd), f.Name()))
+	}
+	j.netns = procFD(j.files[0])
+	if len(j.files) > 1 {
+		j.dir = procFD(j.files[1])
 	}
 	w.rec.Sandboxes = append(w.rec.Sandboxes, member{ID: id, Cgroup: g})
 	if err := w.slot.rewrite(&w.rec); err != nil {
 		w.rec.Sandboxes = w.rec.Sandboxes[:len(w.rec.Sandboxes)-1]
-		return 0, err
+		j.close()
+		return 0, nil, err
 	}
-	return w.slot.hostID(), nil
+	return w.slot.hostID(), j, nil
 }
 
 // remove forgets a sandbox that was destroyed.
@@ -272,8 +327,8 @@ func (w *Workspace) remove(id string) {
 }
 
 // Close destroys what is left of the workspace's sandboxes, unmounts and
-// removes its tmpfs (without reading it: nothing in it is followed) and
-// its network namespace, and frees its uid range. It is safe to call more
+// removes its tmpfs (without reading it: nothing in it is followed),
+// closes its network namespace, and frees its uid range. It is safe to call more
 // than once. If a step fails, the record is kept for the next sweep.
 func (w *Workspace) Close() error {
 	if w.pre != nil {
@@ -293,10 +348,23 @@ func (w *Workspace) Close() error {
 	w.mu.Unlock()
 	err := w.m.sweepWorkspace(&w.rec)
 	w.release(err)
+	// Closed after the sandboxes: a sandbox that could not be
+	// destroyed holds binds and namespaces of its own.
+	w.closeFiles()
 	if err != nil {
 		return fmt.Errorf("close workspace %s: %w", w.id, err)
 	}
 	return nil
+}
+
+// closeFiles closes the tmpfs and the network namespace jaild holds. w is
+// closed: add duplicates them no more.
+func (w *Workspace) closeFiles() {
+	for _, f := range []*os.File{w.mnt, w.ns} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // release gives the slot back, or, after a failed teardown, keeps its
@@ -313,7 +381,8 @@ func (w *Workspace) release(teardown error) {
 
 // sweepWorkspace tears down what a workspace record describes: its
 // sandboxes first (they may still run with its uid range and hold its
-// mounts), then its tmpfs and network namespace.
+// mounts), then its tmpfs, unless detached (nothing of it is on the host),
+// and an older jaild's network namespace pin.
 func (m *Manager) sweepWorkspace(rec *record) error {
 	if rec.ID == "" || filepath.Base(rec.ID) != rec.ID || rec.ID == "." || rec.ID == ".." {
 		return fmt.Errorf("workspace record with a bad id %q", rec.ID)
@@ -330,6 +399,9 @@ func (m *Manager) sweepWorkspace(rec *record) error {
 		return errors.Join(errs...)
 	}
 	_, netns := workspacePaths(rec.StateRoot, rec.ID)
+	if rec.Detached {
+		return removeNetNS(netns)
+	}
 	// The tmpfs is unmounted before its mount point is removed, with
 	// rmdir: its contents, which sandboxes wrote, are never walked. Only
 	// a workspace tmpfs is unmounted (see workspaceroot.go).

@@ -189,3 +189,22 @@ func (m *Manager) checkWorkspaceRoot() error {
 	}
 	return nil
 }
+
+// mountTmpfs makes the directory dir (mode 0700) and mounts a workspace
+// tmpfs with opts on it, nosuid and nodev.
+func mountTmpfs(dir string, opts [][2]string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("create workspace: %w", err)
+	}
+	data := ""
+	for i, kv := range opts {
+		if i > 0 {
+			data += ","
+		}
+		data += kv[0] + "=" + kv[1]
+	}
+	if err := unix.Mount(workspaceSource, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return fmt.Errorf("mount workspace: %w", err)
+	}
+	return nil
+}

@@ -44,6 +44,11 @@ const (
 	hotWindow   = 2 * time.Second
 )
 
+// idleWorkspaceFDs bounds the descriptors jaild holds for an idle
+// workspace made WithPrestart: its slot lock, its tmpfs and network
+// namespace, and its one waiting sandbox's (idleFDs).
+const idleWorkspaceFDs = 3 + idleFDs
+
 // prestarted keeps a workspace's next sandboxes started: one while the
 // workspace is idle, more while its runs come faster than one sandbox is
 // built (see take).
@@ -315,15 +320,19 @@ func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.Fil
 // before it feeds stdin, so that a command that did not start consumed
 // nothing and can run elsewhere (errNoDir).
 func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File) (*box.Result, error) {
-	defer w.status.Close()
+	defer w.ctl.Close()
 	files := 0
 	if relay != nil {
 		defer relay.Close()
 		files = 1
 	}
+	// Pinned before the command can end (see pin).
+	w.sb.pinInit()
 	w.r.started = time.Now()
-	_, err := w.cmd.Write(poolMessage(cmd, files, w.sb.m.workDir))
-	w.cmd.Close()
+	_, err := w.ctl.Write(poolMessage(cmd, files, w.sb.m.workDir))
+	if err == nil {
+		err = shutdownWrite(w.ctl)
+	}
 	if err != nil {
 		w.closePipes()
 		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)
@@ -332,7 +341,7 @@ func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File)
 	// could not start. The command has not run before it ends, so a
 	// caller that gives up kills only the init.
 	stop := context.AfterFunc(ctx, func() { _ = w.sb.c.Signal(unix.SIGKILL) })
-	status, _ := io.ReadAll(w.status)
+	status, _ := io.ReadAll(w.ctl)
 	stop()
 	if err := initStatus(status, cmd); err != nil {
 		w.closePipes()

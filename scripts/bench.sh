@@ -18,8 +18,10 @@
 #                    with idle sessions (BENCH_DENSITY counts), at each count
 #                    the session create rate, one-shot req/s at 1 and 4
 #                    connections, a paced pooled one-shot, calls back to back
-#                    and 4 at once in one session, and the memory per idle
-#                    session (scripts/sessionbench -density)
+#                    and 4 at once in one session, the memory per idle
+#                    session, and the front end's and the worker's mount
+#                    table lines and open descriptors (scripts/sessionbench
+#                    -density)
 #
 # Each one-shot tool is measured twice: one worker (latency p50/p99) and two
 # workers (sandboxes/s). Every level is a scripts/loadgen run (HTTP, or -exec
@@ -463,8 +465,13 @@ if [[ $WANT == *" density "* ]]; then
     sleep 0.1
   done
   go build -o "$T/sessionbench" ./scripts/sessionbench || die "scripts/sessionbench does not build"
+  # The front end and its worker: their mount tables and descriptors.
+  dens_pids="$DAEMON_PID,$(pgrep -P "$DAEMON_PID" -f ' worker ' | head -1)"
   "$T/sessionbench" -url "http://127.0.0.1:$dens_port" -token-file "$T/dens.tokens" -density "$DENSITY" \
-    -secs "${SECS}s" -n 20 ${MEMCG:+-memcg "$MEMCG"} 2> /dev/null || echo "bench: the density benchmark failed: $(tail -c 300 "$T/serve-density.log")" >&2
+    -secs "${SECS}s" -n 20 -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} 2> "$T/sessionbench.err" ||
+    echo "bench: the density benchmark failed; its levels so far:
+$(cat "$T/sessionbench.err")
+the daemon's log: $(grep -v 'level=INFO' "$T/serve-density.log" | tail -c 1500)" >&2
   stop_daemon
   if [ -n "$MEMCG" ]; then
     for _ in 1 2 3 4 5 6 7 8 9 10; do

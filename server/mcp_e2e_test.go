@@ -80,8 +80,8 @@ func TestMCPEndToEnd(t *testing.T) {
 		"--max-sessions-per-caller", "1", "--max-mcp-sessions-per-caller", "2", "--mcp-session-idle", "2s",
 		"--session-ttl", "30s", "--session-max-lifetime", "30s")
 
-	host := &agentHost{workspaces: filepath.Join(install.StateDir, "workspaces"), base: strings.TrimSuffix(url, "/mcp"), tokenFile: tokenFile}
-	lifeHost := &agentHost{workspaces: filepath.Join(lifeInstall.StateDir, "workspaces"), base: strings.TrimSuffix(lifeURL, "/mcp"), tokenFile: tokenFile}
+	host := &agentHost{stateDir: install.StateDir, base: strings.TrimSuffix(url, "/mcp"), tokenFile: tokenFile}
+	lifeHost := &agentHost{stateDir: lifeInstall.StateDir, base: strings.TrimSuffix(lifeURL, "/mcp"), tokenFile: tokenFile}
 	cmd := exec.CommandContext(ctx, node, "e2e.mjs", "--jaild", bin, "--http", url, "--token-file", tokenFile, "--sync", "--lifecycle", lifeURL)
 	cmd.Dir = dir
 	cmd.Env = env // passed on to the `jaild mcp` it spawns
@@ -139,10 +139,10 @@ func TestMCPEndToEnd(t *testing.T) {
 // the host sees of an MCP session's jaild session, which that scenario marks
 // with a file named MARKER in /work and a working directory /work/MARKER/src.
 type agentHost struct {
-	workspaces string // the daemons' <state dir>/workspaces
-	base       string // jaild serve's URL
-	tokenFile  string // its token, the e2e.mjs HTTP clients'
-	ids        map[string]string
+	stateDir  string // the daemons' state dir, whose workspaces testenv.Workspaces lists
+	base      string // jaild serve's URL
+	tokenFile string // its token, the e2e.mjs HTTP clients'
+	ids       map[string]string
 }
 
 // answer answers "present MARKER" (the workspace with MARKER exists, and
@@ -160,7 +160,7 @@ func (h *agentHost) answer(ctx context.Context, q string) error {
 	switch verb {
 	case "present":
 		if ws := h.holding(marker); len(ws) != 1 {
-			return fmt.Errorf("%d workspaces in %s hold %s, want 1", len(ws), h.workspaces, marker)
+			return fmt.Errorf("%d workspaces of %s hold %s, want 1", len(ws), h.stateDir, marker)
 		}
 		if !overHTTP {
 			return nil
@@ -209,7 +209,7 @@ func (h *agentHost) answer(ctx context.Context, q string) error {
 }
 
 // count waits, for at most a minute, until the daemon has n workspaces:
-// as many entries in its workspaces directory, and its jaild_sessions
+// as many workspace records (testenv.Workspaces), and its jaild_sessions
 // gauge reads n.
 func (h *agentHost) count(ctx context.Context, n string) error {
 	want, err := strconv.Atoi(n)
@@ -218,7 +218,7 @@ func (h *agentHost) count(ctx context.Context, n string) error {
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		ents, _ := os.ReadDir(h.workspaces)
+		ents := testenv.Workspaces(h.stateDir)
 		gauge, err := h.gauge(ctx, "jaild_sessions")
 		if err != nil {
 			return err
@@ -227,7 +227,7 @@ func (h *agentHost) count(ctx context.Context, n string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after a minute: %d workspaces in %s, jaild_sessions %v; want %d", len(ents), h.workspaces, gauge, want)
+			return fmt.Errorf("after a minute: %d workspaces of %s, jaild_sessions %v; want %d", len(ents), h.stateDir, gauge, want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -249,11 +249,10 @@ func (h *agentHost) gauge(ctx context.Context, name string) (float64, error) {
 
 // holding lists the workspaces that have an entry named marker.
 func (h *agentHost) holding(marker string) []string {
-	ents, _ := os.ReadDir(h.workspaces)
 	var ws []string
-	for _, e := range ents {
-		if _, err := os.Lstat(filepath.Join(h.workspaces, e.Name(), marker)); err == nil {
-			ws = append(ws, e.Name())
+	for _, d := range testenv.Workspaces(h.stateDir) {
+		if _, err := os.Lstat(filepath.Join(d, marker)); err == nil {
+			ws = append(ws, d)
 		}
 	}
 	return ws

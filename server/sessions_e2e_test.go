@@ -451,7 +451,7 @@ func testSessionsHTTP(t *testing.T, bin string) {
 	if err := d.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("jaild serve exit: %v", err)
 	}
-	if names := dirNames(filepath.Join(in.StateDir, "workspaces")); len(names) > 0 {
+	if names := testenv.Workspaces(in.StateDir); len(names) > 0 {
 		t.Errorf("workspaces left after SIGTERM: %v", names)
 	}
 }
@@ -464,15 +464,14 @@ func testSessionsTTL(t *testing.T, bin string) {
 	alice := &caller{t, d.url, ta}
 	id := alice.create(`{}`)
 	alice.run(id, "echo x > f")
-	ws := filepath.Join(in.StateDir, "workspaces")
-	if len(dirNames(ws)) != 1 {
-		t.Fatalf("workspaces %v", dirNames(ws))
+	if ws := testenv.Workspaces(in.StateDir); len(ws) != 1 {
+		t.Fatalf("workspaces %v", ws)
 	}
 	eventually(t, "the idle session to expire", func() bool {
 		code, _ := alice.do("GET", "/sessions/"+id, "", nil)
 		return code == 404
 	})
-	eventually(t, "its workspace to go", func() bool { return len(dirNames(ws)) == 0 })
+	eventually(t, "its workspace to go", func() bool { return len(testenv.Workspaces(in.StateDir)) == 0 })
 	if err := d.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("jaild serve exit: %v", err)
 	}
@@ -499,7 +498,7 @@ func testSessionsWorkerRestart(t *testing.T, bin string) {
 		return code == 404 && bytes.Contains(data, []byte("lost"))
 	})
 	eventually(t, "the workspace to be swept", func() bool {
-		return len(dirNames(filepath.Join(in.StateDir, "workspaces"))) == 0
+		return len(testenv.Workspaces(in.StateDir)) == 0
 	})
 	// The restarted worker serves new sessions.
 	eventually(t, "a new session", func() bool {
@@ -555,13 +554,15 @@ func testSessionsSigkill(t *testing.T, bin string) {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	d.exited <- server.Recv(t, d.exited, "jaild serve to exit")
-	ws := filepath.Join(in.StateDir, "workspaces")
-	if len(dirNames(ws)) != 1 {
-		t.Fatalf("after SIGKILL: workspaces %v; the test would prove nothing", dirNames(ws))
+	if ws := testenv.Workspaces(in.StateDir); len(ws) != 1 {
+		t.Fatalf("after SIGKILL: workspaces %v; the test would prove nothing", ws)
 	}
 	d2 := in.serve(t, "--audit-log", "off", "--pool", "0") // sweeps before it listens
-	if names := dirNames(ws); len(names) > 0 {
+	if names := testenv.Workspaces(in.StateDir); len(names) > 0 {
 		t.Errorf("workspaces %v survived the restart", names)
+	}
+	if names := dirNames(filepath.Join(in.StateDir, "workspaces")); len(names) > 0 {
+		t.Errorf("workspace mounts %v survived the restart", names)
 	}
 	if names := dirNames(filepath.Join(in.StateDir, "netns")); len(names) > 0 {
 		t.Errorf("network namespaces %v survived the restart", names)
@@ -648,12 +649,11 @@ func testSessionsMCP(t *testing.T, bin string) {
 	if _, out = call("kill_task", map[string]any{"task_id": task}); out["state"] != "exited" {
 		t.Errorf("kill_task: %v", out)
 	}
-	ws := filepath.Join(in.StateDir, "workspaces")
-	if len(dirNames(ws)) != 1 {
-		t.Errorf("workspaces %v, want the MCP session's one", dirNames(ws))
+	if ws := testenv.Workspaces(in.StateDir); len(ws) != 1 {
+		t.Errorf("workspaces %v, want the MCP session's one", ws)
 	}
 	cs.Close() // DELETE: the jaild session goes
-	eventually(t, "the MCP session's workspace to go", func() bool { return len(dirNames(ws)) == 0 })
+	eventually(t, "the MCP session's workspace to go", func() bool { return len(testenv.Workspaces(in.StateDir)) == 0 })
 	if err := d.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("jaild serve exit: %v", err)
 	}

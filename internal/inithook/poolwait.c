@@ -2,8 +2,9 @@
 // starts it as the container's pid 1, "/proc/self/exe pool-wait", with the
 // sandbox fully built (namespaces, mounts, cgroup, seccomp, no capabilities,
 // the sandbox user). It blocks reading its command from fd 3, which the pool
-// writes and closes at request time, then execs the command directly: the
-// command is pid 1, nothing of this program is left.
+// writes and ends (EOF) at request time, then execs the command directly:
+// the command is pid 1, nothing of this program is left. jail gives fd 3 and
+// fd 4 as one end of a socket pair (see jail/pool.go).
 //
 // It runs as a C constructor, before the Go runtime starts, so that a
 // pooled sandbox's wait costs no more than a shell's (less: no parsing, no

@@ -411,6 +411,37 @@ func Slots(stateDir string) []string {
 	return out
 }
 
+// Workspaces lists the directories of the workspaces that jaild processes
+// on the installation at stateDir hold, as their slot records name them:
+// a mount point in the workspace root, or, for a detached workspace (see
+// jail.Workspace.Dir), the path through its owner's descriptor, which
+// reaches it while the owner lives. A record left by a dead owner still
+// counts until a sweep removes it.
+func Workspaces(stateDir string) []string {
+	var out []string
+	ents, _ := os.ReadDir(jail.SlotDir)
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(jail.SlotDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var rec struct {
+			ID        string `json:"id"`
+			StateRoot string `json:"state_root"`
+			Workspace bool   `json:"workspace"`
+			Dir       string `json:"dir"`
+		}
+		if json.Unmarshal(data, &rec) != nil || !rec.Workspace || !strings.HasPrefix(rec.StateRoot, stateDir+"/") {
+			continue
+		}
+		if rec.Dir == "" {
+			rec.Dir = filepath.Join(stateDir, "workspaces", rec.ID)
+		}
+		out = append(out, rec.Dir)
+	}
+	return out
+}
+
 // BuildJaild builds cmd/jaild and cmd/jaild-server from this module into
 // dir as they are installed: the lean jaild and, next to it, the complete
 // jaild-server that jaild's serve, mcp and remote execute. It returns

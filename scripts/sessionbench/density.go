@@ -20,7 +20,7 @@ type densityOpts struct {
 	secs   time.Duration // per throughput level
 	n      int           // calls per latency measurement
 	memcg  string        // a cgroup v1 memory dir or v2 dir holding the daemon; "" for none
-	pids   []int         // the daemon's processes, for their RSS
+	pids   []int         // the daemon's processes (front end, worker), for their RSS, mounts and descriptors
 	hold   time.Duration // after the last level, before the sessions go
 }
 
@@ -40,8 +40,10 @@ func parseLevels(s string) ([]int, error) {
 // runDensity fills the daemon with idle sessions level by level and, at
 // each level, measures what a caller sees: the session create rate, one-shot
 // throughput (1 and 4 connections), a paced pooled one-shot, calls back to
-// back and 4 at once in one session, and the memory per idle session. Every
-// session it made is deleted at the end.
+// back and 4 at once in one session, the memory per idle session and, for
+// each of the daemon's processes given, its mount table's size (which every
+// new sandbox copies) and its open descriptors. Every session it made is
+// deleted at the end.
 func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]Row, error) {
 	c, err := newClient(base, tokenFile)
 	if err != nil {
@@ -54,6 +56,7 @@ func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]R
 	}()
 	var rows []Row
 	var mem0 int64
+	var fds0 []int
 	for li, level := range o.levels {
 		t0 := time.Now()
 		for len(idle) < level {
@@ -87,6 +90,19 @@ func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]R
 			r = append(r, Row{Name: pre + "memory per idle session, KiB", Calls: level,
 				Mean: float64(mem-mem0) / 1024 / float64(level)})
 		}
+		for i, p := range o.pids {
+			mounts, fds := procCounts(p)
+			if li == 0 {
+				fds0 = append(fds0, fds)
+			}
+			who := procName(i, p)
+			r = append(r, Row{Name: pre + who + ": mount table lines", Calls: level, Mean: float64(mounts)},
+				Row{Name: pre + who + ": open descriptors", Calls: level, Mean: float64(fds)})
+			if level > 0 && i < len(fds0) {
+				r = append(r, Row{Name: pre + who + ": descriptors per idle session", Calls: level,
+					Mean: float64(fds-fds0[i]) / float64(level)})
+			}
+		}
 		rows = append(rows, r...)
 		printRows(r)
 	}
@@ -95,6 +111,30 @@ func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]R
 		settle(ctx, o.hold)
 	}
 	return rows, nil
+}
+
+// procCounts is the number of lines of pid's mountinfo and of its open
+// descriptors (-1 each if unknown).
+func procCounts(pid int) (mounts, fds int) {
+	mounts, fds = -1, -1
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid)); err == nil {
+		mounts = strings.Count(string(b), "\n")
+	}
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+		fds = len(ents)
+	}
+	return mounts, fds
+}
+
+// procName names the i-th of -pids: the front end, then its worker.
+func procName(i, pid int) string {
+	switch i {
+	case 0:
+		return "front end"
+	case 1:
+		return "worker"
+	}
+	return "pid " + strconv.Itoa(pid)
 }
 
 func prevLevel(levels []int, i int) int {

@@ -64,7 +64,7 @@ func main() {
 		secs      = flag.Duration("secs", 5*time.Second, "with -density: how long each throughput level runs")
 		memcg     = flag.String("memcg", "", "with -density: the daemon's memory cgroup directory, for the memory per idle session")
 		hold      = flag.Duration("hold", 0, "with -density: how long to keep the sessions after the last level (to profile the daemon)")
-		pidList   = flag.String("pids", "", "with -density: the daemon's pids (comma-separated), for its RSS if -memcg is not given")
+		pidList   = flag.String("pids", "", "with -density: the daemon's pids (comma-separated: the front end, then its worker), for their mount tables and descriptors, and their RSS if -memcg is not given")
 	)
 	flag.Parse()
 	if *n < 1 || *n > 10000 || *sessions < 1 || *sessions > 64 || *calls < 1 || *calls > 1000 || *warmup < 0 || *warmup > 1000 ||
