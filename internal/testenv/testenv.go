@@ -392,21 +392,38 @@ func CgroupsNamed(name string) []string {
 	return out
 }
 
-// Slots lists the uid slot files whose record points into stateDir.
-func Slots(stateDir string) []string {
-	var out []string
+// slotRecord is what a uid slot file's record says of its holder.
+type slotRecord struct {
+	name      string // the slot file's
+	ID        string `json:"id"`
+	StateRoot string `json:"state_root"`
+	Workspace bool   `json:"workspace"`
+	Dir       string `json:"dir"`
+}
+
+// slotRecords returns the records of the uid slot files that point into
+// stateDir.
+func slotRecords(stateDir string) []slotRecord {
+	var out []slotRecord
 	ents, _ := os.ReadDir(jail.SlotDir)
 	for _, e := range ents {
 		data, err := os.ReadFile(filepath.Join(jail.SlotDir, e.Name()))
 		if err != nil {
 			continue
 		}
-		var rec struct {
-			StateRoot string `json:"state_root"`
-		}
+		rec := slotRecord{name: e.Name()}
 		if json.Unmarshal(data, &rec) == nil && strings.HasPrefix(rec.StateRoot, stateDir+"/") {
-			out = append(out, e.Name())
+			out = append(out, rec)
 		}
+	}
+	return out
+}
+
+// Slots lists the uid slot files whose record points into stateDir.
+func Slots(stateDir string) []string {
+	var out []string
+	for _, rec := range slotRecords(stateDir) {
+		out = append(out, rec.name)
 	}
 	return out
 }
@@ -419,19 +436,8 @@ func Slots(stateDir string) []string {
 // counts until a sweep removes it.
 func Workspaces(stateDir string) []string {
 	var out []string
-	ents, _ := os.ReadDir(jail.SlotDir)
-	for _, e := range ents {
-		data, err := os.ReadFile(filepath.Join(jail.SlotDir, e.Name()))
-		if err != nil {
-			continue
-		}
-		var rec struct {
-			ID        string `json:"id"`
-			StateRoot string `json:"state_root"`
-			Workspace bool   `json:"workspace"`
-			Dir       string `json:"dir"`
-		}
-		if json.Unmarshal(data, &rec) != nil || !rec.Workspace || !strings.HasPrefix(rec.StateRoot, stateDir+"/") {
+	for _, rec := range slotRecords(stateDir) {
+		if !rec.Workspace {
 			continue
 		}
 		if rec.Dir == "" {
