@@ -331,13 +331,8 @@ func (req *Request) env() ([]string, error) {
 	}
 	keys := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
-		switch {
-		case k == "":
-			return nil, invalid("env", "empty variable name")
-		case strings.ContainsAny(k, "=\x00"):
-			return nil, invalid("env", "variable name %q contains '=' or a NUL byte", k)
-		case strings.IndexByte(v, 0) >= 0:
-			return nil, invalid("env", "value of %s contains a NUL byte", k)
+		if err := box.CheckEnv(k, v); err != nil {
+			return nil, err
 		}
 		keys = append(keys, k)
 	}

@@ -74,12 +74,12 @@ func (c *Command) Validate() error {
 		}
 	}
 	for _, kv := range c.Env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
 			return invalid("env", "%q is not KEY=VALUE", kv)
 		}
-		if strings.IndexByte(kv, 0) >= 0 {
-			return invalid("env", "%s contains a NUL byte", k)
+		if err := CheckEnv(k, v); err != nil {
+			return err
 		}
 	}
 	if c.Dir != "" {
@@ -120,6 +120,24 @@ func CheckDir(dir, workDir string) error {
 	}
 	if d := path.Clean(dir); !within(d, workDir) && !within(d, "/tmp") {
 		return invalid("cwd", "%q is outside the sandbox's writable dirs %s and /tmp", dir, workDir)
+	}
+	return nil
+}
+
+// CheckEnv reports whether name=value can be a variable of a command's
+// environment, by execve's rule: a name that is not empty and holds no '='
+// or NUL, a value without NUL. Every request's env is checked by it, at
+// the wire (package api) and in Validate. A session's own environment,
+// which a shell carries from call to call, takes shell names only
+// (package session).
+func CheckEnv(name, value string) error {
+	switch {
+	case name == "":
+		return invalid("env", "empty variable name")
+	case strings.ContainsAny(name, "=\x00"):
+		return invalid("env", "variable name %q contains '=' or a NUL byte", name)
+	case strings.IndexByte(value, 0) >= 0:
+		return invalid("env", "value of %s contains a NUL byte", name)
 	}
 	return nil
 }

@@ -292,8 +292,8 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request) {
 	}
 	var set, unset []string
 	for k, v := range p.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			s.writeRunError(w, r, &box.InvalidError{Field: "env", Reason: fmt.Sprintf("%q is not a variable name", k)}, false)
+		if err := session.CheckEnvName(k); err != nil {
+			s.writeRunError(w, r, err, false)
 			return
 		}
 		if v == nil {

@@ -823,8 +823,8 @@ func (s *Session) SetEnv(set []string, unset []string) error {
 		return err
 	}
 	for _, k := range unset {
-		if !validName(k) {
-			return invalid("env", "%q is not a variable name", k)
+		if err := CheckEnvName(k); err != nil {
+			return err
 		}
 	}
 	s.mu.Lock()

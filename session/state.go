@@ -9,6 +9,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/jaild/jaild/box"
 )
 
 // MaxState bounds the report a shell call's EXIT trap writes on fd 3 (its
@@ -169,6 +171,20 @@ func readState(r io.Reader) ([]byte, error) {
 	return data, nil
 }
 
+// CheckEnvName reports whether name can be a variable of a session's
+// environment (see validName); the error is an *box.InvalidError of field
+// "env".
+func CheckEnvName(name string) error {
+	if !validName(name) {
+		return invalid("env", "%q is not a variable name", name)
+	}
+	return nil
+}
+
+// validName reports whether k can be a variable of a session's
+// environment: a shell name, since the shell of each call exports it to
+// the next through the state report (see exports.go). Any request's env
+// is checked by execve's wider rule first (box.CheckEnv).
 func validName(k string) bool {
 	if k == "" {
 		return false
@@ -192,8 +208,8 @@ func parseEnv(pairs []string) (map[string]string, error) {
 		if !ok || !validName(k) {
 			return nil, invalid("env", "%q is not KEY=VALUE with a valid name", kv)
 		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return nil, invalid("env", "%s contains a NUL byte", k)
+		if err := box.CheckEnv(k, v); err != nil {
+			return nil, err
 		}
 		env[k] = v
 	}
