@@ -82,10 +82,10 @@ func serveWith(t *testing.T, bin string, env []string, args ...string) string {
 	return ""
 }
 
-// TestCpKeepsModeAndTime: `jaild cp` keeps files' modes (an executable
-// stays one) and modification times to the nanosecond, both ways, for a
-// file and for a directory (a tar), so that make sees no clock skew.
-func TestCpKeepsModeAndTime(t *testing.T) {
+// e2eJaild skips t with -short or without root, and builds jaild and
+// jaild-server into a temporary dir; it returns jaild's path.
+func e2eJaild(t *testing.T) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test; skipped with -short")
 	}
@@ -94,6 +94,14 @@ func TestCpKeepsModeAndTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return bin
+}
+
+// TestCpKeepsModeAndTime: `jaild cp` keeps files' modes (an executable
+// stays one) and modification times to the nanosecond, both ways, for a
+// file and for a directory (a tar), so that make sees no clock skew.
+func TestCpKeepsModeAndTime(t *testing.T) {
+	bin := e2eJaild(t)
 	base, token, env := startServe(t, bin)
 	post := func(path, body string) string {
 		t.Helper()

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/internal/testenv"
 )
 
 // TestSandboxWorkDirE2E: a real `jaild serve --sandbox-workdir /workspace`
@@ -21,14 +20,7 @@ import (
 // marking and the files actions' path); /work does not exist in the
 // sandbox and is no cwd a request may ask for.
 func TestSandboxWorkDirE2E(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test; skipped with -short")
-	}
-	testenv.NeedRoot(t, "sandboxes need namespaces and cgroups")
-	bin, err := testenv.BuildJaild(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := e2eJaild(t)
 	pol := t.TempDir()
 	// Everything is allowed but a command the sandbox could have changed.
 	rego := "package sandbox.main\n\ndefault allow := false\n\nallow if input.action != \"run\"\n\nallow if {\n\tinput.action == \"run\"\n\tnot input.writable\n}\n"

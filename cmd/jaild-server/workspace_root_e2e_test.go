@@ -22,14 +22,7 @@ import (
 // error (exit 125) that names it, whether given by --workdir or
 // --workspace-root.
 func TestWorkspaceRootDaemon(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test; skipped with -short")
-	}
-	testenv.NeedRoot(t, "sandboxes need namespaces and cgroups")
-	bin, err := testenv.BuildJaild(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := e2eJaild(t)
 	in := testenv.New(t, "jaild-server-wsroot")
 	root := in.WithWorkspaceRoot(t)
 	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "JAILD_STATE_DIR=" + in.StateDir, "JAILD_CGROUP_PARENT=" + in.Parent}
