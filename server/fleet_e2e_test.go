@@ -23,6 +23,29 @@ import (
 	"github.com/jaild/jaild/route"
 )
 
+// fleetFixture skips t with -short, without root or without nsenter, ip
+// and the tools named; it builds jaild and returns it, the test's network
+// namespaces and a fleet key file.
+func fleetFixture(t *testing.T, tools ...string) (bin string, fn *fleetNet, key string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test; skipped with -short")
+	}
+	testenv.NeedRoot(t, "sandboxes and network namespaces need root")
+	for _, tool := range append(tools, "nsenter", "ip") {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (scripts/setup.sh installs it)", tool)
+		}
+	}
+	bin = buildJaild(t)
+	fn = newFleetNet(t)
+	key = filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(key, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return bin, fn, key
+}
+
 // TestFleetE2E: real jaild daemons, each in a network namespace of its own,
 // behind HAProxy balancing round robin (no affinity of any kind): every
 // session keeps its state whichever daemon each call lands on, a node added
@@ -31,21 +54,7 @@ import (
 // a node killed (or restarted) answer 410 session_lost while the rest of
 // the fleet works on.
 func TestFleetE2E(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test; skipped with -short")
-	}
-	testenv.NeedRoot(t, "sandboxes and network namespaces need root")
-	for _, tool := range []string{"haproxy", "nsenter", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/setup.sh installs it)", tool)
-		}
-	}
-	bin := buildJaild(t)
-	fn := newFleetNet(t)
-	key := filepath.Join(t.TempDir(), "fleet.key")
-	if err := os.WriteFile(key, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	bin, fn, key := fleetFixture(t, "haproxy")
 	tokens, ta, tb := twoCallers(t)
 	nodes := make([]*fleetNode, 3)
 	for i := range nodes {
@@ -226,21 +235,7 @@ func TestFleetE2E(t *testing.T) {
 // never lost. The sessions are made on each daemon directly, as a
 // balancer that picked that daemon would send them.
 func TestFleetBalanceE2E(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test; skipped with -short")
-	}
-	testenv.NeedRoot(t, "sandboxes and network namespaces need root")
-	for _, tool := range []string{"nsenter", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/setup.sh installs it)", tool)
-		}
-	}
-	bin := buildJaild(t)
-	fn := newFleetNet(t)
-	key := filepath.Join(t.TempDir(), "fleet.key")
-	if err := os.WriteFile(key, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	bin, fn, key := fleetFixture(t)
 	tokens, ta, _ := twoCallers(t)
 	var peers []string
 	for i := range 3 {
