@@ -105,7 +105,7 @@ func TarSize(ctx context.Context, dir *os.File) (int64, error) {
 	return total, err
 }
 
-// writeTree writes the entries of the directory fd, named prefix in the
+// tree writes the entries of the directory fd, named prefix in the
 // archive and p in errors.
 func (t *tarOut) tree(ctx context.Context, fd int, prefix, p string, depth int) error {
 	if depth >= maxDepth {
