@@ -87,16 +87,12 @@ func (w *fakeWorkspace) Run(ctx context.Context, spec *jail.Spec) (*box.Result, 
 
 // sessionServer is an MCP server with sessions over fake workspaces, and
 // what it runs on.
-type sessionServer struct {
-	srv  *mcp.Server
-	jail *fakeJail
-	m    *session.Manager
-}
-
-func newSessionServer(t *testing.T) *sessionServer {
+// fakeSessions returns a session manager over fake workspaces, closed
+// when t ends, and the run chain that runs its sessions' calls.
+func fakeSessions(t *testing.T, cfg session.Config) (*fakeJail, *session.Manager, run.Runner) {
 	t.Helper()
 	j := &fakeJail{open: map[string]bool{}, tmpDir: t.TempDir}
-	m, err := session.New(j, session.Config{})
+	m, err := session.New(j, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +101,18 @@ func newSessionServer(t *testing.T) *sessionServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return j, m, r
+}
+
+type sessionServer struct {
+	srv  *mcp.Server
+	jail *fakeJail
+	m    *session.Manager
+}
+
+func newSessionServer(t *testing.T) *sessionServer {
+	t.Helper()
+	j, m, r := fakeSessions(t, session.Config{})
 	return &sessionServer{srv: NewMCPServer(r, MCPOptions{Sessions: m}), jail: j, m: m}
 }
 
@@ -259,16 +267,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestSessionEndpoints: the session endpoints over fake workspaces:
 // create, patch the environment, list, a lost workspace's 404, delete.
 func TestSessionEndpoints(t *testing.T) {
-	j := &fakeJail{open: map[string]bool{}, tmpDir: t.TempDir}
-	m, err := session.New(j, session.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	r, err := run.Chain(&FakeBase{}, run.ChainOptions{Sessions: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, m, r := fakeSessions(t, session.Config{})
 	// The files handler sees the caller's session and the path.
 	files := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sess, ok := session.FromContext(r.Context())

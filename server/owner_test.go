@@ -15,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
 
@@ -95,16 +94,7 @@ func TestUnixCallersOwnTheirSessions(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("needs curl")
 	}
-	j := &fakeJail{open: map[string]bool{}, tmpDir: t.TempDir}
-	m, err := session.New(j, session.Config{MaxPerOwner: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	r, err := run.Chain(&FakeBase{}, run.ChainOptions{Sessions: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m, r := fakeSessions(t, session.Config{MaxPerOwner: 1})
 	srv, err := New(Options{Runner: r, Sessions: m, Files: okHandler{}})
 	if err != nil {
 		t.Fatal(err)
@@ -179,16 +169,7 @@ func (okHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.WriteHead
 // may use or close it: another token's GET, POST and DELETE with its
 // Mcp-Session-Id are 404, and its workspace survives them.
 func TestMCPSessionOfAnotherToken(t *testing.T) {
-	j := &fakeJail{open: map[string]bool{}, tmpDir: t.TempDir}
-	m, err := session.New(j, session.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	r, err := run.Chain(&FakeBase{}, run.ChainOptions{Sessions: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, m, r := fakeSessions(t, session.Config{})
 	toks, err := ParseTokens(strings.NewReader("alice:alice-0123456789abcdef\nbob:bob-0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
