@@ -357,13 +357,13 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 		if errors.As(err, &be) {
 			wait = be.RetryAfter
 		}
-		w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+		setRetryAfter(w, wait)
 	case http.StatusServiceUnavailable:
 		switch {
 		case errors.Is(err, box.ErrUnavailable):
-			w.Header().Set("Retry-After", "1") // a worker restarts within a second
+			setRetryAfter(w, time.Second) // a worker restarts within a second
 		case e.Code == api.CodeCapacity:
-			w.Header().Set("Retry-After", strconv.FormatInt(int64((s.opts.RetryAfter+time.Second-1)/time.Second), 10))
+			setRetryAfter(w, s.opts.RetryAfter)
 		}
 	case http.StatusBadRequest:
 		s.metrics.Rejected(run.RejectInvalid)
@@ -382,6 +382,11 @@ func (s *Server) writeRunError(w http.ResponseWriter, r *http.Request, err error
 		return
 	}
 	writeError(w, status, e)
+}
+
+// setRetryAfter sets Retry-After to wait, in whole seconds rounded up.
+func setRetryAfter(w http.ResponseWriter, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
 }
 
 // rawRefusal is /raw's answer to a run refused before its stream started
