@@ -1157,7 +1157,21 @@ if command -v curl > /dev/null && command -v python3 > /dev/null; then
     wait "${holders[-1]}" 2> /dev/null || true
     code=$(cat "$T/gaps-hold$refused.code")
     hcheck gaps_pids_budget_start_503 "status $code: $(one < "$T/gaps-hold$refused.out")" busy503 "gaps-hold$refused" "$code"
-    code=$(gaps_api gaps-full '{"command":"echo full"}')
+    # The refused start may have met the pids of another start in flight:
+    # while a run still finds room, another holder takes some.
+    for extra in $(seq 10); do
+      code=$(gaps_api gaps-full '{"command":"echo full"}')
+      [ "$code" = 200 ] || break
+      i=$((i + 1))
+      gaps_api "gaps-hold$i" "{\"executable\":\"sleep\",\"args\":[\"$GAPMARK\"],\"timeout_seconds\":120}" > "$T/gaps-hold$i.code" &
+      holders+=($!)
+      BG_PIDS+=($!)
+      for _ in $(seq 200); do
+        [ "$(pgrep -cxf "sleep $GAPMARK" || true)" -ge "$((i - 1))" ] && break
+        kill -0 "${holders[-1]}" 2> /dev/null || break
+        sleep 0.05
+      done
+    done
     hcheck gaps_pids_budget_run_503 "status $code: $(one < "$T/gaps-full.out") $(one < "$T/gaps-full.hdr")" busy503 gaps-full "$code"
   else
     fail gaps_pids_budget_start_503 "no start refused after $i holders (refused at ${refused:-none}): $(one < "$T/gaps-pids.log")"
