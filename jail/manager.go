@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -343,13 +342,9 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil, box.ErrClosed
+	if err := m.addLive(); err != nil {
+		return nil, err
 	}
-	m.live.Add(1)
-	m.mu.Unlock()
 	// The sandbox's init joins its cgroup in a few milliseconds; the
 	// kernel's wait that the join may need starts now (see cgroup.Parent.Warm).
 	m.parent.Warm()
@@ -357,71 +352,77 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	l = l.WithDefaults()
 	id := uuid.NewString()
 	rec := &record{ID: id, StateRoot: m.containers, Cgroup: m.parent.Child(id), Owner: os.Getpid(), NetNS: egress}
-	var (
-		sl     *slot
-		hostID int
-		err    error
-		netns  string
-		proxy  *net.TCPListener
-		join   *wsJoin
-	)
-	if egress {
-		// Made before the record names it, so that a failure here
-		// leaves nothing a sweep would have to know of.
-		_, err = makeTrustedDir("netns dir", filepath.Join(m.stateDir, "netns"), 0o700)
-		if err != nil {
-			m.live.Done()
-			return nil, err
-		}
-	}
-	if ws == nil {
-		sl, err = acquireSlot(m.slotDir, rec, m.sweepRecord)
-		if sl != nil {
-			hostID = sl.hostID()
-		}
-	} else {
-		hostID, join, err = ws.add(id, rec.Cgroup)
-	}
-	if err == nil && egress {
-		// The slot's record names the namespace from here on: a crash
-		// leaves it to the sweep.
-		netns = egressNetNS(m.containers, id)
-		if proxy, err = newEgressNetNS(netns); err != nil {
-			sl.release()
-		}
-	}
-	if err != nil {
+	sb := &sandbox{m: m, id: id, ws: ws, limits: l, group: rec.Cgroup}
+	if err := m.reserve(sb, rec, egress); err != nil {
 		m.live.Done()
 		return nil, err
 	}
-	work := ""
-	if join != nil {
-		work, netns = join.dir, join.netns
+	work, netns := "", sb.netns
+	if sb.join != nil {
+		work, netns = sb.join.dir, sb.join.netns
 	}
-	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, hostID, l, work, netns))
+	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, sb.hostID, l, work, netns))
 	if err != nil {
-		join.close()
-		// Create writes only the state dir; nothing runs yet.
-		_ = os.RemoveAll(filepath.Join(m.containers, id))
-		if proxy != nil {
-			proxy.Close()
-			if rerr := removeNetNS(netns); rerr != nil {
-				m.log.Warn("removing egress netns", "id", id, "err", rerr)
-			}
-		}
-		if ws != nil {
-			ws.remove(id)
-		} else {
-			sl.release()
-		}
+		m.unreserve(sb)
 		m.live.Done()
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	sb := &sandbox{m: m, id: id, c: c, slot: sl, ws: ws, hostID: hostID, limits: l, group: rec.Cgroup, join: join}
-	if proxy != nil {
-		sb.netns, sb.proxy = netns, proxy
-	}
+	sb.c = c
 	return sb, nil
+}
+
+// reserve gives sb, not created yet, its uid range: a slot of its own,
+// recorded as rec, or a place on its workspace. With egress (only on a
+// slot of its own) it also makes sb's network namespace with the proxy
+// listener in it. On error it has left nothing reserved.
+func (m *Manager) reserve(sb *sandbox, rec *record, egress bool) error {
+	if egress {
+		// Made before the record names it, so that a failure here
+		// leaves nothing a sweep would have to know of.
+		if _, err := makeTrustedDir("netns dir", filepath.Join(m.stateDir, "netns"), 0o700); err != nil {
+			return err
+		}
+	}
+	var err error
+	if sb.ws == nil {
+		sb.slot, err = acquireSlot(m.slotDir, rec, m.sweepRecord)
+		if sb.slot != nil {
+			sb.hostID = sb.slot.hostID()
+		}
+	} else {
+		sb.hostID, sb.join, err = sb.ws.add(sb.id, rec.Cgroup)
+	}
+	if err != nil || !egress {
+		return err
+	}
+	// The slot's record names the namespace from here on: a crash
+	// leaves it to the sweep.
+	netns := egressNetNS(m.containers, sb.id)
+	proxy, err := newEgressNetNS(netns)
+	if err != nil {
+		sb.slot.release()
+		return err
+	}
+	sb.netns, sb.proxy = netns, proxy
+	return nil
+}
+
+// unreserve undoes reserve for a sandbox libcontainer failed to create.
+func (m *Manager) unreserve(sb *sandbox) {
+	sb.join.close()
+	// Create writes only the state dir; nothing runs yet.
+	_ = os.RemoveAll(filepath.Join(m.containers, sb.id))
+	if sb.proxy != nil {
+		sb.proxy.Close()
+		if rerr := removeNetNS(sb.netns); rerr != nil {
+			m.log.Warn("removing egress netns", "id", sb.id, "err", rerr)
+		}
+	}
+	if sb.ws != nil {
+		sb.ws.remove(sb.id)
+	} else {
+		sb.slot.release()
+	}
 }
 
 // containerConfig is the whole isolation policy of one sandbox. On a
@@ -550,6 +551,18 @@ func (m *Manager) sweepRecord(rec *record) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// addLive counts one more sandbox or workspace for Close to wait for, or
+// returns box.ErrClosed if m is closed.
+func (m *Manager) addLive() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return box.ErrClosed
+	}
+	m.live.Add(1)
+	return nil
 }
 
 // Close waits for live sandboxes to be destroyed, then releases the parent

@@ -72,15 +72,42 @@ func trustedDir(what, path string, missingOK bool) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s %s: %w", what, path, err)
 	}
-	bad := func(dir, problem, fix string) error {
-		return &untrustedError{what: what, path: path, dir: dir, problem: problem, fix: fix}
+	c := &trustCheck{what: what, path: path, abs: abs}
+	cur, missing, err := c.walk(missingOK)
+	if err != nil {
+		return "", err
 	}
-	parentFix := func(dir, fix string) string {
-		return fmt.Sprintf("%s, or use a %s outside %s", fix, what, dir)
+	if missing {
+		return cur, nil
 	}
-	// The walk resolves one name at a time from /, as the kernel does,
-	// checking each directory before anything below it is trusted.
-	cur, todo, links := "/", split(abs), 0
+	return c.checkDir(cur)
+}
+
+// trustCheck is one trustedDir check of path, whose absolute form is abs.
+type trustCheck struct {
+	what, path, abs string
+}
+
+func (c *trustCheck) bad(dir, problem, fix string) error {
+	return &untrustedError{what: c.what, path: c.path, dir: dir, problem: problem, fix: fix}
+}
+
+func (c *trustCheck) fail(err error) error {
+	return fmt.Errorf("%s %s: %w", c.what, c.path, err)
+}
+
+// parentFix is the fix for a parent dir at fault.
+func (c *trustCheck) parentFix(dir, fix string) string {
+	return fmt.Sprintf("%s, or use a %s outside %s", fix, c.what, dir)
+}
+
+// walk resolves abs one name at a time from /, as the kernel does, checking
+// each parent directory before anything below it is trusted, and returns
+// the real path of the directory itself, which it leaves to checkDir. If
+// missingOK and a name does not exist, walk stops there and returns that
+// path with the rest of abs unresolved, and missing set.
+func (c *trustCheck) walk(missingOK bool) (cur string, missing bool, err error) {
+	cur, todo, links := "/", split(c.abs), 0
 	for len(todo) > 0 {
 		name := todo[0]
 		todo = todo[1:]
@@ -92,21 +119,15 @@ func trustedDir(what, path string, missingOK bool) (string, error) {
 		var st unix.Stat_t
 		if err := unix.Lstat(next, &st); err != nil {
 			if missingOK && errors.Is(err, unix.ENOENT) {
-				return filepath.Join(append([]string{next}, todo...)...), nil
+				return filepath.Join(append([]string{next}, todo...)...), true, nil
 			}
-			return "", fmt.Errorf("%s %s: %w", what, path, &os.PathError{Op: "lstat", Path: next, Err: err})
+			return "", false, c.fail(&os.PathError{Op: "lstat", Path: next, Err: err})
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			if st.Uid != 0 {
-				return "", bad(next, fmt.Sprintf("is a symlink owned by uid %d, not root", st.Uid),
-					fmt.Sprintf("chown -h root %s, or give the real path", next))
-			}
-			if links++; links > maxSymlinks {
-				return "", fmt.Errorf("%s %s: %w", what, path, &os.PathError{Op: "resolve", Path: abs, Err: unix.ELOOP})
-			}
-			target, err := os.Readlink(next)
+			links++
+			target, err := c.readLink(next, &st, links)
 			if err != nil {
-				return "", fmt.Errorf("%s %s: %w", what, path, err)
+				return "", false, err
 			}
 			if filepath.IsAbs(target) {
 				cur = "/"
@@ -115,37 +136,66 @@ func trustedDir(what, path string, missingOK bool) (string, error) {
 			continue
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return "", bad(next, "is not a directory", "give a directory")
+			return "", false, c.bad(next, "is not a directory", "give a directory")
 		}
 		if len(todo) == 0 {
-			cur = next // the directory itself: checked below
-			break
+			return next, false, nil // the directory itself: for checkDir
 		}
-		if err := checkOwner(&st); err != "" {
-			return "", bad(next, err, parentFix(next, "chown root "+next))
-		}
-		if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
-			return "", bad(next, writable(&st), parentFix(next, "chmod go-w "+next))
+		if err := c.checkParent(next, &st); err != nil {
+			return "", false, err
 		}
 		cur = next
 	}
-	// The directory itself, strictly: a sticky bit does not keep others
-	// from adding entries.
+	return cur, false, nil
+}
+
+// readLink returns the target of the symlink link, whose lstat is st, the
+// links-th followed in this walk, if root owns it.
+func (c *trustCheck) readLink(link string, st *unix.Stat_t, links int) (string, error) {
+	if st.Uid != 0 {
+		return "", c.bad(link, fmt.Sprintf("is a symlink owned by uid %d, not root", st.Uid),
+			fmt.Sprintf("chown -h root %s, or give the real path", link))
+	}
+	if links > maxSymlinks {
+		return "", c.fail(&os.PathError{Op: "resolve", Path: c.abs, Err: unix.ELOOP})
+	}
+	target, err := os.Readlink(link)
+	if err != nil {
+		return "", c.fail(err)
+	}
+	return target, nil
+}
+
+// checkParent checks dir, a parent on the way, whose lstat is st: owned by
+// root and writable by no one else unless sticky.
+func (c *trustCheck) checkParent(dir string, st *unix.Stat_t) error {
+	if err := checkOwner(st); err != "" {
+		return c.bad(dir, err, c.parentFix(dir, "chown root "+dir))
+	}
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		return c.bad(dir, writable(st), c.parentFix(dir, "chmod go-w "+dir))
+	}
+	return nil
+}
+
+// checkDir checks cur, the real path of the directory itself, strictly: a
+// sticky bit does not keep others from adding entries. It returns cur.
+func (c *trustCheck) checkDir(cur string) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(cur, &st); err != nil {
-		return "", fmt.Errorf("%s %s: %w", what, path, &os.PathError{Op: "lstat", Path: cur, Err: err})
+		return "", c.fail(&os.PathError{Op: "lstat", Path: cur, Err: err})
 	}
-	dir := path
-	if cur != abs {
+	dir := c.path
+	if cur != c.abs {
 		dir = cur
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return "", bad(dir, "is not a directory", "give a directory")
+		return "", c.bad(dir, "is not a directory", "give a directory")
 	case checkOwner(&st) != "":
-		return "", bad(dir, checkOwner(&st), "chown root "+cur)
+		return "", c.bad(dir, checkOwner(&st), "chown root "+cur)
 	case st.Mode&0o022 != 0:
-		return "", bad(dir, writable(&st), "chmod go-w "+cur)
+		return "", c.bad(dir, writable(&st), "chmod go-w "+cur)
 	}
 	return cur, nil
 }

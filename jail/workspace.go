@@ -118,14 +118,9 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 			return nil, err
 		}
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil, box.ErrClosed
+	if err := m.addLive(); err != nil {
+		return nil, err
 	}
-	m.live.Add(1)
-	m.mu.Unlock()
-
 	// The workspace root first, so that nothing is recorded that a
 	// failure here would leave. It is 0700: runc opens a bind mount's
 	// source as host root, before the sandbox's user namespace exists
@@ -137,18 +132,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 			return nil, err
 		}
 	}
-
-	id := uuid.NewString()
-	w := &Workspace{m: m, id: id, size: size}
-	w.rec = record{ID: id, StateRoot: m.containers, Owner: os.Getpid(), Workspace: true, Detached: m.detached}
-	if !m.detached {
-		w.dir = filepath.Join(m.workspaces, id)
-		w.rec.Dir = w.dir
-	}
-	var err error
-	// From here on a crash leaves a record, and the sweep removes what
-	// the record's paths hold.
-	w.slot, err = acquireSlot(m.slotDir, &w.rec, m.sweepRecord)
+	w, err := m.recordWorkspace(size)
 	if err != nil {
 		m.live.Done()
 		return nil, err
@@ -160,22 +144,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 			w.closeFiles()
 		}
 	}()
-	opts := workspaceOpts(size, w.slot.hostID())
-	if m.detached {
-		if w.mnt, err = detachedTmpfs(opts); err != nil {
-			return nil, fmt.Errorf("mount workspace: %w", err)
-		}
-		// "/." makes a walk follow the fd's link, even one that
-		// refuses to follow a last component that is a symlink.
-		w.dir = procFD(w.mnt) + "/."
-		// Where the workspace is reached while jaild lives, for
-		// whoever reads the record (an operator, a test); a sweep
-		// has nothing of it to remove.
-		w.rec.Dir = w.dir
-		if err := w.slot.rewrite(&w.rec); err != nil {
-			return nil, err
-		}
-	} else if err := mountTmpfs(w.dir, opts); err != nil {
+	if err := w.mountWork(); err != nil {
 		return nil, err
 	}
 	if !o.proxy {
@@ -191,6 +160,45 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 		w.pre = newPrestarted(w, *o.prestart)
 	}
 	return w, nil
+}
+
+// recordWorkspace returns a new workspace of size bytes holding a uid slot
+// whose record names it. From then on a crash leaves that record, and the
+// sweep removes what the record's paths hold.
+func (m *Manager) recordWorkspace(size int64) (*Workspace, error) {
+	id := uuid.NewString()
+	w := &Workspace{m: m, id: id, size: size}
+	w.rec = record{ID: id, StateRoot: m.containers, Owner: os.Getpid(), Workspace: true, Detached: m.detached}
+	if !m.detached {
+		w.dir = filepath.Join(m.workspaces, id)
+		w.rec.Dir = w.dir
+	}
+	var err error
+	if w.slot, err = acquireSlot(m.slotDir, &w.rec, m.sweepRecord); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// mountWork makes w's /work: a detached tmpfs held by w.mnt, or one
+// mounted at w.dir in the workspace root.
+func (w *Workspace) mountWork() error {
+	opts := workspaceOpts(w.size, w.slot.hostID())
+	if !w.m.detached {
+		return mountTmpfs(w.dir, opts)
+	}
+	var err error
+	if w.mnt, err = detachedTmpfs(opts); err != nil {
+		return fmt.Errorf("mount workspace: %w", err)
+	}
+	// "/." makes a walk follow the fd's link, even one that
+	// refuses to follow a last component that is a symlink.
+	w.dir = procFD(w.mnt) + "/."
+	// Where the workspace is reached while jaild lives, for
+	// whoever reads the record (an operator, a test); a sweep
+	// has nothing of it to remove.
+	w.rec.Dir = w.dir
+	return w.slot.rewrite(&w.rec)
 }
 
 // TakeProxyListener hands the proxy listener of a workspace made
