@@ -515,51 +515,9 @@ func (p *parser) command(args []string, lit []bool, bash bool, via []string, dep
 			return
 		}
 		base := path.Base(name)
-		switch base {
-		case "eval", "source", ".", "trap", "alias", "xargs", "fc", "enable", "coproc", "bind":
-			sh.dynamic("%s runs a command that is not in the source", base)
-		case "complete", "compgen", "mapfile", "readarray":
-			for i, a := range args[1:] {
-				if !lit[1+i] || strings.HasPrefix(a, "-") && strings.ContainsAny(a, "CF") {
-					sh.dynamic("%s %s runs a command that is not in the source", base, a)
-				}
-			}
-		case "hash":
-			if slices.Contains(args[1:], "-p") {
-				sh.dynamic("hash -p sets the file a name runs")
-			}
-		case "let":
-			for _, a := range args[1:] {
-				if n, _, _ := strings.Cut(a, "="); sensitive(n) {
-					sh.dynamic("let may set %s", n)
-				}
-			}
-		}
-		vars, vlit := names(base, args[1:], lit[1:])
-		for i, v := range vars {
-			n, _, _ := strings.Cut(v, "=")
-			n, _, _ = strings.Cut(n, "[")
-			switch {
-			case !vlit[i]:
-				sh.dynamic("%s with a name that is not a literal", base)
-			case sensitive(n) && base != "test" && base != "[":
-				sh.dynamic("%s may set %s", base, n)
-			case bash && subscripted(v):
-				sh.dynamic("%s evaluates the subscript of %s as arithmetic", base, v)
-			}
-		}
+		p.builtin(base, args, lit, bash)
 		if shells[base] {
-			shell := p.resolve(name)
-			if exe != "" {
-				shell = exe // busybox sh
-			}
-			if script, ok := shellScript(args[1:], lit[1:]); ok {
-				p.parse(script, shell, append(via, base+" -c"), depth+1)
-				// The shell itself is listed too: a policy may not want
-				// a shell at all.
-			} else {
-				sh.dynamic("%s runs a script that is not a literal -c string", base)
-			}
+			p.nestedShell(name, exe, args, lit, via, depth)
 		}
 		if base == "find" {
 			p.findExec(args, lit, bash, via, depth)
@@ -586,6 +544,64 @@ func (p *parser) command(args []string, lit []bool, bash bool, via []string, dep
 		exe = args[0]
 	}
 	sh.Commands = append(sh.Commands, Command{Command: args[0], Args: args[1:], Via: via, Dynamic: dyn, exe: exe})
+}
+
+// builtin marks dynamic what the command base runs with args (lit saying
+// which are literals) that the source does not show: a command it runs
+// from a string, or a variable it sets or tests whose name is no literal,
+// is sensitive, or has a subscript bash evaluates.
+func (p *parser) builtin(base string, args []string, lit []bool, bash bool) {
+	sh := p.sh
+	switch base {
+	case "eval", "source", ".", "trap", "alias", "xargs", "fc", "enable", "coproc", "bind":
+		sh.dynamic("%s runs a command that is not in the source", base)
+	case "complete", "compgen", "mapfile", "readarray":
+		for i, a := range args[1:] {
+			if !lit[1+i] || strings.HasPrefix(a, "-") && strings.ContainsAny(a, "CF") {
+				sh.dynamic("%s %s runs a command that is not in the source", base, a)
+			}
+		}
+	case "hash":
+		if slices.Contains(args[1:], "-p") {
+			sh.dynamic("hash -p sets the file a name runs")
+		}
+	case "let":
+		for _, a := range args[1:] {
+			if n, _, _ := strings.Cut(a, "="); sensitive(n) {
+				sh.dynamic("let may set %s", n)
+			}
+		}
+	}
+	vars, vlit := names(base, args[1:], lit[1:])
+	for i, v := range vars {
+		n, _, _ := strings.Cut(v, "=")
+		n, _, _ = strings.Cut(n, "[")
+		switch {
+		case !vlit[i]:
+			sh.dynamic("%s with a name that is not a literal", base)
+		case sensitive(n) && base != "test" && base != "[":
+			sh.dynamic("%s may set %s", base, n)
+		case bash && subscripted(v):
+			sh.dynamic("%s evaluates the subscript of %s as arithmetic", base, v)
+		}
+	}
+}
+
+// nestedShell parses the literal -c script of the shell name (or of
+// busybox at exe, if exe is set) run with args behind the wrappers via.
+// The shell itself is listed by the caller too: a policy may not want a
+// shell at all.
+func (p *parser) nestedShell(name, exe string, args []string, lit []bool, via []string, depth int) {
+	base := path.Base(name)
+	shell := p.resolve(name)
+	if exe != "" {
+		shell = exe // busybox sh
+	}
+	if script, ok := shellScript(args[1:], lit[1:]); ok {
+		p.parse(script, shell, append(via, base+" -c"), depth+1)
+	} else {
+		p.sh.dynamic("%s runs a script that is not a literal -c string", base)
+	}
 }
 
 // glob says whether name holds a bracket expression, a [ with a ] after
