@@ -117,69 +117,19 @@ func remoteRequest(c *cli.Context) (*api.Request, error) {
 	if c.Bool("background") && (req.SessionID == "" || c.Bool("json")) {
 		return nil, command.UsageError("--background starts a job of a session: give --session ID, without --json")
 	}
-	switch sh, args := c.String("shell"), c.Args().Slice(); {
-	case sh != "" && len(args) > 0:
-		return nil, command.UsageError("give either --shell STRING or -- COMMAND, not both")
-	case c.IsSet("shell"):
-		if strings.TrimSpace(sh) == "" {
-			return nil, command.UsageError("--shell: empty command")
-		}
-		req.Command = sh
-	case len(args) == 0:
-		return nil, command.UsageError("missing command: jaild remote [flags] -- COMMAND [ARG...]")
-	default:
-		req.Executable, req.Args = args[0], args[1:]
+	if err := remoteArgs(c, req); err != nil {
+		return nil, err
 	}
-
-	env := map[string]string{}
-	for _, name := range c.StringSlice("keep-env") {
-		for _, n := range strings.Split(name, ",") {
-			if v, ok := os.LookupEnv(strings.TrimSpace(n)); ok {
-				env[strings.TrimSpace(n)] = v
-			}
-		}
-	}
-	for _, kv := range c.StringSlice("env") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, command.UsageError("--env %q: want KEY=VALUE", kv)
-		}
-		env[k] = v
+	env, err := remoteEnv(c)
+	if err != nil {
+		return nil, err
 	}
 	if len(env) > 0 {
 		req.Env = env
 	}
-
-	if c.IsSet("timeout") {
-		d := c.Duration("timeout")
-		if d <= 0 {
-			return nil, command.UsageError("--timeout must be positive")
-		}
-		ms := d.Milliseconds()
-		req.TimeoutMS = &ms
+	if err := remoteLimits(c, req); err != nil {
+		return nil, err
 	}
-	for _, s := range []struct {
-		flag string
-		dst  **int64
-	}{{"memory", &req.MemoryBytes}, {"tmpfs-size", &req.TmpfsSizeBytes}, {"max-output", &req.MaxOutputBytes}} {
-		if !c.IsSet(s.flag) {
-			continue
-		}
-		n, err := command.SizeFlag(c, s.flag)
-		if err != nil {
-			return nil, err
-		}
-		*s.dst = &n
-	}
-	if c.IsSet("pids") {
-		n := c.Int64("pids")
-		req.Pids = &n
-	}
-	if c.IsSet("cpus") {
-		n := c.Float64("cpus")
-		req.CPUs = &n
-	}
-
 	if !c.Bool("no-stdin") && !isTerminal(os.Stdin) {
 		data, err := io.ReadAll(io.LimitReader(os.Stdin, maxRemoteStdin+1))
 		if err != nil {
@@ -195,6 +145,80 @@ func remoteRequest(c *cli.Context) (*api.Request, error) {
 		}
 	}
 	return req, nil
+}
+
+// remoteArgs sets req's command from --shell or the arguments.
+func remoteArgs(c *cli.Context, req *api.Request) error {
+	switch sh, args := c.String("shell"), c.Args().Slice(); {
+	case sh != "" && len(args) > 0:
+		return command.UsageError("give either --shell STRING or -- COMMAND, not both")
+	case c.IsSet("shell"):
+		if strings.TrimSpace(sh) == "" {
+			return command.UsageError("--shell: empty command")
+		}
+		req.Command = sh
+	case len(args) == 0:
+		return command.UsageError("missing command: jaild remote [flags] -- COMMAND [ARG...]")
+	default:
+		req.Executable, req.Args = args[0], args[1:]
+	}
+	return nil
+}
+
+// remoteEnv is the environment --keep-env takes from this process's and
+// --env sets, the latter winning.
+func remoteEnv(c *cli.Context) (map[string]string, error) {
+	env := map[string]string{}
+	for _, name := range c.StringSlice("keep-env") {
+		for _, n := range strings.Split(name, ",") {
+			if v, ok := os.LookupEnv(strings.TrimSpace(n)); ok {
+				env[strings.TrimSpace(n)] = v
+			}
+		}
+	}
+	for _, kv := range c.StringSlice("env") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, command.UsageError("--env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// remoteLimits sets req's timeout and limits from the flags given; those
+// not given are left to the server's defaults.
+func remoteLimits(c *cli.Context, req *api.Request) error {
+	if c.IsSet("timeout") {
+		d := c.Duration("timeout")
+		if d <= 0 {
+			return command.UsageError("--timeout must be positive")
+		}
+		ms := d.Milliseconds()
+		req.TimeoutMS = &ms
+	}
+	for _, s := range []struct {
+		flag string
+		dst  **int64
+	}{{"memory", &req.MemoryBytes}, {"tmpfs-size", &req.TmpfsSizeBytes}, {"max-output", &req.MaxOutputBytes}} {
+		if !c.IsSet(s.flag) {
+			continue
+		}
+		n, err := command.SizeFlag(c, s.flag)
+		if err != nil {
+			return err
+		}
+		*s.dst = &n
+	}
+	if c.IsSet("pids") {
+		n := c.Int64("pids")
+		req.Pids = &n
+	}
+	if c.IsSet("cpus") {
+		n := c.Float64("cpus")
+		req.CPUs = &n
+	}
+	return nil
 }
 
 func isTerminal(f *os.File) bool {
