@@ -117,37 +117,19 @@ func Start(cfg Config) (*Client, error) {
 
 // start starts one worker process and waits for its ready message.
 func start(cfg *Config) (_ *proc, retErr error) {
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	ctl, remote, err := controlPair()
 	if err != nil {
-		return nil, fmt.Errorf("control socketpair: %w", err)
+		return nil, err
 	}
-	local, remote := os.NewFile(uintptr(pair[0]), "control"), os.NewFile(uintptr(pair[1]), "control")
 	defer remote.Close()
-	nc, err := net.FileConn(local)
-	local.Close()
-	if err != nil {
-		return nil, fmt.Errorf("control connection: %w", err)
-	}
-	ctl := nc.(*net.UnixConn)
 	defer func() {
 		if retErr != nil {
 			ctl.Close()
 		}
 	}()
-	path, fd, err := cfg.Open()
+	path, fd, err := openWorker(cfg)
 	if err != nil {
 		return nil, err
-	}
-	// The child executes /proc/self/fd/N before exec closes N; N must
-	// not be one of the descriptors the child's stdio and ExtraFiles are
-	// moved to first.
-	if fd < 10 {
-		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
-		unix.Close(fd)
-		if err != nil {
-			return nil, fmt.Errorf("dup %s descriptor: %w", path, err)
-		}
-		fd = high
 	}
 	stderr := cfg.Stderr
 	if stderr == nil {
@@ -185,28 +167,76 @@ func start(cfg *Config) (_ *proc, retErr error) {
 			}
 		}
 	}()
-	_ = ctl.SetReadDeadline(time.Now().Add(cfg.ReadyTimeout))
+	if err := p.waitReady(path, cfg.ReadyTimeout); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// controlPair makes the control connection: ctl, the front end's end, and
+// remote, the file the worker gets as ControlFD.
+func controlPair() (ctl *net.UnixConn, remote *os.File, err error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control socketpair: %w", err)
+	}
+	local, remote := os.NewFile(uintptr(pair[0]), "control"), os.NewFile(uintptr(pair[1]), "control")
+	nc, err := net.FileConn(local)
+	local.Close()
+	if err != nil {
+		remote.Close()
+		return nil, nil, fmt.Errorf("control connection: %w", err)
+	}
+	return nc.(*net.UnixConn), remote, nil
+}
+
+// openWorker opens the worker's binary with cfg.Open and returns its path
+// and a descriptor to execute it by, which the caller closes.
+func openWorker(cfg *Config) (path string, fd int, err error) {
+	path, fd, err = cfg.Open()
+	if err != nil {
+		return "", -1, err
+	}
+	// The child executes /proc/self/fd/N before exec closes N; N must
+	// not be one of the descriptors the child's stdio and ExtraFiles are
+	// moved to first.
+	if fd < 10 {
+		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
+		unix.Close(fd)
+		if err != nil {
+			return "", -1, fmt.Errorf("dup %s descriptor: %w", path, err)
+		}
+		fd = high
+	}
+	return path, fd, nil
+}
+
+// waitReady waits up to timeout for the ready message of p, the worker
+// started from path, and returns the worker's error if it could not
+// build its Manager.
+func (p *proc) waitReady(path string, timeout time.Duration) error {
+	_ = p.ctl.SetReadDeadline(time.Now().Add(timeout))
 	buf := make([]byte, 64<<10)
-	n, err := ctl.Read(buf)
-	_ = ctl.SetReadDeadline(time.Time{})
+	n, err := p.ctl.Read(buf)
+	_ = p.ctl.SetReadDeadline(time.Time{})
 	if err != nil || n < 4 {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, fmt.Errorf("jaild worker %s not ready after %v", path, cfg.ReadyTimeout)
+			return fmt.Errorf("jaild worker %s not ready after %v", path, timeout)
 		}
 		<-p.exited
-		return nil, fmt.Errorf("jaild worker %s exited before it was ready: %v", path, p.err)
+		return fmt.Errorf("jaild worker %s exited before it was ready: %v", path, p.err)
 	}
 	var r ready
 	if size := binary.BigEndian.Uint32(buf); int(size) != n-4 {
-		return nil, fmt.Errorf("jaild worker %s: bad ready message", path)
+		return fmt.Errorf("jaild worker %s: bad ready message", path)
 	}
 	if err := json.Unmarshal(buf[4:n], &r); err != nil {
-		return nil, fmt.Errorf("jaild worker %s: bad ready message: %w", path, err)
+		return fmt.Errorf("jaild worker %s: bad ready message: %w", path, err)
 	}
 	if r.Err != nil {
-		return nil, r.Err.decode()
+		return r.Err.decode()
 	}
-	return p, nil
+	return nil
 }
 
 // supervise restarts the worker when it dies, with a growing pause between
