@@ -122,75 +122,95 @@ func (h *mcpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	switch r.Method {
 	case http.MethodPost:
-		body, status := readMCPBody(rc, r)
-		if status != 0 {
-			http.Error(w, http.StatusText(status), status)
-			return
-		}
-		// From here on the call may stream for up to the maximum
-		// timeout. A read deadline left in place would, through
-		// net/http's background read, cancel the request and so kill
-		// the sandbox; the write deadline only bounds a client that
-		// stops reading.
-		_ = rc.SetReadDeadline(time.Time{})
-		_ = rc.SetWriteDeadline(time.Now().Add(h.maxTimeout + 2*time.Minute))
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		msg, _ := jsonrpc.DecodeMessage(body)
-		req, _ := msg.(*jsonrpc.Request)
-		sessionID := r.Header.Get(mcpSessionHeader)
-		if req != nil && sessionID == "" && needsSession(r, req) {
-			// The specification's answer to a request of a session
-			// that names none; the SDK would start a session for it
-			// and answer "invalid during session initialization".
-			writeJSONRPCError(w, http.StatusBadRequest, req.ID, jsonrpc.CodeInvalidRequest,
-				"Bad Request: no "+mcpSessionHeader+" header: "+req.Method+" belongs to a session; send initialize first")
-			return
-		}
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		r = r.WithContext(ctx)
-		id := rand.Text()
-		h.mu.Lock()
-		h.posts[id] = ctx
-		h.mu.Unlock()
-		defer func() {
-			h.mu.Lock()
-			delete(h.posts, id)
-			h.mu.Unlock()
-		}()
-		if req != nil && sessionID != "" {
-			switch {
-			case req.IsCall():
-				mw := &mutableWriter{ResponseWriter: w, cancel: cancel}
-				w = mw
-				key := callKey{sessionID, req.ID}
-				h.mu.Lock()
-				h.calls[key] = mw
-				h.mu.Unlock()
-				defer func() {
-					h.mu.Lock()
-					if h.calls[key] == mw {
-						delete(h.calls, key)
-					}
-					h.mu.Unlock()
-				}()
-			case req.Method == "notifications/cancelled":
-				// Before the SDK sees it and ends the call, whose
-				// response then finds its POST muted.
-				h.mute(sessionID, req.Params)
-			}
-		}
-		r.Header.Set(postIDHeader, id)
-		if jw := newJSONRPCErrorWriter(w, body); jw != nil {
-			w = jw
-			defer jw.finish()
-		}
+		h.servePost(w, r, rc)
+		return
 	case http.MethodGet:
 		// The standalone SSE stream lives as long as the client wants.
 		_ = rc.SetWriteDeadline(time.Time{})
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	h.sdk.ServeHTTP(w, r)
+}
+
+// servePost serves a POST whose origin and session were checked: its body
+// read whole and bounded, its context known to the tool handlers by
+// postIDHeader, and a call in it ended by a notifications/cancelled for it.
+func (h *mcpHandler) servePost(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) {
+	body, status := readMCPBody(rc, r)
+	if status != 0 {
+		http.Error(w, http.StatusText(status), status)
+		return
+	}
+	// From here on the call may stream for up to the maximum
+	// timeout. A read deadline left in place would, through
+	// net/http's background read, cancel the request and so kill
+	// the sandbox; the write deadline only bounds a client that
+	// stops reading.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Now().Add(h.maxTimeout + 2*time.Minute))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	msg, _ := jsonrpc.DecodeMessage(body)
+	req, _ := msg.(*jsonrpc.Request)
+	sessionID := r.Header.Get(mcpSessionHeader)
+	if req != nil && sessionID == "" && needsSession(r, req) {
+		// The specification's answer to a request of a session
+		// that names none; the SDK would start a session for it
+		// and answer "invalid during session initialization".
+		writeJSONRPCError(w, http.StatusBadRequest, req.ID, jsonrpc.CodeInvalidRequest,
+			"Bad Request: no "+mcpSessionHeader+" header: "+req.Method+" belongs to a session; send initialize first")
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	r = r.WithContext(ctx)
+	id, done := h.addPost(ctx)
+	defer done()
+	if req != nil && sessionID != "" {
+		switch {
+		case req.IsCall():
+			mw := &mutableWriter{ResponseWriter: w, cancel: cancel}
+			w = mw
+			defer h.addCall(callKey{sessionID, req.ID}, mw)()
+		case req.Method == "notifications/cancelled":
+			// Before the SDK sees it and ends the call, whose
+			// response then finds its POST muted.
+			h.mute(sessionID, req.Params)
+		}
+	}
+	r.Header.Set(postIDHeader, id)
+	if jw := newJSONRPCErrorWriter(w, body); jw != nil {
+		w = jw
+		defer jw.finish()
+	}
+	h.sdk.ServeHTTP(w, r)
+}
+
+// addPost names ctx, a POST's, for postContext until done is called.
+func (h *mcpHandler) addPost(ctx context.Context) (id string, done func()) {
+	id = rand.Text()
+	h.mu.Lock()
+	h.posts[id] = ctx
+	h.mu.Unlock()
+	return id, func() {
+		h.mu.Lock()
+		delete(h.posts, id)
+		h.mu.Unlock()
+	}
+}
+
+// addCall makes mw the writer that mute finds for the call key, until
+// done is called.
+func (h *mcpHandler) addCall(key callKey, mw *mutableWriter) (done func()) {
+	h.mu.Lock()
+	h.calls[key] = mw
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		if h.calls[key] == mw {
+			delete(h.calls, key)
+		}
+		h.mu.Unlock()
+	}
 }
 
 // mcpSessionHeader is the Streamable HTTP transport's session header.
