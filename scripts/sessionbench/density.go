@@ -153,49 +153,116 @@ func settle(ctx context.Context, d time.Duration) {
 
 // densityLevel measures one level.
 func densityLevel(ctx context.Context, c *client.Client, o densityOpts) ([]Row, error) {
-	var rows []Row
 	// Session create and delete, 20 probes one after the other.
-	var creates, deletes []time.Duration
-	probes := make([]string, 0, 20)
 	t0 := time.Now()
-	for range 20 {
+	probes, creates, err := createProbes(ctx, c, 20)
+	if err != nil {
+		return nil, err
+	}
+	createWall := time.Since(t0)
+	settle(ctx, 500*time.Millisecond)
+	oneShot := &api.Request{Command: "true"}
+	inSession := &api.Request{Command: "true", SessionID: probes[0]}
+
+	// A paced pooled one-shot, and back-to-back calls in one session.
+	paced, err := serialCalls(ctx, c, oneShot, o.n, 100*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	settle(ctx, 300*time.Millisecond)
+	b2b, err := serialCalls(ctx, c, inSession, o.n, 0)
+	if err != nil {
+		return nil, err
+	}
+	four, err := fourAtOnce(ctx, c, inSession, max(o.n/2, 1))
+	if err != nil {
+		return nil, err
+	}
+	// Throughput, one-shot, 1 and 4 connections.
+	var tput []Row
+	for _, conns := range []int{1, 4} {
+		n, lat, err := flatOut(ctx, c, oneShot, conns, o.secs)
+		if err != nil {
+			return nil, err
+		}
+		r := row(fmt.Sprintf("one-shot req/s, %d connection(s)", conns), lat)
+		r.Mean = float64(n) / o.secs.Seconds()
+		tput = append(tput, r)
+	}
+	deletes, err := deleteProbes(ctx, c, probes)
+	if err != nil {
+		return nil, err
+	}
+	rows := []Row{
+		{Name: "session create: sessions/s (20 serial)", Calls: 20, Mean: 20 / createWall.Seconds()},
+		row("POST /sessions", creates),
+		row("DELETE /sessions/{id}", deletes),
+		row(`paced pooled one-shot (100 ms apart)`, paced),
+		row("session, back to back", b2b),
+		row("session, 4 at once", four),
+	}
+	p := rows[3].P50MS
+	rows = append(rows,
+		Row{Name: "  back to back p50 / paced pooled p50 (x)", Mean: rows[4].P50MS / p},
+		Row{Name: "  4 at once p50 / paced pooled p50 (x)", Mean: rows[5].P50MS / p})
+	return append(rows, tput...), nil
+}
+
+// createProbes creates n sessions one after the other and returns their
+// ids and how long each create took. On error it deletes those it made.
+func createProbes(ctx context.Context, c *client.Client, n int) ([]string, []time.Duration, error) {
+	ids := make([]string, 0, n)
+	var took []time.Duration
+	for range n {
 		t := time.Now()
 		s, err := c.CreateSession(ctx, &api.SessionRequest{})
 		if err != nil {
-			deleteAll(c, probes)
-			return nil, fmt.Errorf("create a session: %w", err)
+			deleteAll(c, ids)
+			return nil, nil, fmt.Errorf("create a session: %w", err)
 		}
-		creates = append(creates, time.Since(t))
-		probes = append(probes, s.ID)
+		took = append(took, time.Since(t))
+		ids = append(ids, s.ID)
 	}
-	createWall := time.Since(t0)
-	sess := probes[0]
-	settle(ctx, 500*time.Millisecond)
-	oneShot := &api.Request{Command: "true"}
-	inSession := &api.Request{Command: "true", SessionID: sess}
+	return ids, took, nil
+}
 
-	// A paced pooled one-shot, and back-to-back calls in one session.
-	var paced, b2b []time.Duration
-	for range o.n {
-		settle(ctx, 100*time.Millisecond)
-		d, err := call(ctx, c, oneShot)
+// deleteProbes deletes the sessions ids one after the other and returns
+// how long each delete took.
+func deleteProbes(ctx context.Context, c *client.Client, ids []string) ([]time.Duration, error) {
+	var took []time.Duration
+	for _, id := range ids {
+		t := time.Now()
+		if err := c.DeleteSession(ctx, id); err != nil {
+			return nil, fmt.Errorf("delete session %s: %w", id, err)
+		}
+		took = append(took, time.Since(t))
+	}
+	return took, nil
+}
+
+// serialCalls posts req n times, one after the other, pause apart, and
+// returns each call's latency.
+func serialCalls(ctx context.Context, c *client.Client, req *api.Request, n int, pause time.Duration) ([]time.Duration, error) {
+	var lat []time.Duration
+	for range n {
+		if pause > 0 {
+			settle(ctx, pause)
+		}
+		d, err := call(ctx, c, req)
 		if err != nil {
 			return nil, err
 		}
-		paced = append(paced, d)
+		lat = append(lat, d)
 	}
-	settle(ctx, 300*time.Millisecond)
-	for range o.n {
-		d, err := call(ctx, c, inSession)
-		if err != nil {
-			return nil, err
-		}
-		b2b = append(b2b, d)
-	}
-	// 4 calls at once in one session, o.n/2 rounds.
+	return lat, nil
+}
+
+// fourAtOnce posts req 4 times at once, in rounds 300 ms apart, and
+// returns each call's latency.
+func fourAtOnce(ctx context.Context, c *client.Client, req *api.Request, rounds int) ([]time.Duration, error) {
 	var four []time.Duration
 	var mu sync.Mutex
-	for range max(o.n/2, 1) {
+	for range rounds {
 		settle(ctx, 300*time.Millisecond)
 		var wg sync.WaitGroup
 		var ferr atomic.Value
@@ -203,7 +270,7 @@ func densityLevel(ctx context.Context, c *client.Client, o densityOpts) ([]Row, 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d, err := call(ctx, c, inSession)
+				d, err := call(ctx, c, req)
 				if err != nil {
 					ferr.Store(err)
 				}
@@ -217,38 +284,7 @@ func densityLevel(ctx context.Context, c *client.Client, o densityOpts) ([]Row, 
 			return nil, err
 		}
 	}
-	// Throughput, one-shot, 1 and 4 connections.
-	var tput []Row
-	for _, conns := range []int{1, 4} {
-		n, lat, err := flatOut(ctx, c, oneShot, conns, o.secs)
-		if err != nil {
-			return nil, err
-		}
-		r := row(fmt.Sprintf("one-shot req/s, %d connection(s)", conns), lat)
-		r.Mean = float64(n) / o.secs.Seconds()
-		tput = append(tput, r)
-	}
-	t0 = time.Now()
-	for _, id := range probes {
-		t := time.Now()
-		if err := c.DeleteSession(ctx, id); err != nil {
-			return nil, fmt.Errorf("delete session %s: %w", id, err)
-		}
-		deletes = append(deletes, time.Since(t))
-	}
-	rows = append(rows,
-		Row{Name: "session create: sessions/s (20 serial)", Calls: 20, Mean: 20 / createWall.Seconds()},
-		row("POST /sessions", creates),
-		row("DELETE /sessions/{id}", deletes),
-		row(`paced pooled one-shot (100 ms apart)`, paced),
-		row("session, back to back", b2b),
-		row("session, 4 at once", four),
-	)
-	p := rows[3].P50MS
-	rows = append(rows,
-		Row{Name: "  back to back p50 / paced pooled p50 (x)", Mean: rows[4].P50MS / p},
-		Row{Name: "  4 at once p50 / paced pooled p50 (x)", Mean: rows[5].P50MS / p})
-	return append(rows, tput...), nil
+	return four, nil
 }
 
 // flatOut posts req from conns clients back to back for d.
