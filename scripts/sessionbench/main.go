@@ -199,31 +199,48 @@ func run(ctx context.Context, base, tokenFile string, n, nSessions, calls, warmu
 	if err != nil {
 		return nil, err
 	}
-
-	// 1. One-shot against in a session, interleaved: a shell command (sh on
-	// both sides, with the state-reporting EXIT trap in a session), then
-	// argv mode, where neither side has a shell or a state report: what is
-	// left is the sandbox's, the workspace's and the daemon's share.
+	// Part 1's session lives on through part 2.
 	s, err := c.CreateSession(ctx, &api.SessionRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("create a session: %w", err)
 	}
 	defer c.DeleteSession(context.Background(), s.ID)
-	shell, err := compare(ctx, c, s.ID, `{"command":"true"}`, func(id string) *api.Request {
+	rows, err := runInterleaved(ctx, c, s.ID, n, warmup)
+	if err != nil {
+		return nil, err
+	}
+	conc, err := runConcurrent(ctx, c, nSessions, calls)
+	if err != nil {
+		return nil, err
+	}
+	return append(rows, conc...), nil
+}
+
+// runInterleaved is part 1: one-shot against in a session, interleaved: a
+// shell command (sh on both sides, with the state-reporting EXIT trap in a
+// session), then argv mode, where neither side has a shell or a state
+// report: what is left is the sandbox's, the workspace's and the daemon's
+// share. The calls in a session are in session id.
+func runInterleaved(ctx context.Context, c *client.Client, id string, n, warmup int) ([]Row, error) {
+	shell, err := compare(ctx, c, id, `{"command":"true"}`, func(id string) *api.Request {
 		return &api.Request{Command: "true", SessionID: id}
 	}, n, warmup)
 	if err != nil {
 		return nil, err
 	}
-	argv, err := compare(ctx, c, s.ID, `{"executable":"true"}`, func(id string) *api.Request {
+	argv, err := compare(ctx, c, id, `{"executable":"true"}`, func(id string) *api.Request {
 		return &api.Request{Executable: "true", SessionID: id}
 	}, n, warmup)
 	if err != nil {
 		return nil, err
 	}
-	rows := append(shell, argv...)
+	return append(shell, argv...), nil
+}
 
-	// 2. Many sessions at once.
+// runConcurrent is part 2: nSessions sessions, made one after the other,
+// then each running calls calls, all sessions at once, then deleted one
+// after the other.
+func runConcurrent(ctx context.Context, c *client.Client, nSessions, calls int) ([]Row, error) {
 	ids := make([]string, nSessions)
 	var creates, deletes []time.Duration
 	defer func() {
@@ -242,13 +259,35 @@ func run(ctx context.Context, base, tokenFile string, n, nSessions, calls, warmu
 		creates = append(creates, time.Since(t0))
 		ids[i] = s.ID
 	}
+	start := time.Now()
+	lat, errs := callsAtOnce(ctx, c, ids, calls)
+	wall := time.Since(start)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%d sessions x %d calls: %d failed, the first: %w", nSessions, calls, len(errs), errs[0])
+	}
+	for i, id := range ids {
+		t0 := time.Now()
+		if err := c.DeleteSession(ctx, id); err != nil {
+			return nil, fmt.Errorf("delete session %s: %w", id, err)
+		}
+		deletes = append(deletes, time.Since(t0))
+		ids[i] = ""
+	}
+	conc := row(fmt.Sprintf("%d sessions x %d calls at once", nSessions, calls), lat)
+	conc.Wall = benchstat.MS(wall)
+	return []Row{conc, row("POST /sessions", creates), row("DELETE /sessions/{id}", deletes)}, nil
+}
+
+// callsAtOnce runs calls calls one after the other in each of the
+// sessions ids, all sessions at once, and returns their latencies and
+// errors; a session stops at its first error.
+func callsAtOnce(ctx context.Context, c *client.Client, ids []string, calls int) ([]time.Duration, []error) {
 	var (
 		mu   sync.Mutex
 		lat  []time.Duration
 		errs []error
 		wg   sync.WaitGroup
 	)
-	start := time.Now()
 	for _, id := range ids {
 		wg.Add(1)
 		go func() {
@@ -268,21 +307,7 @@ func run(ctx context.Context, base, tokenFile string, n, nSessions, calls, warmu
 		}()
 	}
 	wg.Wait()
-	wall := time.Since(start)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%d sessions x %d calls: %d failed, the first: %w", nSessions, calls, len(errs), errs[0])
-	}
-	for i, id := range ids {
-		t0 := time.Now()
-		if err := c.DeleteSession(ctx, id); err != nil {
-			return nil, fmt.Errorf("delete session %s: %w", id, err)
-		}
-		deletes = append(deletes, time.Since(t0))
-		ids[i] = ""
-	}
-	conc := row(fmt.Sprintf("%d sessions x %d calls at once", nSessions, calls), lat)
-	conc.Wall = benchstat.MS(wall)
-	return append(rows, conc, row("POST /sessions", creates), row("DELETE /sessions/{id}", deletes)), nil
+	return lat, errs
 }
 
 // gap is -gap: the untimed pause before each call of compare.
