@@ -10,27 +10,32 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/client"
-	"github.com/jaild/jaild/internal/sessionfake"
+	"github.com/jaild/jaild/internal/testdaemon"
+
+	// The test binary is re-executed as each sandbox's init, like jaild.
+	_ "github.com/jaild/jaild/internal/inithook"
 )
 
-func newFake(t *testing.T) (*sessionfake.Server, *client.Client) {
+// newDaemon starts a real daemon (internal/testdaemon) and a client of it
+// with its token.
+func newDaemon(t *testing.T) (*testdaemon.Daemon, *client.Client) {
 	t.Helper()
-	srv := sessionfake.New(t)
-	srv.Token = "secret"
-	c, err := client.New(client.Options{Server: srv.URL, Token: "secret"})
+	d := testdaemon.Start(t, testdaemon.Options{})
+	c, err := client.New(client.Options{Server: d.URL, Token: d.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, c
+	return d, c
 }
 
 // TestSessions: create, list, get, patch and delete a session; a missing
 // one is an *APIError with the daemon's status and code.
 func TestSessions(t *testing.T) {
-	srv, c := newFake(t)
+	d, c := newDaemon(t)
 	ctx := context.Background()
 	ttl := int64(60)
 	s, err := c.CreateSession(ctx, &api.SessionRequest{TTLSeconds: &ttl, Env: map[string]string{"A": "1", "B": "2"}, Cwd: "/work/src"})
@@ -61,53 +66,76 @@ func TestSessions(t *testing.T) {
 	if err := c.DeleteSession(ctx, "a/b?c"); !errors.As(err, &ae) || ae.Status != 404 {
 		t.Errorf("DeleteSession of an odd id: %v", err)
 	}
-	bad, _ := client.New(client.Options{Server: srv.URL})
+	bad, _ := client.New(client.Options{Server: d.URL})
 	if _, err := bad.Sessions(ctx); !errors.As(err, &ae) || ae.Status != 401 {
 		t.Errorf("without a token: %v", err)
 	}
 }
 
-// TestJobs: a job's output is read from offsets until it has ended;
-// KillJob answers the job.
+// gatedJob is the script of a job that writes a line on each stream,
+// waits for the file "go" in its workspace, then writes another line and
+// exits 3.
+const gatedJob = "echo hello, world; echo warning >&2; until [ -e go ]; do sleep 0.05; done; echo done; exit 3"
+
+// patience bounds the waits for a job; it only fails a test that would
+// otherwise hang, it never measures.
+const patience = 30 * time.Second
+
+// TestJobs: Start runs a job in the background; Job reads its output from
+// the offsets of the previous answer, so that nothing comes twice, and
+// waits for its end; KillJob kills a running job and answers it ended.
 func TestJobs(t *testing.T) {
-	srv, c := newFake(t)
+	_, c := newDaemon(t)
 	ctx := context.Background()
 	s, err := c.CreateSession(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := c.Start(ctx, &api.Request{Command: "sleep 1", SessionID: s.ID})
-	if err != nil || a.JobID != "j1" || !srv.Runs()[0].RunInBackground {
+	a, err := c.Start(ctx, &api.Request{Command: gatedJob, SessionID: s.ID})
+	if err != nil || a.JobID == "" || a.SessionID != s.ID {
 		t.Fatalf("Start: %+v, %v", a, err)
 	}
-	srv.AddJob(s.ID, api.Job{JobID: "j2", Command: []string{"make"}, State: "running"}, "hello, world\n", "warning\n")
-	if l, err := c.Jobs(ctx, s.ID); err != nil || len(l) != 1 || l[0].JobID != "j2" {
+	if l, err := c.Jobs(ctx, s.ID); err != nil || len(l) != 1 || l[0].JobID != a.JobID || l[0].State != "running" {
 		t.Errorf("Jobs: %+v, %v", l, err)
 	}
 	var out, errOut strings.Builder
 	q := client.JobQuery{}
-	for i := 0; ; i++ {
-		j, err := c.Job(ctx, s.ID, "j2", q)
+	read := func() *api.Job {
+		t.Helper()
+		j, err := c.Job(ctx, s.ID, a.JobID, q)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out.WriteString(j.Stdout)
 		errOut.WriteString(j.Stderr)
 		q.StdoutOffset, q.StderrOffset = j.StdoutOffset, j.StderrOffset
-		if j.State != "running" {
-			if j.ExitCode == nil || *j.ExitCode != 3 {
-				t.Errorf("ended job: %+v", j)
-			}
-			break
-		}
-		if i > 100 {
-			t.Fatal("job never ended")
+		return j
+	}
+	// Its first lines, read while it waits for "go".
+	for deadline := time.Now().Add(patience); out.Len() < len("hello, world\n") || errOut.Len() < len("warning\n"); time.Sleep(10 * time.Millisecond) {
+		if j := read(); j.State != "running" || time.Now().After(deadline) {
+			t.Fatalf("job before its gate opened: %+v, output %q %q", j, out.String(), errOut.String())
 		}
 	}
-	if out.String() != "hello, world\n" || errOut.String() != "warning\n" {
+	if j := read(); j.State != "running" || j.Stdout != "" || j.Stderr != "" {
+		t.Errorf("job read again from its offsets: %+v", j)
+	}
+	if err := c.PutFile(ctx, s.ID, "go", strings.NewReader(""), nil); err != nil {
+		t.Fatal(err)
+	}
+	q.Wait = patience
+	if j := read(); j.State != "exited" || j.ExitCode == nil || *j.ExitCode != 3 || j.Verdict == nil {
+		t.Errorf("ended job: %+v", j)
+	}
+	if out.String() != "hello, world\ndone\n" || errOut.String() != "warning\n" {
 		t.Errorf("output %q %q", out.String(), errOut.String())
 	}
-	if j, err := c.KillJob(ctx, s.ID, "j2"); err != nil || j.Verdict == nil || !j.Verdict.Canceled {
+
+	b, err := c.Start(ctx, &api.Request{Command: "exec sleep 600", SessionID: s.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := c.KillJob(ctx, s.ID, b.JobID); err != nil || j.State != "exited" || j.Verdict == nil || !j.Verdict.Canceled {
 		t.Errorf("KillJob: %+v, %v", j, err)
 	}
 	var ae *client.APIError
@@ -120,7 +148,7 @@ func TestJobs(t *testing.T) {
 // file, a directory's listing and its tar), DeleteFile, and the daemon's
 // errors.
 func TestFiles(t *testing.T) {
-	srv, c := newFake(t)
+	d, c := newDaemon(t)
 	ctx := context.Background()
 	s, err := c.CreateSession(ctx, nil)
 	if err != nil {
@@ -129,7 +157,7 @@ func TestFiles(t *testing.T) {
 	if err := c.PutFile(ctx, s.ID, "/bin/run me.sh", strings.NewReader("#!/bin/sh\n"), &client.PutOptions{Mode: 0o755}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := os.Stat(filepath.Join(srv.Dir(s.ID), "bin", "run me.sh"))
+	st, err := os.Stat(filepath.Join(d.Dir(s.ID), "bin", "run me.sh"))
 	if err != nil || st.Mode() != 0o755 {
 		t.Errorf("file written: %v, %v", st, err)
 	}

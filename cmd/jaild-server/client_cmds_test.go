@@ -4,32 +4,36 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/internal/sessionfake"
+	"github.com/jaild/jaild/internal/testdaemon"
 )
 
-// fakeDaemon starts the fake daemon with a token, and points the client
-// commands at it through their environment variables.
-func fakeDaemon(t *testing.T) *sessionfake.Server {
+// startDaemon starts a real daemon (internal/testdaemon) with o, and
+// points the client commands at it through their environment variables.
+func startDaemon(t *testing.T, o testdaemon.Options) *testdaemon.Daemon {
 	t.Helper()
-	srv := sessionfake.New(t)
-	srv.Token = "tok"
+	d := testdaemon.Start(t, o)
 	file := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(file, []byte("# mine\nme:tok\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("# mine\nme:"+d.Token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("JAILD_SERVER", srv.URL)
+	t.Setenv("JAILD_SERVER", d.URL)
 	t.Setenv("JAILD_TOKEN_FILE", file)
 	t.Setenv("JAILD_SESSION", "")
-	return srv
+	return d
 }
 
 // jaild runs the command line args in-process and returns its stdout,
@@ -37,44 +41,59 @@ func fakeDaemon(t *testing.T) *sessionfake.Server {
 func jaild(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := &cli.App{
-		Name:           "jaild",
-		Commands:       []*cli.Command{sessionCommand, jobsCommand, cpCommand, remoteCommand},
-		Writer:         &out,
-		ErrWriter:      &errOut,
-		ExitErrHandler: func(*cli.Context, error) {},
-	}
-	err := app.Run(append([]string{"jaild"}, args...))
-	code := 0
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		code = ec.ExitCode()
-		errOut.WriteString(ec.Error())
-	case err != nil:
-		code = api.ExitUsage
-		errOut.WriteString(err.Error())
-	}
+	code := jaildTo(&out, &errOut, args...)
 	return out.String(), errOut.String(), code
 }
 
-func TestSessionCommands(t *testing.T) {
-	srv := fakeDaemon(t)
-	out, errOut, code := jaild(t, "session", "new", "--ttl", "90s", "--env", "A=1", "--env", "B=x=y", "--cwd", "/work/src")
-	if code != 0 || out != "s1\n" {
+// jaildTo runs the command line args in-process with stdout and stderr,
+// and returns its exit status.
+func jaildTo(stdout, stderr io.Writer, args ...string) int {
+	app := &cli.App{
+		Name:           "jaild",
+		Commands:       []*cli.Command{sessionCommand, jobsCommand, cpCommand, remoteCommand},
+		Writer:         stdout,
+		ErrWriter:      stderr,
+		ExitErrHandler: func(*cli.Context, error) {},
+	}
+	err := app.Run(append([]string{"jaild"}, args...))
+	var ec cli.ExitCoder
+	switch {
+	case errors.As(err, &ec):
+		fmt.Fprint(stderr, ec.Error())
+		return ec.ExitCode()
+	case err != nil:
+		fmt.Fprint(stderr, err.Error())
+		return api.ExitUsage
+	}
+	return 0
+}
+
+// newSession runs jaild session new and returns the session's id.
+func newSession(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := jaild(t, append([]string{"session", "new"}, args...)...)
+	id := strings.TrimSuffix(out, "\n")
+	if code != 0 || id == "" || strings.ContainsAny(id, " \n") {
 		t.Fatalf("session new: %d %q %q", code, out, errOut)
 	}
-	if _, _, code := jaild(t, "session", "new"); code != 0 {
-		t.Fatalf("second session new: %d", code)
+	return id
+}
+
+func TestSessionCommands(t *testing.T) {
+	d := startDaemon(t, testdaemon.Options{})
+	id1 := newSession(t, "--ttl", "90s", "--env", "A=1", "--env", "B=x=y", "--cwd", "/work/src")
+	id2 := newSession(t)
+	if d.Dir(id1) == "" || d.Dir(id2) == "" {
+		t.Fatalf("the daemon has no sessions %s and %s", id1, id2)
 	}
-	out, _, code = jaild(t, "session", "ls")
-	if code != 0 || !strings.Contains(out, "ID") || !strings.Contains(out, "s1 ") || !strings.Contains(out, "/work/src") || !strings.Contains(out, "s2 ") {
+	out, _, code := jaild(t, "session", "ls")
+	if code != 0 || !strings.Contains(out, "ID") || !strings.Contains(out, id1+" ") || !strings.Contains(out, "/work/src") || !strings.Contains(out, id2+" ") {
 		t.Errorf("session ls: %d %q", code, out)
 	}
-	if _, errOut, code := jaild(t, "session", "rm", "s1"); code != 0 || srv.Dir("s1") != "" {
+	if _, errOut, code := jaild(t, "session", "rm", id1); code != 0 || d.Dir(id1) != "" {
 		t.Errorf("session rm: %d %q", code, errOut)
 	}
-	if _, errOut, code := jaild(t, "session", "rm", "s1", "s2"); code != exitRefused || !strings.Contains(errOut, "s1") || srv.Dir("s2") != "" {
+	if _, errOut, code := jaild(t, "session", "rm", id1, id2); code != exitRefused || !strings.Contains(errOut, id1) || d.Dir(id2) != "" {
 		t.Errorf("session rm of a removed one and another: %d %q", code, errOut)
 	}
 	for _, args := range [][]string{
@@ -109,28 +128,68 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
+// gatedJob is the script of a job that writes a line on each stream,
+// waits for the file "go" in its workspace, then writes another line and
+// exits 3.
+const gatedJob = "echo hello, world; echo warning >&2; until [ -e go ]; do sleep 0.05; done; echo done; exit 3"
+
+// patience bounds the waits for a job; it only fails a test that would
+// otherwise hang, it never measures.
+const patience = 30 * time.Second
+
 func TestJobsCommand(t *testing.T) {
-	srv := fakeDaemon(t)
-	if _, _, code := jaild(t, "session", "new"); code != 0 {
-		t.Fatal("session new failed")
+	d := startDaemon(t, testdaemon.Options{})
+	id := newSession(t)
+	out, errOut, code := jaild(t, "remote", "--no-stdin", "--session", id, "--background", "--shell", gatedJob)
+	job := strings.TrimSuffix(out, "\n")
+	if code != 0 || job == "" {
+		t.Fatalf("remote --background: %d %q %q", code, out, errOut)
 	}
-	srv.AddJob("s1", api.Job{JobID: "j1", Command: []string{"make", "all"}, State: "running"}, "hello, world\n", "warning\n")
-	out, _, code := jaild(t, "jobs", "s1")
-	if code != 0 || !strings.Contains(out, "j1") || !strings.Contains(out, "make all") || !strings.Contains(out, "running") {
-		t.Errorf("jobs s1: %d %q", code, out)
+	out, _, code = jaild(t, "jobs", id)
+	if code != 0 || !strings.Contains(out, job) || !strings.Contains(out, "echo hello, world;") || !strings.Contains(out, "running") {
+		t.Errorf("jobs %s: %d %q", id, code, out)
 	}
-	// Without --follow: what there is now (the fake answers 4 bytes).
-	if out, _, code := jaild(t, "jobs", "s1", "j1"); code != 0 || out != "hell" {
-		t.Errorf("jobs s1 j1: %d %q", code, out)
+	// Without --follow: what there is now, which comes to the first lines
+	// (the job then waits for "go").
+	for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
+		out, errOut, code := jaild(t, "jobs", id, job)
+		if code != 0 || time.Now().After(deadline) {
+			t.Fatalf("jobs %s %s: %d %q %q", id, job, code, out, errOut)
+		}
+		if out == "hello, world\n" && errOut == "warning\n" {
+			break
+		}
 	}
-	out, errOut, code := jaild(t, "jobs", "s1", "j1", "--follow")
-	if code != 3 || out != "hello, world\n" || errOut != "warning\n" {
-		t.Errorf("jobs s1 j1 --follow: %d %q %q", code, out, errOut)
+	// --follow prints the first lines, then, once "go" is there, the rest,
+	// and exits with the job's status.
+	defer func(w time.Duration) { followWait = w }(followWait)
+	followWait = time.Millisecond
+	stdout := &watchWriter{want: "hello, world\n", seen: make(chan struct{})}
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- jaildTo(stdout, &stderr, "jobs", id, job, "--follow") }()
+	select {
+	case <-stdout.seen:
+	case code := <-done:
+		t.Fatalf("jobs --follow ended before the job: %d %q %q", code, stdout.String(), stderr.String())
+	case <-time.After(patience):
+		t.Fatalf("jobs --follow printed %q", stdout.String())
 	}
-	if _, _, code := jaild(t, "jobs", "s1", "nope"); code != exitRefused {
+	if err := os.WriteFile(filepath.Join(d.Dir(id), "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 3 || stdout.String() != "hello, world\ndone\n" || stderr.String() != "warning\n" {
+			t.Errorf("jobs --follow: %d %q %q", code, stdout.String(), stderr.String())
+		}
+	case <-time.After(patience):
+		t.Fatalf("jobs --follow did not end: %q", stdout.String())
+	}
+	if _, _, code := jaild(t, "jobs", id, "nope"); code != exitRefused {
 		t.Errorf("a missing job: %d", code)
 	}
-	if _, _, code := jaild(t, "jobs", "--follow", "s1"); code != api.ExitUsage {
+	if _, _, code := jaild(t, "jobs", "--follow", id); code != api.ExitUsage {
 		t.Errorf("--follow without a job: %d", code)
 	}
 	if _, _, code := jaild(t, "jobs"); code != api.ExitUsage {
@@ -138,33 +197,71 @@ func TestJobsCommand(t *testing.T) {
 	}
 }
 
-func TestRemoteSession(t *testing.T) {
-	srv := fakeDaemon(t)
-	if _, _, code := jaild(t, "session", "new"); code != 0 {
-		t.Fatal("session new failed")
+// syncBuffer is a bytes.Buffer that a command writes while a test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// watchWriter is a syncBuffer that closes seen once it holds want.
+type watchWriter struct {
+	syncBuffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	n, err := w.syncBuffer.Write(p)
+	if w.String() == w.want {
+		w.once.Do(func() { close(w.seen) })
 	}
-	if _, errOut, code := jaild(t, "remote", "--no-stdin", "--session", "s1", "--", "true"); code != 0 {
+	return n, err
+}
+
+// TestRemoteSession: jaild remote runs in the session --session or
+// JAILD_SESSION names, and without one outside any session.
+func TestRemoteSession(t *testing.T) {
+	d := startDaemon(t, testdaemon.Options{})
+	id := newSession(t)
+	if _, errOut, code := jaild(t, "remote", "--no-stdin", "--session", id, "--", "touch", "mark"); code != 0 {
 		t.Fatalf("remote --session: %d %q", code, errOut)
 	}
-	t.Setenv("JAILD_SESSION", "s1")
-	if _, errOut, code := jaild(t, "remote", "--no-stdin", "--json", "--shell", "true"); code != 0 {
-		t.Fatalf("remote with JAILD_SESSION: %d %q", code, errOut)
+	if _, err := os.Stat(filepath.Join(d.Dir(id), "mark")); err != nil {
+		t.Errorf("the run in the session left no file in its workspace: %v", err)
+	}
+	t.Setenv("JAILD_SESSION", id)
+	if _, errOut, code := jaild(t, "remote", "--no-stdin", "--json", "--shell", "test -e mark"); code != 0 {
+		t.Fatalf("remote with JAILD_SESSION: %d %q, want 0 (mark there)", code, errOut)
 	}
 	t.Setenv("JAILD_SESSION", "")
-	if _, errOut, code := jaild(t, "remote", "--no-stdin", "--", "true"); code != 0 {
-		t.Fatalf("remote: %d %q", code, errOut)
+	if _, errOut, code := jaild(t, "remote", "--no-stdin", "--", "test", "-e", "mark"); code != 1 {
+		t.Fatalf("remote outside the session: %d %q, want 1 (no mark)", code, errOut)
 	}
-	runs := srv.Runs()
-	if len(runs) != 3 || runs[0].SessionID != "s1" || runs[1].SessionID != "s1" || runs[2].SessionID != "" {
-		t.Errorf("requests: %+v", runs)
+	var sessions []string
+	for _, r := range d.Audit(t) {
+		sessions = append(sessions, r.SessionID)
+	}
+	if want := []string{id, id, ""}; !slices.Equal(sessions, want) {
+		t.Errorf("the audit log's sessions: %q, want %q", sessions, want)
 	}
 }
 
 func TestCp(t *testing.T) {
-	srv := fakeDaemon(t)
-	if _, _, code := jaild(t, "session", "new"); code != 0 {
-		t.Fatal("session new failed")
-	}
+	d := startDaemon(t, testdaemon.Options{})
+	id := newSession(t)
 	local := t.TempDir()
 	src := filepath.Join(local, "src")
 	mustWrite(t, filepath.Join(src, "a.txt"), "alpha", 0o644)
@@ -172,19 +269,19 @@ func TestCp(t *testing.T) {
 	if err := os.Symlink("/etc/passwd", filepath.Join(src, "link")); err != nil {
 		t.Fatal(err)
 	}
-	work := srv.Dir("s1")
+	work := d.Dir(id)
 
-	if _, errOut, code := jaild(t, "cp", src, "s1:/work/proj"); code != 0 {
+	if _, errOut, code := jaild(t, "cp", src, id+":/work/proj"); code != 0 {
 		t.Fatalf("cp dir up: %d %q", code, errOut)
 	}
 	checkTree(t, filepath.Join(work, "proj"))
 	// A file into /work, into a directory there, and to a name.
 	file := filepath.Join(src, "sub", "run.sh")
 	for _, tt := range []struct{ dst, want string }{
-		{"s1:/work/", "run.sh"},
-		{"s1:", "run.sh"},
-		{"s1:proj", "proj/run.sh"},
-		{"s1:bin/go.sh", "bin/go.sh"},
+		{id + ":/work/", "run.sh"},
+		{id + ":", "run.sh"},
+		{id + ":proj", "proj/run.sh"},
+		{id + ":bin/go.sh", "bin/go.sh"},
 	} {
 		if _, errOut, code := jaild(t, "cp", file, tt.dst); code != 0 {
 			t.Errorf("cp file %s: %d %q", tt.dst, code, errOut)
@@ -196,14 +293,14 @@ func TestCp(t *testing.T) {
 	}
 
 	down := filepath.Join(local, "down")
-	if _, errOut, code := jaild(t, "cp", "s1:/work/proj", down); code != 0 {
+	if _, errOut, code := jaild(t, "cp", id+":/work/proj", down); code != 0 {
 		t.Fatalf("cp dir down: %d %q", code, errOut)
 	}
 	checkTree(t, down)
-	if out, errOut, code := jaild(t, "cp", "s1:proj/a.txt", "-"); code != 0 || out != "alpha" {
+	if out, errOut, code := jaild(t, "cp", id+":proj/a.txt", "-"); code != 0 || out != "alpha" {
 		t.Errorf("cp file to stdout: %d %q %q", code, out, errOut)
 	}
-	if _, errOut, code := jaild(t, "cp", "s1:proj/a.txt", local); code != 0 {
+	if _, errOut, code := jaild(t, "cp", id+":proj/a.txt", local); code != 0 {
 		t.Errorf("cp file into a local dir: %d %q", code, errOut)
 	} else if data, _ := os.ReadFile(filepath.Join(local, "a.txt")); string(data) != "alpha" {
 		t.Errorf("a.txt: %q", data)
@@ -213,14 +310,14 @@ func TestCp(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"cp", "s1:/work/missing", filepath.Join(local, "x")}, exitRefused},
+		{[]string{"cp", id + ":/work/missing", filepath.Join(local, "x")}, exitRefused},
 		{[]string{"cp", "nope:/work/proj", filepath.Join(local, "x")}, exitRefused},
-		{[]string{"cp", src, "s1:/etc"}, api.ExitUsage},
+		{[]string{"cp", src, id + ":/etc"}, api.ExitUsage},
 		{[]string{"cp", src, filepath.Join(local, "x")}, api.ExitUsage},
-		{[]string{"cp", "s1:a", "s1:b"}, api.ExitUsage},
-		{[]string{"cp", "s1:a"}, api.ExitUsage},
-		{[]string{"cp", filepath.Join(local, "missing"), "s1:x"}, api.ExitInternal},
-		{[]string{"cp", "s1:proj", "-"}, api.ExitInternal},
+		{[]string{"cp", id + ":a", id + ":b"}, api.ExitUsage},
+		{[]string{"cp", id + ":a"}, api.ExitUsage},
+		{[]string{"cp", filepath.Join(local, "missing"), id + ":x"}, api.ExitInternal},
+		{[]string{"cp", id + ":proj", "-"}, api.ExitInternal},
 	} {
 		if _, errOut, code := jaild(t, tt.args...); code != tt.code {
 			t.Errorf("%q: %d %q, want %d", tt.args, code, errOut, tt.code)
@@ -302,20 +399,17 @@ func TestReadLocalTarHostile(t *testing.T) {
 // S:/workspace/... is the workspace and S:/work/... a usage error that
 // names /workspace.
 func TestCpWorkDir(t *testing.T) {
-	srv := fakeDaemon(t)
-	srv.WorkDir = "/workspace"
-	if _, _, code := jaild(t, "session", "new"); code != 0 {
-		t.Fatal("session new failed")
-	}
+	d := startDaemon(t, testdaemon.Options{WorkDir: "/workspace"})
+	id := newSession(t)
 	local := t.TempDir()
 	file := filepath.Join(local, "a.txt")
 	mustWrite(t, file, "alpha", 0o644)
-	work := srv.Dir("s1")
+	work := d.Dir(id)
 	for _, tt := range []struct{ dst, want string }{
-		{"s1:/workspace/", "a.txt"},
-		{"s1:/workspace", "a.txt"},
-		{"s1:/workspace/sub/b.txt", "sub/b.txt"},
-		{"s1:c.txt", "c.txt"},
+		{id + ":/workspace/", "a.txt"},
+		{id + ":/workspace", "a.txt"},
+		{id + ":/workspace/sub/b.txt", "sub/b.txt"},
+		{id + ":c.txt", "c.txt"},
 	} {
 		if _, errOut, code := jaild(t, "cp", file, tt.dst); code != 0 {
 			t.Errorf("cp %s: %d %q", tt.dst, code, errOut)
@@ -323,10 +417,10 @@ func TestCpWorkDir(t *testing.T) {
 			t.Errorf("cp %s: %s: %q %v", tt.dst, tt.want, data, err)
 		}
 	}
-	if out, errOut, code := jaild(t, "cp", "s1:/workspace/sub/b.txt", "-"); code != 0 || out != "alpha" {
+	if out, errOut, code := jaild(t, "cp", id+":/workspace/sub/b.txt", "-"); code != 0 || out != "alpha" {
 		t.Errorf("cp down: %d %q %q", code, out, errOut)
 	}
-	for _, arg := range []string{"s1:/work/a.txt", "s1:/work", "s1:/workspace/../etc/passwd"} {
+	for _, arg := range []string{id + ":/work/a.txt", id + ":/work", id + ":/workspace/../etc/passwd"} {
 		_, errOut, code := jaild(t, "cp", arg, filepath.Join(local, "x"))
 		if code != api.ExitUsage || !strings.Contains(errOut, "under /workspace") {
 			t.Errorf("cp %s: %d %q, want a usage error naming /workspace", arg, code, errOut)
