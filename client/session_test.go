@@ -72,18 +72,9 @@ func TestSessions(t *testing.T) {
 	}
 }
 
-// gatedJob is the script of a job that writes a line on each stream,
-// waits for the file "go" in its workspace, then writes another line and
-// exits 3.
-const gatedJob = "echo hello, world; echo warning >&2; until [ -e go ]; do sleep 0.05; done; echo done; exit 3"
-
-// patience bounds the waits for a job; it only fails a test that would
-// otherwise hang, it never measures.
-const patience = 30 * time.Second
-
 // TestJobs: Start runs a job in the background; Job reads its output from
 // the offsets of the previous answer, so that nothing comes twice, and
-// waits for its end; KillJob kills a running job and answers it ended.
+// waits for its end.
 func TestJobs(t *testing.T) {
 	_, c := newDaemon(t)
 	ctx := context.Background()
@@ -91,7 +82,7 @@ func TestJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := c.Start(ctx, &api.Request{Command: gatedJob, SessionID: s.ID})
+	a, err := c.Start(ctx, &api.Request{Command: testdaemon.GatedJob, SessionID: s.ID})
 	if err != nil || a.JobID == "" || a.SessionID != s.ID {
 		t.Fatalf("Start: %+v, %v", a, err)
 	}
@@ -112,7 +103,7 @@ func TestJobs(t *testing.T) {
 		return j
 	}
 	// Its first lines, read while it waits for "go".
-	for deadline := time.Now().Add(patience); out.Len() < len("hello, world\n") || errOut.Len() < len("warning\n"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testdaemon.Patience); out.Len() < len("hello, world\n") || errOut.Len() < len("warning\n"); time.Sleep(10 * time.Millisecond) {
 		if j := read(); j.State != "running" || time.Now().After(deadline) {
 			t.Fatalf("job before its gate opened: %+v, output %q %q", j, out.String(), errOut.String())
 		}
@@ -123,24 +114,42 @@ func TestJobs(t *testing.T) {
 	if err := c.PutFile(ctx, s.ID, "go", strings.NewReader(""), nil); err != nil {
 		t.Fatal(err)
 	}
-	q.Wait = patience
+	q.Wait = testdaemon.Patience
 	if j := read(); j.State != "exited" || j.ExitCode == nil || *j.ExitCode != 3 || j.Verdict == nil {
 		t.Errorf("ended job: %+v", j)
 	}
 	if out.String() != "hello, world\ndone\n" || errOut.String() != "warning\n" {
 		t.Errorf("output %q %q", out.String(), errOut.String())
 	}
-
-	b, err := c.Start(ctx, &api.Request{Command: "exec sleep 600", SessionID: s.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j, err := c.KillJob(ctx, s.ID, b.JobID); err != nil || j.State != "exited" || j.Verdict == nil || !j.Verdict.Canceled {
-		t.Errorf("KillJob: %+v, %v", j, err)
-	}
 	var ae *client.APIError
 	if _, err := c.Job(ctx, s.ID, "nope", client.JobQuery{}); !errors.As(err, &ae) || ae.Status != 404 {
 		t.Errorf("Job of a missing job: %v", err)
+	}
+}
+
+// TestKillJob: KillJob kills a running job and answers it ended, killed.
+func TestKillJob(t *testing.T) {
+	_, c := newDaemon(t)
+	ctx := context.Background()
+	s, err := c.CreateSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Start(ctx, &api.Request{Command: "echo up; exec sleep 600", SessionID: s.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(testdaemon.Patience); ; time.Sleep(10 * time.Millisecond) {
+		j, err := c.Job(ctx, s.ID, b.JobID, client.JobQuery{})
+		if err != nil || j.State != "running" || time.Now().After(deadline) {
+			t.Fatalf("job to kill: %+v, %v", j, err)
+		}
+		if j.Stdout == "up\n" {
+			break
+		}
+	}
+	if j, err := c.KillJob(ctx, s.ID, b.JobID); err != nil || j.State != "exited" || j.Verdict == nil || !j.Verdict.Canceled {
+		t.Errorf("KillJob: %+v, %v", j, err)
 	}
 }
 

@@ -128,19 +128,10 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
-// gatedJob is the script of a job that writes a line on each stream,
-// waits for the file "go" in its workspace, then writes another line and
-// exits 3.
-const gatedJob = "echo hello, world; echo warning >&2; until [ -e go ]; do sleep 0.05; done; echo done; exit 3"
-
-// patience bounds the waits for a job; it only fails a test that would
-// otherwise hang, it never measures.
-const patience = 30 * time.Second
-
 func TestJobsCommand(t *testing.T) {
 	d := startDaemon(t, testdaemon.Options{})
 	id := newSession(t)
-	out, errOut, code := jaild(t, "remote", "--no-stdin", "--session", id, "--background", "--shell", gatedJob)
+	out, errOut, code := jaild(t, "remote", "--no-stdin", "--session", id, "--background", "--shell", testdaemon.GatedJob)
 	job := strings.TrimSuffix(out, "\n")
 	if code != 0 || job == "" {
 		t.Fatalf("remote --background: %d %q %q", code, out, errOut)
@@ -151,7 +142,7 @@ func TestJobsCommand(t *testing.T) {
 	}
 	// Without --follow: what there is now, which comes to the first lines
 	// (the job then waits for "go").
-	for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testdaemon.Patience); ; time.Sleep(10 * time.Millisecond) {
 		out, errOut, code := jaild(t, "jobs", id, job)
 		if code != 0 || time.Now().After(deadline) {
 			t.Fatalf("jobs %s %s: %d %q %q", id, job, code, out, errOut)
@@ -172,7 +163,7 @@ func TestJobsCommand(t *testing.T) {
 	case <-stdout.seen:
 	case code := <-done:
 		t.Fatalf("jobs --follow ended before the job: %d %q %q", code, stdout.String(), stderr.String())
-	case <-time.After(patience):
+	case <-time.After(testdaemon.Patience):
 		t.Fatalf("jobs --follow printed %q", stdout.String())
 	}
 	if err := os.WriteFile(filepath.Join(d.Dir(id), "go"), nil, 0o644); err != nil {
@@ -183,7 +174,7 @@ func TestJobsCommand(t *testing.T) {
 		if code != 3 || stdout.String() != "hello, world\ndone\n" || stderr.String() != "warning\n" {
 			t.Errorf("jobs --follow: %d %q %q", code, stdout.String(), stderr.String())
 		}
-	case <-time.After(patience):
+	case <-time.After(testdaemon.Patience):
 		t.Fatalf("jobs --follow did not end: %q", stdout.String())
 	}
 	if _, _, code := jaild(t, "jobs", id, "nope"); code != exitRefused {

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/caller"
@@ -48,8 +49,18 @@ type Daemon struct {
 	audit    lockedBuffer
 }
 
-// caller names the token's holder.
+// callerName names the token's holder.
 const callerName = "tester"
+
+// GatedJob is the script of a job that writes a line on each stream
+// ("hello, world", "warning"), waits for the file "go" in its working
+// directory, then writes "done" and exits 3: it runs until the test lets
+// it end.
+const GatedJob = "echo hello, world; echo warning >&2; until [ -e go ]; do sleep 0.05; done; echo done; exit 3"
+
+// Patience bounds a test's waits for a job; it only fails a test that
+// would otherwise hang, it never measures.
+const Patience = 30 * time.Second
 
 // Start starts a daemon with o; it is stopped, and the installation checked
 // for leftovers, when t ends.
