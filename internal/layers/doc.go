@@ -3,7 +3,7 @@
 // a layer above its own: a layer knows nothing of who calls it.
 //
 //	front end  cmd/..., server, client, route, internal/command,
-//	           internal/inithook, internal/sessionfake, internal/testenv,
+//	           internal/inithook, internal/testdaemon, internal/testenv,
 //	           scripts/..., deploy/...
 //	run        run
 //	policy     policy, egress

@@ -21,7 +21,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"front end", []string{"cmd/...", "server", "client", "route", "internal/command",
-		"internal/inithook", "internal/sessionfake", "internal/testenv", "scripts/...", "deploy/..."}},
+		"internal/inithook", "internal/testdaemon", "internal/testenv", "scripts/...", "deploy/..."}},
 	{"run", []string{"run"}},
 	{"policy", []string{"policy", "egress"}},
 	{"session", []string{"session", "session/files"}},
