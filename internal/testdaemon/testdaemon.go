@@ -34,7 +34,7 @@ import (
 // Options configure a Daemon.
 type Options struct {
 	// WorkDir is the sandboxes' working directory (jaild serve's
-	// --workdir); empty means /work.
+	// --sandbox-workdir); empty means /work.
 	WorkDir string
 }
 
