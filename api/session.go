@@ -13,7 +13,7 @@ import "time"
 //	POST   /run with "run_in_background"      -> 202 JobAccepted
 //	GET    /sessions/{id}/jobs                -> 200 JobList
 //	GET    /sessions/{id}/jobs/{job}          ?stdout_offset=N&stderr_offset=M (or offset=N for both)
-//	                                          &wait_ms=N -> 200 Job
+//	                                          &wait_ms=N[&until=output] -> 200 Job
 //	DELETE /sessions/{id}/jobs/{job}          -> 200 Job (killed, once it has ended)
 //	PUT    /sessions/{id}/files/{path...}     body = bytes, or a tar (Content-Type: application/x-tar) -> 204
 //	GET    /sessions/{id}/files/{path...}     a file's bytes; a directory: FileList, or a tar (Accept: application/x-tar)

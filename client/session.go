@@ -79,9 +79,11 @@ type JobQuery struct {
 	// StdoutOffset and StderrOffset are where the output returned
 	// starts: 0, or the offsets of the previous answer.
 	StdoutOffset, StderrOffset int64
-	// Wait, if positive, lets the daemon wait up to that long for new
-	// output or the job's end before it answers.
-	Wait time.Duration
+	// Wait, if positive, lets the daemon wait up to that long for the
+	// job's end before it answers, or with UntilOutput for the end or
+	// output past the offsets, whichever comes first.
+	Wait        time.Duration
+	UntilOutput bool
 }
 
 // Job calls GET /sessions/{id}/jobs/{job}.
@@ -91,6 +93,9 @@ func (c *Client) Job(ctx context.Context, id, job string, q JobQuery) (*api.Job,
 	v.Set("stderr_offset", strconv.FormatInt(q.StderrOffset, 10))
 	if q.Wait > 0 {
 		v.Set("wait_ms", strconv.FormatInt(q.Wait.Milliseconds(), 10))
+		if q.UntilOutput {
+			v.Set("until", "output")
+		}
 	}
 	var j api.Job
 	return &j, c.call(ctx, http.MethodGet, jobPath(id, job)+"?"+v.Encode(), nil, &j)

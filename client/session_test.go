@@ -127,6 +127,76 @@ func TestJobs(t *testing.T) {
 	}
 }
 
+// TestJobUntilOutput: a wait with UntilOutput answers as soon as the job
+// writes past the offsets, while the job still runs; one without it waits
+// for the end (here, its whole budget, the job being gated).
+func TestJobUntilOutput(t *testing.T) {
+	_, c := newDaemon(t)
+	ctx := context.Background()
+	s, err := c.CreateSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Start(ctx, &api.Request{Command: testdaemon.GatedJob, SessionID: s.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its first line, with one wait: the job is running and gated, so only
+	// its output can end the wait before Patience.
+	t0 := time.Now()
+	j, err := c.Job(ctx, s.ID, a.JobID, client.JobQuery{Wait: testdaemon.Patience, UntilOutput: true})
+	if err != nil || j.State != "running" || j.Stdout+j.Stderr == "" {
+		t.Fatalf("wait until output: %+v, %v", j, err)
+	}
+	if time.Since(t0) >= testdaemon.Patience {
+		t.Fatalf("a wait until output answered only when its wait_ms ran out")
+	}
+	// Past all of its output so far, a short wait ends with nothing new.
+	q := client.JobQuery{Wait: 300 * time.Millisecond, UntilOutput: true}
+	for deadline := time.Now().Add(testdaemon.Patience); ; {
+		j, err := c.Job(ctx, s.ID, a.JobID, q)
+		if err != nil || j.State != "running" || time.Now().After(deadline) {
+			t.Fatalf("job before its gate opened: %+v, %v", j, err)
+		}
+		if q.StdoutOffset == j.StdoutOffset && q.StderrOffset == j.StderrOffset {
+			break // a wait that ended on its timeout, nothing new
+		}
+		q.StdoutOffset, q.StderrOffset = j.StdoutOffset, j.StderrOffset
+	}
+	// Without UntilOutput, a wait from offset 0 waits for the end, not
+	// for the output already there.
+	t0 = time.Now()
+	if j, err := c.Job(ctx, s.ID, a.JobID, client.JobQuery{Wait: 300 * time.Millisecond}); err != nil || j.State != "running" || j.Stdout == "" {
+		t.Fatalf("wait until the end: %+v, %v", j, err)
+	}
+	if time.Since(t0) < 300*time.Millisecond {
+		t.Errorf("a wait for the end of a running job answered after %v, before its wait_ms", time.Since(t0))
+	}
+	// The gate opens: the wait from the last offsets ends with "done".
+	if err := c.PutFile(ctx, s.ID, "go", strings.NewReader(""), nil); err != nil {
+		t.Fatal(err)
+	}
+	q.Wait = testdaemon.Patience
+	var out string
+	for j := (*api.Job)(nil); j == nil || j.State == "running"; {
+		if j, err = c.Job(ctx, s.ID, a.JobID, q); err != nil {
+			t.Fatal(err)
+		}
+		out += j.Stdout
+		q.StdoutOffset, q.StderrOffset = j.StdoutOffset, j.StderrOffset
+	}
+	if out != "done\n" {
+		t.Errorf("output after the gate: %q", out)
+	}
+	var ae *client.APIError
+	if _, err := c.Job(ctx, s.ID, a.JobID, client.JobQuery{Wait: time.Second, UntilOutput: true, StdoutOffset: 0}); err != nil {
+		t.Errorf("until=output on an ended job: %v", err)
+	}
+	if _, err := c.Job(ctx, s.ID, "nope", client.JobQuery{Wait: time.Second, UntilOutput: true}); !errors.As(err, &ae) || ae.Status != 404 {
+		t.Errorf("until=output on a missing job: %v", err)
+	}
+}
+
 // TestKillJob: KillJob kills a running job and answers it ended, killed.
 func TestKillJob(t *testing.T) {
 	_, c := newDaemon(t)

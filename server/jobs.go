@@ -32,7 +32,8 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 
 // getJob answers a job's state and its output from the requested offsets
 // (stdout_offset, stderr_offset, or offset for both), after waiting up to
-// wait_ms (at most MaxJobWait) for it to end.
+// wait_ms (at most MaxJobWait) for it to end, or with until=output for it
+// to end or write past the offsets.
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	sess, ok := s.session(w, r)
 	if !ok {
@@ -65,10 +66,24 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		s.writeRunError(w, r, &box.InvalidError{Field: "offset", Reason: "give offset, or stdout_offset and stderr_offset, not both"}, false)
 		return
 	}
+	var untilOutput bool
+	switch v := q["until"]; {
+	case len(v) == 0 || len(v) == 1 && v[0] == "end":
+	case len(v) == 1 && v[0] == "output":
+		untilOutput = true
+	default:
+		s.writeRunError(w, r, &box.InvalidError{Field: "until", Reason: `must be "end" (the default) or "output"`}, false)
+		return
+	}
 	id := r.PathValue("job")
 	if wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), min(time.Duration(wait)*time.Millisecond, MaxJobWait))
-		err := sess.Wait(ctx, id)
+		var err error
+		if untilOutput {
+			err = sess.WaitOutput(ctx, id, off)
+		} else {
+			err = sess.Wait(ctx, id)
+		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			s.writeSessionError(w, r, err)

@@ -320,6 +320,11 @@ func testSessionsHTTP(t *testing.T, bin string) {
 		if code, _ := alice.do("GET", path+"?wait_ms=-1", "", nil); code != 400 {
 			t.Errorf("wait_ms=-1: %d", code)
 		}
+		for _, q := range []string{"?until=soon", "?until=output&until=end"} {
+			if code, data := alice.do("GET", path+q, "", nil); code != 400 || !bytes.Contains(data, []byte(`"field":"until"`)) {
+				t.Errorf("%s: %d %s", q, code, data)
+			}
+		}
 		var list api.JobList
 		alice.do("GET", "/sessions/"+id+"/jobs", "", &list)
 		if len(list.Jobs) != 2 {

@@ -226,6 +226,30 @@ func (s *Session) Wait(ctx context.Context, id string) error {
 	}
 }
 
+// WaitOutput waits until job id has output past off in either stream or
+// has ended, or ctx is done (then its error).
+func (s *Session) WaitOutput(ctx context.Context, id string, off Offsets) error {
+	j, err := s.job(id)
+	if err != nil {
+		return err
+	}
+	for {
+		outPast, outGrew := j.stdout.past(off.Stdout)
+		errPast, errGrew := j.stderr.past(off.Stderr)
+		if outPast || errPast {
+			return nil
+		}
+		select {
+		case <-j.done:
+			return nil
+		case <-outGrew:
+		case <-errGrew:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Kill kills job id; its result then says Canceled. Killing an ended job
 // does nothing.
 func (s *Session) Kill(id string) error {
@@ -270,10 +294,19 @@ type stream struct {
 	head    []byte
 	tail    []byte // the bytes [total-len(tail), total), at most 2*tailMax
 	total   int64
+	grew    chan struct{} // closed (and replaced) by the next write
 }
 
 func newStream(max int64) *stream {
-	return &stream{headMax: int(max / 2), tailMax: int(max - max/2)}
+	return &stream{headMax: int(max / 2), tailMax: int(max - max/2), grew: make(chan struct{})}
+}
+
+// past reports whether the stream has bytes at or past offset off, or
+// returns a channel closed by the next write that brings some.
+func (b *stream) past(off int64) (bool, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total > off, b.grew
 }
 
 // Write implements io.Writer; it never fails.
@@ -281,7 +314,12 @@ func (b *stream) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := len(p)
+	if n == 0 {
+		return 0, nil
+	}
 	b.total += int64(n)
+	close(b.grew)
+	b.grew = make(chan struct{})
 	if k := min(b.headMax-len(b.head), len(p)); k > 0 {
 		b.head = append(b.head, p[:k]...)
 		p = p[k:]

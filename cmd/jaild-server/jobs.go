@@ -79,7 +79,7 @@ func jobsAction(c *cli.Context) error {
 
 	q := client.JobQuery{}
 	if follow {
-		q.Wait = followWait
+		q.Wait, q.UntilOutput = followWait, true
 	}
 	for {
 		j, err := cl.Job(ctx, args[0], args[1], q)
