@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -507,5 +508,55 @@ func TestDecideCancelled(t *testing.T) {
 	d := e.Decide(ctx, "", in)
 	if d.Result != EvalError || d.Allow || !strings.Contains(d.Message, "context canceled") {
 		t.Fatalf("cancelled context: %s allow=%v (%s), want eval_error", d.Result, d.Allow, d.Message)
+	}
+}
+
+// TestDecideConcurrently: decisions made at once, in both grammars, are
+// the ones made one by one (the parsers are pooled, and input values share
+// terms).
+func TestDecideConcurrently(t *testing.T) {
+	root := fakeRoot(t)
+	inputs := func() []Input {
+		var ins []Input
+		for i := range 24 {
+			n := strconv.Itoa(i)
+			switch i % 4 {
+			case 0:
+				ins = append(ins, Input{Shell: &Shell{Source: "cd /tmp && date | echo ok" + n}})
+			case 1:
+				ins = append(ins, Input{Command: "bash", Shell: &Shell{Source: "echo $((1+" + n + ")) && date"}})
+			case 2:
+				ins = append(ins, Input{Shell: &Shell{Source: "rm -rf / " + n}})
+			case 3:
+				ins = append(ins, Input{Command: "git", Args: []string{"log", "-n", n}, Env: map[string]string{"K": n}})
+			}
+		}
+		return ins
+	}
+	ctx := context.Background()
+	seq := openExamples(t, root, Options{})
+	var want []Decision
+	for _, in := range inputs() {
+		want = append(want, seq.Decide(ctx, "", in))
+	}
+	par := openExamples(t, root, Options{})
+	ins := inputs()
+	got := make([]Decision, len(ins))
+	var wg sync.WaitGroup
+	for i := range ins {
+		wg.Go(func() { got[i] = par.Decide(ctx, "", ins[i]) })
+	}
+	wg.Wait()
+	for i := range ins {
+		g, w := got[i], want[i]
+		if g.Result != w.Result || g.Message != w.Message || !slices.Equal(g.Reasons, w.Reasons) || g.DeniedCommand != w.DeniedCommand {
+			t.Errorf("input %d: concurrently %s %q %q %q, alone %s %q %q %q", i, g.Result, g.Message, g.Reasons, g.DeniedCommand, w.Result, w.Message, w.Reasons, w.DeniedCommand)
+		}
+		if g.Input.value().Compare(w.Input.value()) != 0 {
+			t.Errorf("input %d: concurrently %v, alone %v", i, g.Input.value(), w.Input.value())
+		}
+	}
+	if got[0].Result != Allowed || got[2].Result != Denied {
+		t.Errorf("the router's answers: %s for %q, %s for %q", got[0].Result, ins[0].Shell.Source, got[2].Result, ins[2].Shell.Source)
 	}
 }

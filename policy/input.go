@@ -239,75 +239,126 @@ func (e *ResolveError) Unwrap() error { return e.Err }
 // value converts in to OPA's value directly: going through JSON, as
 // rego.EvalInput does, costs more than the evaluation. The keys are terms
 // made once and shared by every input (OPA shares its interned terms so
-// too: terms in an input are never modified), and each object is made
-// with room for its keys.
+// too: terms in an input are never modified). Each object is made whole
+// from its pairs (ast.NewObject keeps them in one block, where Insert
+// allocates each), and the strings' terms come in blocks: a decision
+// allocates in a heap its idle pause has left cold, where each allocation
+// costs more than the work it is for.
 func (in *Input) value() ast.Value {
 	action := in.Action
 	if action == "" {
 		action = ActionRun
 	}
-	obj := ast.NewObjectWithCapacity(17)
-	put := func(k *ast.Term, v *ast.Term) { obj.Insert(k, v) }
-	put(keyAction, str(action))
-	put(keyCommand, str(in.Command))
-	put(keyPath, str(in.Path))
-	put(keyHash, str(in.Hash))
-	put(keyWritable, ast.InternedTerm(in.Writable))
-	put(keyArgs, strArray(in.Args))
-	put(keyEnv, stringMap(in.Env))
-	put(keyCwd, str(in.Cwd))
-	put(keyCaller, str(in.Caller))
-	put(keyFrontEnd, str(in.FrontEnd))
-	put(keyBackground, ast.InternedTerm(in.Background))
+	var b termBlock
+	kv := make([][2]*ast.Term, 0, 17)
+	kv = append(kv,
+		[2]*ast.Term{keyAction, b.str(action)},
+		[2]*ast.Term{keyCommand, b.str(in.Command)},
+		[2]*ast.Term{keyPath, b.str(in.Path)},
+		[2]*ast.Term{keyHash, b.str(in.Hash)},
+		[2]*ast.Term{keyWritable, ast.InternedTerm(in.Writable)},
+		[2]*ast.Term{keyArgs, b.strArray(in.Args)},
+		[2]*ast.Term{keyEnv, b.stringMap(in.Env)},
+		[2]*ast.Term{keyCwd, b.str(in.Cwd)},
+		[2]*ast.Term{keyCaller, b.str(in.Caller)},
+		[2]*ast.Term{keyFrontEnd, b.str(in.FrontEnd)},
+		[2]*ast.Term{keyBackground, ast.InternedTerm(in.Background)})
 	if in.SessionID != "" {
-		put(keySessionID, str(in.SessionID))
+		kv = append(kv, [2]*ast.Term{keySessionID, b.str(in.SessionID)})
 	}
 	if in.File != "" {
-		put(keyFile, str(in.File))
+		kv = append(kv, [2]*ast.Term{keyFile, b.str(in.File)})
 	}
 	if in.Unset != nil {
-		put(keyUnset, strArray(in.Unset))
+		kv = append(kv, [2]*ast.Term{keyUnset, b.strArray(in.Unset)})
 	}
 	if in.Limits != nil {
 		if v, err := ast.InterfaceToValue(in.Limits); err == nil {
-			put(keyLimits, ast.NewTerm(v))
+			kv = append(kv, [2]*ast.Term{keyLimits, ast.NewTerm(v)})
 		}
 	}
 	if in.Shell != nil {
-		put(keyShell, in.Shell.term())
+		kv = append(kv, [2]*ast.Term{keyShell, in.Shell.term(&b)})
 	}
-	return obj
+	return ast.NewObject(kv...)
 }
 
 // term is input.shell.
-func (sh *Shell) term() *ast.Term {
+func (sh *Shell) term(b *termBlock) *ast.Term {
 	cmds := make([]*ast.Term, len(sh.Commands))
 	for i := range sh.Commands {
 		c := &sh.Commands[i]
-		co := ast.NewObjectWithCapacity(7)
-		co.Insert(keyCommand, str(c.Command))
-		co.Insert(keyPath, str(c.Path))
-		co.Insert(keyHash, str(c.Hash))
-		co.Insert(keyWritable, ast.InternedTerm(c.Writable))
-		co.Insert(keyArgs, strArray(c.Args))
-		co.Insert(keyVia, strArray(c.Via))
-		co.Insert(keyDynamic, ast.InternedTerm(c.Dynamic))
-		cmds[i] = ast.NewTerm(co)
+		cmds[i] = b.object(
+			[2]*ast.Term{keyCommand, b.str(c.Command)},
+			[2]*ast.Term{keyPath, b.str(c.Path)},
+			[2]*ast.Term{keyHash, b.str(c.Hash)},
+			[2]*ast.Term{keyWritable, ast.InternedTerm(c.Writable)},
+			[2]*ast.Term{keyArgs, b.strArray(c.Args)},
+			[2]*ast.Term{keyVia, b.strArray(c.Via)},
+			[2]*ast.Term{keyDynamic, ast.InternedTerm(c.Dynamic)})
 	}
 	fns := make([]*ast.Term, len(sh.Functions))
 	for i, f := range sh.Functions {
-		fo := ast.NewObjectWithCapacity(2)
-		fo.Insert(keyName, str(f.Name))
-		fo.Insert(keyCalls, strArray(f.Calls))
-		fns[i] = ast.NewTerm(fo)
+		fns[i] = b.object([2]*ast.Term{keyName, b.str(f.Name)}, [2]*ast.Term{keyCalls, b.strArray(f.Calls)})
 	}
-	o := ast.NewObjectWithCapacity(5)
-	o.Insert(keySource, str(sh.Source))
-	o.Insert(keyCommands, ast.ArrayTerm(cmds...))
-	o.Insert(keyDynamic, ast.InternedTerm(sh.Dynamic))
-	o.Insert(keyReasons, strArray(sh.Reasons))
-	o.Insert(keyFunctions, ast.ArrayTerm(fns...))
-	return ast.NewTerm(o)
+	return b.object(
+		[2]*ast.Term{keySource, b.str(sh.Source)},
+		[2]*ast.Term{keyCommands, b.array(cmds)},
+		[2]*ast.Term{keyDynamic, ast.InternedTerm(sh.Dynamic)},
+		[2]*ast.Term{keyReasons, b.strArray(sh.Reasons)},
+		[2]*ast.Term{keyFunctions, b.array(fns)})
+}
+
+// termBlock hands out the terms of one input from blocks it allocates.
+type termBlock struct{ terms []ast.Term }
+
+// term is a new term of v.
+func (b *termBlock) term(v ast.Value) *ast.Term {
+	if len(b.terms) == cap(b.terms) {
+		b.terms = make([]ast.Term, 0, 32)
+	}
+	b.terms = append(b.terms, ast.Term{Value: v})
+	return &b.terms[len(b.terms)-1]
+}
+
+// str is s as a term; "" is shared.
+func (b *termBlock) str(s string) *ast.Term {
+	if s == "" {
+		return emptyString
+	}
+	return b.term(ast.String(s))
+}
+
+// object is the object of kv, whose keys are distinct.
+func (b *termBlock) object(kv ...[2]*ast.Term) *ast.Term {
+	return b.term(ast.NewObject(kv...))
+}
+
+// array is the array of ts; the empty one is shared.
+func (b *termBlock) array(ts []*ast.Term) *ast.Term {
+	if len(ts) == 0 {
+		return emptyArray
+	}
+	return b.term(ast.NewArray(ts...))
+}
+
+func (b *termBlock) strArray(ss []string) *ast.Term {
+	if len(ss) == 0 {
+		return emptyArray
+	}
+	ts := make([]*ast.Term, len(ss))
+	for i, s := range ss {
+		ts[i] = b.str(s)
+	}
+	return b.array(ts)
+}
+
+func (b *termBlock) stringMap(m map[string]string) *ast.Term {
+	kv := make([][2]*ast.Term, 0, len(m))
+	for k, v := range m {
+		kv = append(kv, [2]*ast.Term{b.str(k), b.str(v)})
+	}
+	return b.object(kv...)
 }
 
 // The input's keys.
@@ -321,28 +372,6 @@ var (
 	keyFunctions, keyVia, keyName, keyCalls = ast.StringTerm("functions"), ast.StringTerm("via"), ast.StringTerm("name"), ast.StringTerm("calls")
 )
 
-// str is s as a term; "" is shared.
-func str(s string) *ast.Term {
-	if s == "" {
-		return emptyString
-	}
-	return ast.StringTerm(s)
-}
-
-var emptyString = ast.StringTerm("")
-
-func strArray(ss []string) *ast.Term {
-	ts := make([]*ast.Term, len(ss))
-	for i, s := range ss {
-		ts[i] = str(s)
-	}
-	return ast.ArrayTerm(ts...)
-}
-
-func stringMap(m map[string]string) *ast.Term {
-	obj := ast.NewObjectWithCapacity(len(m))
-	for k, v := range m {
-		obj.Insert(ast.StringTerm(k), str(v))
-	}
-	return ast.NewTerm(obj)
-}
+// The shared empty string and array: terms of an input are never
+// modified.
+var emptyString, emptyArray = ast.StringTerm(""), ast.ArrayTerm()

@@ -142,7 +142,7 @@ func (r *Root) ResolveIn(workspace, name, pathEnv, cwd string) (Resolution, erro
 // resolveCached is ResolveIn with the identities seen so far by the batch
 // it is part of (nil: none, see batch). The workspace is not part of the
 // key: an answer that looked at it is not cached.
-func (r *Root) resolveCached(workspace, name, pathEnv, cwd string, seen map[string]statID) (Resolution, error) {
+func (r *Root) resolveCached(workspace, name, pathEnv, cwd string, seen *idSet) (Resolution, error) {
 	k := resolveKey{name: name, pathEnv: pathEnv, cwd: cwd}
 	if res := r.cache.get(k); res != nil {
 		if res.valid(seen) {

@@ -129,18 +129,16 @@ func before(a, b unix.Timespec) bool {
 // holds the identities the same batch already read, and gets those this
 // check reads: the commands of one decision share most of their deps (the
 // PATH directories and their parents), which are then read once.
-func (res *resolution) valid(seen map[string]statID) bool {
+func (res *resolution) valid(seen *idSet) bool {
 	var st unix.Stat_t
 	for _, d := range res.deps {
-		id, ok := seen[d.host]
+		id, ok := seen.get(d.host)
 		if !ok {
 			if unix.Lstat(d.host, &st) != nil {
 				return false
 			}
 			id = idOf(&st)
-			if seen != nil {
-				seen[d.host] = id
-			}
+			seen.put(d.host, id)
 		}
 		if id != d.id {
 			return false
@@ -149,21 +147,47 @@ func (res *resolution) valid(seen map[string]statID) bool {
 	return true
 }
 
+// idSet is the identities a batch has read, by host path. A decision
+// reads a dozen: a list searched in order costs less than a map's
+// allocation and hashing.
+type idSet struct{ deps []dep }
+
+func (s *idSet) get(host string) (statID, bool) {
+	if s != nil {
+		for i := range s.deps {
+			if s.deps[i].host == host {
+				return s.deps[i].id, true
+			}
+		}
+	}
+	return statID{}, false
+}
+
+// put adds host's identity; a nil set keeps nothing.
+func (s *idSet) put(host string, id statID) {
+	if s != nil {
+		s.deps = append(s.deps, dep{host: host, id: id})
+	}
+}
+
 // batch returns a Resolver for the commands of one decision: r's, except
 // that each path a cached answer depends on is read once for them all.
 // The decision sees the tree as it was at one moment either way; it is
 // not to be kept for later decisions.
 func (r *Root) batch() ViewResolver {
-	return &rootBatch{r: r, seen: make(map[string]statID, 16)}
+	b := &rootBatch{r: r}
+	b.seen.deps = b.buf[:0]
+	return b
 }
 
 type rootBatch struct {
 	r    *Root
-	seen map[string]statID
+	seen idSet
+	buf  [16]dep // room for a decision's identities without growing
 }
 
 func (b *rootBatch) ResolveIn(workspace, name, pathEnv, cwd string) (Resolution, error) {
-	return b.r.resolveCached(workspace, name, pathEnv, cwd, b.seen)
+	return b.r.resolveCached(workspace, name, pathEnv, cwd, &b.seen)
 }
 
 // batcher is a Resolver that can resolve the commands of one decision

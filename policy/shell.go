@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -152,7 +153,7 @@ func (p *parser) parse(src, shell string, via []string, depth int) {
 	}
 	cmds, fns := len(sh.Commands), len(sh.Functions)
 	for i, lang := range langs {
-		f, err := syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(src), "")
+		f, err := parseIn(lang, src)
 		if err != nil {
 			if depth > 0 {
 				err = fmt.Errorf("%s script: %w", strings.Join(via, ": "), err)
@@ -175,6 +176,30 @@ func (p *parser) parse(src, shell string, via []string, depth int) {
 			})...)
 		}
 	}
+}
+
+// parsers keeps mvdan/sh's parsers, POSIX's and bash's, for reuse: a
+// parser is 2.6 KB, more than the rest of a short string's parse
+// allocates, and a parser may be reused once its Parse has returned.
+var parsers = [2]sync.Pool{
+	{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangPOSIX)) }},
+	{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }},
+}
+
+// parseIn parses src in the grammar lang.
+func parseIn(lang syntax.LangVariant, src string) (*syntax.File, error) {
+	var pool *sync.Pool
+	switch lang {
+	case syntax.LangPOSIX:
+		pool = &parsers[0]
+	case syntax.LangBash:
+		pool = &parsers[1]
+	default:
+		return syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(src), "")
+	}
+	p := pool.Get().(*syntax.Parser)
+	defer pool.Put(p)
+	return p.Parse(strings.NewReader(src), "")
 }
 
 func (c Command) equal(d Command) bool {
