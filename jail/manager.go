@@ -466,10 +466,15 @@ func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, net
 		OomScoreAdj:     &oomScore,
 		Mounts:          m.root.Mounts(l.TmpfsSize, sandboxUser, work),
 		Devices:         devs,
+		// runc's default masks and read-only paths under /proc, where the
+		// sandbox's procfs shows host-wide state. Entries this kernel lacks
+		// cost one failed open each and stay, for kernels that have them.
+		// runc's two masks under /sys are left out: no sysfs is mounted in
+		// a sandbox, so they could only ever cover a prepared root's own
+		// files.
 		MaskPaths: []string{
 			"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-			"/sys/firmware", "/sys/devices/virtual/powercap",
 		},
 		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		Rlimits:       m.rlimits,
