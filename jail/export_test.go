@@ -99,3 +99,11 @@ func PrestartStats(w *Workspace) (hits, misses int64) {
 	}
 	return w.pre.hits.Load(), w.pre.misses.Load()
 }
+
+// UnshareDev makes m's sandboxes make their own /dev, as on a kernel
+// without detached mounts, and reports whether they shared one before.
+func UnshareDev(m *Manager) bool {
+	shared := m.dev != nil
+	m.closeDev()
+	return shared
+}

@@ -236,6 +236,24 @@ func TestIsolation(t *testing.T) {
 		{"env not leaked", "env", func(o string) bool { return !strings.Contains(o, "JAILD_TEST_SECRET") }, "no daemon env"},
 		{"no user namespaces", "unshare -Ur true 2>&1 || echo refused", func(o string) bool { return strings.Contains(o, "refused") }, "unshare refused"},
 		{"no mount", "mount -t tmpfs x /tmp 2>&1 || echo refused", func(o string) bool { return strings.Contains(o, "refused") }, "mount refused"},
+		// The masks under /sys that runc has are left out of the
+		// configuration because no sysfs is mounted.
+		{"no sysfs", "grep -c ' sysfs ' /proc/self/mounts; ls -A /sys 2>/dev/null | wc -l", func(o string) bool { return o == "0\n0\n" }, "no sysfs, no /sys"},
+		{"proc masked", "for p in /proc/keys /proc/timer_list /proc/kcore /proc/sched_debug /proc/timer_stats /proc/latency_stats; do test -e $p && head -c 64 $p | wc -c; done; " +
+			"for d in /proc/acpi /proc/asound /proc/scsi; do test -d $d && ls -A $d | wc -l; done; " +
+			"for p in /proc/bus /proc/fs /proc/irq /proc/sys; do grep -c \" $p ro,\" /proc/self/mountinfo; done",
+			func(o string) bool {
+				f := strings.Fields(o)
+				if len(f) < 4 || strings.Join(f[len(f)-4:], " ") != "1 1 1 1" {
+					return false
+				}
+				for _, n := range f[:len(f)-4] {
+					if n != "0" {
+						return false
+					}
+				}
+				return true
+			}, "masked files and directories empty, /proc/bus, fs, irq and sys read-only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

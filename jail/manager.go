@@ -105,6 +105,9 @@ type Manager struct {
 	// detached: workspaces' tmpfs are detached mounts (see
 	// workspacemount.go), not mounted in the workspace root.
 	detached bool
+	// dev is the shared /dev that every sandbox binds (see devdir.go),
+	// or nil: each sandbox's init makes a /dev of its own.
+	dev *os.File
 
 	mu     sync.Mutex
 	closed bool
@@ -161,7 +164,15 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.rlimits, _ = sandboxRlimits()
 	m.workspaces, m.defaultWorkspaces = workspaces, defWS
-	m.detached = defWS && detachedMountsWork()
+	detached := detachedMountsWork()
+	m.detached = defWS && detached
+	if detached {
+		if m.dev, err = newSharedDev(); err != nil {
+			// The init's own /dev is as strong, only slower to make.
+			m.log.Warn("sandboxes make their own /dev", "err", err)
+			m.dev = nil
+		}
+	}
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
 	// pay (see cgroup.Parent.Warm); everything below overlaps that wait.
@@ -172,6 +183,7 @@ func New(cfg Config) (*Manager, error) {
 		Keep:    cfg.KeepBudget,
 	})
 	if err != nil {
+		m.closeDev()
 		return nil, fmt.Errorf("%w: %w", box.ErrUnsupported, err)
 	}
 	// The watchdog tears the sandboxes down if this process dies (see
@@ -188,6 +200,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := m.prepare(cfg.Rootfs); err != nil {
 		m.dog.close()
 		_ = m.parent.Close()
+		m.closeDev()
 		return nil, err
 	}
 	if n, err := m.Sweep(); err != nil {
@@ -432,13 +445,19 @@ func (m *Manager) unreserve(sb *sandbox) {
 // loopback is already up). A sandbox with egress joins the namespace at
 // netns the same way (see [Egress]).
 func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, netns string) *configs.Config {
+	// The devices a sandbox may use: the cgroup's rules, and the nodes
+	// its init makes in its /dev unless it binds the shared one.
 	var devs []*devices.Device
 	var rules []*devices.Rule
 	for _, d := range specconv.AllowedDevices {
-		if d.Path != "" {
+		if d.Path != "" && m.dev == nil {
 			devs = append(devs, d)
 		}
 		rules = append(rules, &d.Rule)
+	}
+	dev := ""
+	if m.dev != nil {
+		dev = procFD(m.dev)
 	}
 	pids := l.Pids
 	quota, period := cgroup.CPUQuota(l.CPUs)
@@ -464,12 +483,17 @@ func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, net
 		NoNewPrivileges: true,
 		Seccomp:         seccompProfile(),
 		OomScoreAdj:     &oomScore,
-		Mounts:          m.root.Mounts(l.TmpfsSize, sandboxUser, work),
+		Mounts:          m.root.Mounts(l.TmpfsSize, sandboxUser, work, dev),
 		Devices:         devs,
+		// runc's default masks and read-only paths under /proc, where the
+		// sandbox's procfs shows host-wide state. Entries this kernel lacks
+		// cost one failed open each and stay, for kernels that have them.
+		// runc's two masks under /sys are left out: no sysfs is mounted in
+		// a sandbox, so they could only ever cover a prepared root's own
+		// files.
 		MaskPaths: []string{
 			"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-			"/sys/firmware", "/sys/devices/virtual/powercap",
 		},
 		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		Rlimits:       m.rlimits,
@@ -577,6 +601,7 @@ func (m *Manager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	m.live.Wait()
+	m.closeDev()
 	// The watchdog has nothing left to guard; it dies while the parent
 	// is removed.
 	m.dog.kill()
@@ -585,4 +610,13 @@ func (m *Manager) Close() error {
 	made, failed := m.parent.WarmStats()
 	m.log.Debug("closed", "cgroup_warmups", made, "cgroup_warmups_failed", failed)
 	return err
+}
+
+// closeDev releases the shared /dev; the kernel frees it once no sandbox
+// binds it.
+func (m *Manager) closeDev() {
+	if m.dev != nil {
+		m.dev.Close()
+		m.dev = nil
+	}
 }

@@ -393,12 +393,22 @@ func writeLayout(dir string, es []entry) error {
 // size-capped tmpfs /tmp and r.WorkDir (owned by u), and the read-only
 // binds. If work is not empty, r.WorkDir is instead a read-write bind of
 // that host directory (nosuid, nodev), which the caller sized and owns.
-func (r *Root) Mounts(tmpfsSize int64, u User, work string) []*configs.Mount {
+//
+// /dev is a tmpfs that libcontainer fills with the configuration's devices
+// and its symlinks, or, if dev is not empty, a read-only bind (nosuid,
+// noexec) of that host directory, which the caller filled with them and
+// with the mount points pts and shm (libcontainer then makes nothing in
+// /dev).
+func (r *Root) Mounts(tmpfsSize int64, u User, work, dev string) []*configs.Mount {
 	size := strconv.FormatInt(tmpfsSize, 10)
 	const nosuid = unix.MS_NOSUID | unix.MS_NODEV
+	devMount := &configs.Mount{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"}
+	if dev != "" {
+		devMount = &configs.Mount{Source: dev, Destination: "/dev", Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NOEXEC}
+	}
 	ms := []*configs.Mount{
 		{Source: "proc", Destination: "/proc", Device: "proc", Flags: nosuid | unix.MS_NOEXEC},
-		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
+		devMount,
 		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620"},
 		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: nosuid | unix.MS_NOEXEC, Data: "mode=1777,size=" + size},
 		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: nosuid, Data: "mode=1777,size=" + size},

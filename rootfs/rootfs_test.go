@@ -82,7 +82,7 @@ func TestHostTemplatePerWorkDir(t *testing.T) {
 	if again, err := Host(state, testUser, "/workspace"); err != nil || again.Dir != b.Dir {
 		t.Errorf("second Host(/workspace) = %v, %v; want %s", again, err, b.Dir)
 	}
-	ms := b.Mounts(4096, testUser, "")
+	ms := b.Mounts(4096, testUser, "", "")
 	if got := ms[len(ms)-len(b.binds)-1].Destination; got != "/workspace" {
 		t.Errorf("the tmpfs is mounted at %s, want /workspace", got)
 	}
