@@ -99,7 +99,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 				errs := make(chan error, 3)
 				for range 3 {
 					go func() {
-						res, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+						res, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 						if err == nil && res.Stdout != "ran" {
 							err = fmt.Errorf("result %+v", res)
 						}
@@ -123,7 +123,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			name: "a run whose queue deadline passes is refused busy",
 			opts: run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 4, MaxWait: 100 * time.Millisecond},
 			do: func(t *testing.T, r run.Runner, base *restarting) {
-				_, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+				_, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 				if !errors.Is(err, box.ErrBusy) {
 					t.Errorf("err %v, want busy", err)
 				}
@@ -142,7 +142,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 					}
 					return nil
 				}
-				res, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+				res, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 				if err != nil || res.Stdout != "ran" || base.Calls() != 2 {
 					t.Errorf("got %+v, %v after %d calls; want a result after 2", res, err, base.Calls())
 				}
@@ -154,7 +154,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			up:   true,
 			do: func(t *testing.T, r run.Runner, base *restarting) {
 				base.fail = func(int) error { base.down(); return lost }
-				_, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+				_, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 				if !errors.Is(err, lost) || base.Calls() != 1 {
 					t.Errorf("got %v after %d calls; want the loss after 1", err, base.Calls())
 				}
@@ -166,7 +166,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			do: func(t *testing.T, r run.Runner, base *restarting) {
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 				defer cancel()
-				_, err := r.Run(ctx, &run.Request{Spec: trueSpec()})
+				_, err := r.Run(ctx, run.Request{Spec: trueSpec()})
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("err %v, want the caller's", err)
 				}
@@ -176,7 +176,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			name: "without a queue a run does not wait",
 			opts: run.AdmitOptions{MaxConcurrent: 1, MaxWait: time.Minute},
 			do: func(t *testing.T, r run.Runner, base *restarting) {
-				_, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+				_, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 				if !errors.Is(err, box.ErrUnavailable) {
 					t.Errorf("err %v, want unavailable", err)
 				}
