@@ -216,3 +216,48 @@ func recv[T any](t *testing.T, c <-chan T) T {
 	var zero T
 	return zero
 }
+
+// TestOutputHold: a run given an OutputHold keeps its output memory (twice
+// its MaxOutput) after Run returns, until the hold's Release; one without
+// lets it go when it ends, and so does one whose hold was released before.
+func TestOutputHold(t *testing.T) {
+	base := baseFunc(func(context.Context, *jail.Spec) (*box.Result, error) { return &box.Result{}, nil })
+	a, err := run.Admit(onBase{base}, run.AdmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1000}}
+	held := func() int64 { h, _ := a.OutputMemory(); return h }
+
+	if _, err := a.Run(context.Background(), run.Request{Spec: spec}); err != nil || held() != 0 {
+		t.Fatalf("without a hold: %v, %d bytes held after the run", err, held())
+	}
+	var hold run.OutputHold
+	for range 2 {
+		if _, err := a.Run(context.Background(), run.Request{Spec: spec, KeepOutput: &hold}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held() != 4000 {
+		t.Errorf("%d bytes held by two runs with a hold, want 4000 until Release", held())
+	}
+	hold.Release()
+	hold.Release()
+	if held() != 0 {
+		t.Errorf("%d bytes held after Release", held())
+	}
+	if _, err := a.Run(context.Background(), run.Request{Spec: spec, KeepOutput: &hold}); err != nil || held() != 0 {
+		t.Errorf("with a released hold: %v, %d bytes held after the run", err, held())
+	}
+}
+
+// onBase is a Runner that runs requests on a Base, and starts none.
+type onBase struct{ base run.Base }
+
+func (o onBase) Run(ctx context.Context, req run.Request) (*box.Result, error) {
+	return o.base.Run(ctx, req.Spec)
+}
+
+func (onBase) Start(context.Context, run.Request) (string, error) {
+	return "", errors.New("no background jobs here")
+}

@@ -80,6 +80,8 @@ type Request struct {
 	// OnAdmit, if not nil, is called once the run leaves the admission
 	// queue, before its sandbox is built: /raw then tells its client the
 	// run started, and until then may still answer "busy" with a status.
+	// It is called at most once, on the goroutine that called Run or
+	// Start, before that returns.
 	OnAdmit func()
 	// KeepOutput, if not nil, keeps the run's output memory reserved
 	// after Run returns, until KeepOutput.Release: a front end that
