@@ -66,7 +66,7 @@ func (a *auditor) Run(ctx context.Context, req Request) (*box.Result, error) {
 	start := a.log.o.Now()
 	req, admitted := a.timeAdmission(req)
 	res, err := a.next.Run(ctx, req)
-	a.write(req, start, *admitted, res, err, "")
+	a.write(a.log.record(req, res, err), start, *admitted)
 	return res, err
 }
 
@@ -76,7 +76,11 @@ func (a *auditor) Start(ctx context.Context, req Request) (string, error) {
 	start := a.log.o.Now()
 	req, admitted := a.timeAdmission(req)
 	id, err := a.next.Start(ctx, req)
-	a.write(req, start, *admitted, nil, err, id)
+	rec := a.log.record(req, nil, err)
+	if err == nil {
+		rec.Verdict, rec.JobID = api.VerdictStarted, id
+	}
+	a.write(rec, start, *admitted)
 	return id, err
 }
 
@@ -96,14 +100,9 @@ func (a *auditor) timeAdmission(req Request) (Request, *time.Time) {
 	return req, admitted
 }
 
-// write writes the record of req, which arrived at start and was admitted
-// at admitted (zero: never), and ended in res and err, or started job
-// jobID.
-func (a *auditor) write(req Request, start, admitted time.Time, res *box.Result, err error, jobID string) {
-	rec := a.log.record(req, res, err)
-	if jobID != "" {
-		rec.Verdict, rec.JobID = api.VerdictStarted, jobID
-	}
+// write writes rec, of a request that arrived at start and was admitted
+// at admitted (zero: never).
+func (a *auditor) write(rec *api.AuditRecord, start, admitted time.Time) {
 	rec.Time = start
 	if !admitted.IsZero() {
 		rec.WaitMS = admitted.Sub(start).Milliseconds()

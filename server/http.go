@@ -240,9 +240,9 @@ func (sw rawWriter) Write(p []byte) (int, error) {
 
 // readRequest reads and checks a request body and converts it into the
 // chain's request for frontEnd, and whether it asks to start a background
-// job rather than run it (run_in_background), true; or answers with the
-// error and returns false.
-func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd string) (run.Request, bool, bool) {
+// job rather than run (run_in_background); or answers with the error and
+// returns ok false.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd string) (_ run.Request, background, ok bool) {
 	if s.draining.Load() {
 		s.reject(w, r, run.RejectShutdown, http.StatusServiceUnavailable, &api.ErrorResponse{Error: "the server is shutting down", Code: api.CodeShuttingDown})
 		return run.Request{}, false, false
