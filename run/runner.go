@@ -22,7 +22,7 @@ type Base interface {
 // Runner runs requests: the chain, and each of its links. Like os/exec's
 // Cmd it has two ways to run a command. Run runs it and waits for its
 // result. Start starts it as a background job of the request's session
-// (Request.SessionID) and returns the job's id once it runs: the job's
+// (Request.SessionID) and returns the job's id once it started: the job's
 // output and result are then the session's, read and waited for through
 // its jobs (session.Session.Job), never through the Runner. Start never
 // returns a result, nor Run a job.
