@@ -110,60 +110,72 @@ func (a *Admitter) Queued() int { return int(a.queued.Load()) }
 // OutputMemory is the output memory held by admitted runs and its bound.
 func (a *Admitter) OutputMemory() (held, max int64) { return a.output.held.Load(), a.output.size }
 
-// Run implements Runner.
-func (a *Admitter) Run(ctx context.Context, req *Request) (*box.Result, error) {
+// Run implements Runner. The run's output memory is let go once the
+// result is written when the front end keeps it (Request.KeepOutput), else
+// when the run ends.
+func (a *Admitter) Run(ctx context.Context, req Request) (*box.Result, error) {
+	return admit(ctx, a, req, false, a.next.Run)
+}
+
+// Start implements Runner. A background job keeps its output in the front
+// end as it runs and after: the job takes the start's output memory over
+// (startInSession) and lets it go when the job is forgotten, so that jobs
+// and runs share the one bound. A start that fails lets it go here.
+func (a *Admitter) Start(ctx context.Context, req Request) (string, error) {
+	return admit(ctx, a, req, true, a.next.Start)
+}
+
+// admit admits req (a background start if background) and passes it to
+// next once it has a slot, its output memory and the jail is up.
+func admit[T any](ctx context.Context, a *Admitter, req Request, background bool, next func(context.Context, Request) (T, error)) (T, error) {
+	var zero T
 	spec := req.Spec
 	t0 := time.Now()
 	mem := outputMemory(spec)
 	if mem > a.output.size {
-		return nil, &box.InvalidError{Field: "max_output_bytes", Reason: fmt.Sprintf(
+		return zero, &box.InvalidError{Field: "max_output_bytes", Reason: fmt.Sprintf(
 			"%d per stream needs %d bytes, more than the daemon's output memory of %d", spec.MaxOutput, mem, a.output.size)}
 	}
 	if err := a.acquire(ctx, mem); err != nil {
-		return nil, err
+		return zero, err
 	}
-	// The output memory is let go once the result is written when the
-	// front end keeps it (Request.KeepOutput), else when the run ends. A
-	// background job keeps its output in the front end as it runs and
-	// after: the job takes the memory over (runInSession) and lets it go
-	// when the job is forgotten, so that jobs and runs share the one
-	// bound. A start that fails lets it go here.
+	release := func() { a.output.release(mem) }
 	switch {
-	case req.Background:
-		release := sync.OnceFunc(func() { a.output.release(mem) })
-		req.mu.Lock()
-		req.jobOutput = release
-		req.mu.Unlock()
+	case background:
+		out := &jobOutput{release: sync.OnceFunc(release)}
+		req.jobOutput = out
 		defer func() {
-			if rel := req.takeJobOutput(); rel != nil {
+			if rel := out.take(); rel != nil {
 				rel()
 			}
 		}()
-	case req.KeepOutput:
-		req.holdOutput(func() { a.output.release(mem) })
+	case req.KeepOutput != nil:
+		req.KeepOutput.keep(release)
 	default:
-		defer a.output.release(mem)
+		defer release()
 	}
 	defer func() { <-a.slots }()
 	deadline := t0.Add(a.maxWait)
 	if err := a.awaitBase(ctx, deadline, 0); err != nil {
-		return nil, err
+		return zero, err
 	}
 	a.metrics.waited(time.Since(t0))
-	req.admit()
+	if req.OnAdmit != nil {
+		req.OnAdmit()
+	}
 	for {
 		t1 := time.Now()
-		res, err := a.next.Run(ctx, req)
+		v, err := next(ctx, req)
 		if a.baseUp == nil || !errors.Is(err, box.ErrUnavailable) {
 			a.observeRun(time.Since(t1))
-			return res, err
+			return v, err
 		}
 		// The jail went down between the check and the run (a worker
 		// that died): nothing ran, so the run may wait and go again.
 		// A run the worker held fails with worker.ErrLost instead,
 		// never retried: its command may have run.
 		if err := a.awaitBase(ctx, deadline, retryPause); err != nil {
-			return nil, err
+			return zero, err
 		}
 	}
 }

@@ -99,7 +99,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 				errs := make(chan error, 3)
 				for range 3 {
 					go func() {
-						res, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+						res, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 						if err == nil && res.Stdout != "ran" {
 							err = fmt.Errorf("result %+v", res)
 						}
@@ -123,7 +123,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			name: "a run whose queue deadline passes is refused busy",
 			opts: run.AdmitOptions{MaxConcurrent: 1, MaxQueue: 4, MaxWait: 100 * time.Millisecond},
 			do: func(t *testing.T, r run.Runner, base *restarting) {
-				_, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+				_, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 				if !errors.Is(err, box.ErrBusy) {
 					t.Errorf("err %v, want busy", err)
 				}
@@ -142,7 +142,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 					}
 					return nil
 				}
-				res, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+				res, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 				if err != nil || res.Stdout != "ran" || base.Calls() != 2 {
 					t.Errorf("got %+v, %v after %d calls; want a result after 2", res, err, base.Calls())
 				}
@@ -154,7 +154,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			up:   true,
 			do: func(t *testing.T, r run.Runner, base *restarting) {
 				base.fail = func(int) error { base.down(); return lost }
-				_, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+				_, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 				if !errors.Is(err, lost) || base.Calls() != 1 {
 					t.Errorf("got %v after %d calls; want the loss after 1", err, base.Calls())
 				}
@@ -166,7 +166,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			do: func(t *testing.T, r run.Runner, base *restarting) {
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 				defer cancel()
-				_, err := r.Run(ctx, &run.Request{Spec: trueSpec()})
+				_, err := r.Run(ctx, run.Request{Spec: trueSpec()})
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("err %v, want the caller's", err)
 				}
@@ -176,7 +176,7 @@ func TestAdmissionWaitsForJail(t *testing.T) {
 			name: "without a queue a run does not wait",
 			opts: run.AdmitOptions{MaxConcurrent: 1, MaxWait: time.Minute},
 			do: func(t *testing.T, r run.Runner, base *restarting) {
-				_, err := r.Run(context.Background(), &run.Request{Spec: trueSpec()})
+				_, err := r.Run(context.Background(), run.Request{Spec: trueSpec()})
 				if !errors.Is(err, box.ErrUnavailable) {
 					t.Errorf("err %v, want unavailable", err)
 				}
@@ -215,4 +215,49 @@ func recv[T any](t *testing.T, c <-chan T) T {
 	}
 	var zero T
 	return zero
+}
+
+// TestOutputHold: a run given an OutputHold keeps its output memory (twice
+// its MaxOutput) after Run returns, until the hold's Release; one without
+// lets it go when it ends, and so does one whose hold was released before.
+func TestOutputHold(t *testing.T) {
+	base := baseFunc(func(context.Context, *jail.Spec) (*box.Result, error) { return &box.Result{}, nil })
+	a, err := run.Admit(onBase{base}, run.AdmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1000}}
+	held := func() int64 { h, _ := a.OutputMemory(); return h }
+
+	if _, err := a.Run(context.Background(), run.Request{Spec: spec}); err != nil || held() != 0 {
+		t.Fatalf("without a hold: %v, %d bytes held after the run", err, held())
+	}
+	var hold run.OutputHold
+	for range 2 {
+		if _, err := a.Run(context.Background(), run.Request{Spec: spec, KeepOutput: &hold}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held() != 4000 {
+		t.Errorf("%d bytes held by two runs with a hold, want 4000 until Release", held())
+	}
+	hold.Release()
+	hold.Release()
+	if held() != 0 {
+		t.Errorf("%d bytes held after Release", held())
+	}
+	if _, err := a.Run(context.Background(), run.Request{Spec: spec, KeepOutput: &hold}); err != nil || held() != 0 {
+		t.Errorf("with a released hold: %v, %d bytes held after the run", err, held())
+	}
+}
+
+// onBase is a Runner that runs requests on a Base, and starts none.
+type onBase struct{ base run.Base }
+
+func (o onBase) Run(ctx context.Context, req run.Request) (*box.Result, error) {
+	return o.base.Run(ctx, req.Spec)
+}
+
+func (onBase) Start(context.Context, run.Request) (string, error) {
+	return "", errors.New("no background jobs here")
 }

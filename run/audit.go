@@ -62,21 +62,57 @@ type auditor struct {
 	log  *AuditLog
 }
 
-func (a *auditor) Run(ctx context.Context, req *Request) (*box.Result, error) {
+func (a *auditor) Run(ctx context.Context, req Request) (*box.Result, error) {
 	start := a.log.o.Now()
+	req, admitted := a.timeAdmission(req)
 	res, err := a.next.Run(ctx, req)
-	rec := a.log.record(req, res, err)
+	a.write(a.log.record(req, res, err), start, *admitted)
+	return res, err
+}
+
+// Start writes a record with verdict "started" and the job's id once the
+// job runs, or the refusal.
+func (a *auditor) Start(ctx context.Context, req Request) (string, error) {
+	start := a.log.o.Now()
+	req, admitted := a.timeAdmission(req)
+	id, err := a.next.Start(ctx, req)
+	rec := a.log.record(req, nil, err)
+	if err == nil {
+		rec.Verdict, rec.JobID = api.VerdictStarted, id
+	}
+	a.write(rec, start, *admitted)
+	return id, err
+}
+
+// timeAdmission returns req with an OnAdmit that notes when the run was
+// admitted, in the time it returns, before it calls the caller's OnAdmit.
+// Admission calls OnAdmit on the goroutine that called the auditor, before
+// the run returns to it.
+func (a *auditor) timeAdmission(req Request) (Request, *time.Time) {
+	admitted := new(time.Time)
+	onAdmit := req.OnAdmit
+	req.OnAdmit = func() {
+		*admitted = a.log.o.Now()
+		if onAdmit != nil {
+			onAdmit()
+		}
+	}
+	return req, admitted
+}
+
+// write writes rec, of a request that arrived at start and was admitted
+// at admitted (zero: never).
+func (a *auditor) write(rec *api.AuditRecord, start, admitted time.Time) {
 	rec.Time = start
-	if !req.Admitted.IsZero() {
-		rec.WaitMS = req.Admitted.Sub(start).Milliseconds()
+	if !admitted.IsZero() {
+		rec.WaitMS = admitted.Sub(start).Milliseconds()
 	}
 	a.log.write(rec)
-	return res, err
 }
 
 // refused writes the record of a run refused before it reached the
 // auditor (by the operator's maxima).
-func (l *AuditLog) refused(req *Request, err error) {
+func (l *AuditLog) refused(req Request, err error) {
 	if l == nil {
 		return
 	}
@@ -122,7 +158,7 @@ func (l *AuditLog) writeLine(rec any) {
 	}
 }
 
-func (l *AuditLog) record(req *Request, res *box.Result, err error) *api.AuditRecord {
+func (l *AuditLog) record(req Request, res *box.Result, err error) *api.AuditRecord {
 	spec := req.Spec
 	rec := auditRecordOf(req, res, err, l.o.LogCommand)
 	// The size of in-memory stdin (what HTTP requests carry) is known;
@@ -134,7 +170,7 @@ func (l *AuditLog) record(req *Request, res *box.Result, err error) *api.AuditRe
 	return rec
 }
 
-func auditRecordOf(req *Request, res *box.Result, err error, logCommand bool) *api.AuditRecord {
+func auditRecordOf(req Request, res *box.Result, err error, logCommand bool) *api.AuditRecord {
 	spec := req.Spec
 	rec := &api.AuditRecord{
 		RequestID:     req.RequestID,
@@ -150,9 +186,8 @@ func auditRecordOf(req *Request, res *box.Result, err error, logCommand bool) *a
 			TimeoutMS:      spec.Timeout.Milliseconds(),
 			MaxOutputBytes: spec.MaxOutput,
 		},
-		Verdict:   verdict(req, res, err),
+		Verdict:   verdict(res, err),
 		SessionID: req.SessionID,
-		JobID:     req.JobID,
 	}
 	if logCommand {
 		rec.Command = spec.Args
@@ -181,12 +216,8 @@ func auditRecordOf(req *Request, res *box.Result, err error, logCommand bool) *a
 	return rec
 }
 
-// verdict is a run's verdict: "started" for a background job that
-// started.
-func verdict(req *Request, res *box.Result, err error) string {
-	if req.Background && res == nil && err == nil {
-		return api.VerdictStarted
-	}
+// verdict is the verdict of a run that ended in res and err.
+func verdict(res *box.Result, err error) string {
 	return api.RunOutcome(res, err).Verdict
 }
 

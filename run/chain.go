@@ -18,6 +18,11 @@ import (
 // workspace are only known there: see withPolicy); instrument sits inside
 // admission to count only what reached the jail. Audit, Policy and Metrics
 // may be nil (none).
+//
+// Each link serves both ways of running (see [Runner]): Run, and Start,
+// which goes through the same links to a background job of the request's
+// session. A link that changes the request passes a copy on; none writes
+// to the caller's.
 func Chain(base Base, c ChainOptions) (Runner, error) {
 	if err := c.Max.Validate(); err != nil {
 		return nil, err
@@ -53,8 +58,8 @@ type ChainOptions struct {
 	Audit     *AuditLog
 	Policy    *policy.Engine
 	Metrics   *Metrics
-	// Sessions runs the requests that name a session (Request.SessionID,
-	// Background); nil refuses them.
+	// Sessions runs the requests that name a session (Request.SessionID)
+	// and the background starts (Runner.Start); nil refuses them.
 	Sessions *session.Manager
 	// Egress is the daemon's egress configuration; the zero value gives
 	// no run any network.

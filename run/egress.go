@@ -70,24 +70,39 @@ func (o EgressOptions) Grant(want *api.Egress, caller string) (*egress.Grant, er
 	return g, nil
 }
 
-func (e *egressLink) Run(ctx context.Context, req *Request) (*box.Result, error) {
+func (e *egressLink) Run(ctx context.Context, req Request) (*box.Result, error) {
+	req, err := e.grant(req, false)
+	if err != nil {
+		return nil, err
+	}
+	return e.next.Run(ctx, req)
+}
+
+func (e *egressLink) Start(ctx context.Context, req Request) (string, error) {
+	req, err := e.grant(req, true)
+	if err != nil {
+		return "", err
+	}
+	return e.next.Start(ctx, req)
+}
+
+// grant returns req as the rest of the chain runs it: with a Spec of its
+// own that has the egress granted, if any is.
+func (e *egressLink) grant(req Request, background bool) (Request, error) {
 	want := req.Egress
-	if req.SessionID != "" || req.Background {
+	if req.SessionID != "" || background {
 		// A session's sandboxes share its network namespace, whose
 		// egress was decided when the session was created
 		// (SessionEgress): an explicit ask is refused, --egress-default
 		// does not apply.
 		if want != nil && want.Allowed {
-			return nil, &box.InvalidError{Field: "egress", Reason: "a session's egress is set when the session is created (POST /sessions with \"egress\"), not per call"}
+			return req, &box.InvalidError{Field: "egress", Reason: "a session's egress is set when the session is created (POST /sessions with \"egress\"), not per call"}
 		}
-		return e.next.Run(ctx, req)
+		return req, nil
 	}
 	g, err := e.o.Grant(want, req.Caller)
-	if err != nil {
-		return nil, err
-	}
-	if g == nil {
-		return e.next.Run(ctx, req)
+	if err != nil || g == nil {
+		return req, err
 	}
 	g.RequestID, g.FrontEnd, g.Command = req.RequestID, req.FrontEnd, req.Shell
 	if g.Command == "" {
@@ -98,10 +113,8 @@ func (e *egressLink) Run(ctx context.Context, req *Request) (*box.Result, error)
 	spec.Egress = &jail.Egress{Serve: func(ctx context.Context, ln net.Listener) box.EgressUsage {
 		return p.Serve(ctx, ln, *g)
 	}}
-	orig := req.Spec
 	req.Spec = &spec
-	defer func() { req.Spec = orig }()
-	return e.next.Run(ctx, req)
+	return req, nil
 }
 
 // Egress writes the audit line of one egress decision.

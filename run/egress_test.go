@@ -58,7 +58,7 @@ func TestEgressLink(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			base := &specJail{}
 			spec := &jail.Spec{Command: box.Command{Args: []string{"true"}}}
-			req := &Request{Spec: spec, Caller: tt.caller, Egress: tt.want, SessionID: tt.session}
+			req := Request{Spec: spec, Caller: tt.caller, Egress: tt.want, SessionID: tt.session}
 			_, err := withEgress(baseRunner{base: base}, tt.o).Run(context.Background(), req)
 			var ie *box.InvalidError
 			switch {

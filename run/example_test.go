@@ -26,10 +26,10 @@ func ExampleChain() {
 	if err != nil {
 		panic(err)
 	}
-	res, _ := r.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}}}})
+	res, _ := r.Run(context.Background(), run.Request{Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}}}})
 	fmt.Println(res.Stdout)
 
-	_, err = r.Run(context.Background(), &run.Request{Spec: &jail.Spec{Limits: box.Limits{Memory: 1 << 30}, Command: box.Command{Args: []string{"true"}}}})
+	_, err = r.Run(context.Background(), run.Request{Spec: &jail.Spec{Limits: box.Limits{Memory: 1 << 30}, Command: box.Command{Args: []string{"true"}}}})
 	fmt.Println(err)
 	// Output:
 	// memory=134217728 timeout=10s

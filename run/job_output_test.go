@@ -59,21 +59,23 @@ func TestJobOutputMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := func(background bool) *run.Request {
-		return &run.Request{Caller: "a", Owner: caller.FromToken("a"), SessionID: s.ID(), Background: background,
-			Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}}
-	}
+	req := run.Request{Caller: "a", Owner: caller.FromToken("a"), SessionID: s.ID(),
+		Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}}
 	for i := range 2 {
-		q := req(true)
-		if _, err := r.Run(context.Background(), q); err != nil || q.JobID == "" {
-			t.Fatalf("job %d: %v", i, err)
+		if id, err := r.Start(context.Background(), req); err != nil || id == "" {
+			t.Fatalf("job %d: %q %v", i, id, err)
 		}
 	}
 	for _, background := range []bool{true, false} {
 		// The fake's calls last until cancelled: one admitted would
 		// end with the context's error.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := r.Run(ctx, req(background))
+		var err error
+		if background {
+			_, err = r.Start(ctx, req)
+		} else {
+			_, err = r.Run(ctx, req)
+		}
 		cancel()
 		if !errors.Is(err, box.ErrBusy) {
 			t.Errorf("background=%v with the output memory held by jobs: %v, want busy", background, err)
@@ -82,7 +84,7 @@ func TestJobOutputMemory(t *testing.T) {
 	if err := m.Delete(caller.FromToken("a"), s.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Run(context.Background(), &run.Request{Caller: "a",
+	if _, err := r.Run(context.Background(), run.Request{Caller: "a",
 		Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 1 << 20}}}); err != nil {
 		t.Errorf("a run after the session's removal: %v", err)
 	}

@@ -95,10 +95,11 @@ func orCapped(v, def, max int64) int64 {
 	return def
 }
 
-// enforcer applies max to every spec (on a copy, so the caller's spec is
-// left alone) before passing it on, and refuses specs above it with a
-// *box.InvalidError. It is the first link of the daemon's chain, so no
-// front end can skip the operator's maxima.
+// enforcer applies max to every spec before passing it on, and refuses
+// specs above it with a *box.InvalidError. The rest of the chain sees the
+// effective spec, a copy: the caller's request and spec stay as they were.
+// It is the first link of the daemon's chain, so no front end can skip the
+// operator's maxima.
 type enforcer struct {
 	next     Runner
 	max      Maxima
@@ -107,10 +108,28 @@ type enforcer struct {
 	workDir  string // the sandboxes' working directory
 }
 
-func (e *enforcer) Run(ctx context.Context, req *Request) (*box.Result, error) {
+func (e *enforcer) Run(ctx context.Context, req Request) (*box.Result, error) {
+	req, err := e.effective(req, false)
+	if err != nil {
+		return nil, err
+	}
+	return e.next.Run(ctx, req)
+}
+
+func (e *enforcer) Start(ctx context.Context, req Request) (string, error) {
+	req, err := e.effective(req, true)
+	if err != nil {
+		return "", err
+	}
+	return e.next.Start(ctx, req)
+}
+
+// effective returns req with a Spec of its own: the caller's, within the
+// maxima, every limit explicit; or audits and returns the refusal.
+func (e *enforcer) effective(req Request, background bool) (Request, error) {
 	s := *req.Spec
 	max := e.max
-	err := sessionSpec(e.sessions, req, &s, &max)
+	err := sessionSpec(e.sessions, req, background, &s, &max)
 	if err == nil {
 		err = checkTimeout(req, s.Timeout, max.Timeout)
 	}
@@ -122,19 +141,15 @@ func (e *enforcer) Run(ctx context.Context, req *Request) (*box.Result, error) {
 	}
 	if err != nil {
 		e.audit.refused(req, err)
-		return nil, err
+		return req, err
 	}
-	// The rest of the chain sees the effective spec; the caller's stays
-	// as it was.
-	orig := req.Spec
 	req.Spec = &s
-	defer func() { req.Spec = orig }()
-	return e.next.Run(ctx, req)
+	return req, nil
 }
 
 // checkTimeout refuses a timeout t above max (zero: box.MaxTimeout),
 // naming it as the caller did, in the caller's unit.
-func checkTimeout(req *Request, t, max time.Duration) error {
+func checkTimeout(req Request, t, max time.Duration) error {
 	if max == 0 {
 		max = box.MaxTimeout
 	}

@@ -208,11 +208,11 @@ type instrumented struct {
 	m    *Metrics
 }
 
-func (i *instrumented) Run(ctx context.Context, req *Request) (*box.Result, error) {
+func (i *instrumented) Run(ctx context.Context, req Request) (*box.Result, error) {
 	i.m.running.Inc()
 	defer i.m.running.Dec()
 	res, err := i.next.Run(ctx, req)
-	i.m.runs.WithLabelValues(verdict(req, res, err)).Inc()
+	i.m.runs.WithLabelValues(verdict(res, err)).Inc()
 	if res != nil {
 		i.m.duration.Observe(res.Duration.Seconds())
 		i.m.cpu.Observe(res.CPUTime.Seconds())
@@ -220,4 +220,18 @@ func (i *instrumented) Run(ctx context.Context, req *Request) (*box.Result, erro
 		i.m.observePrestarted(req, res)
 	}
 	return res, err
+}
+
+// Start counts a background start by its verdict: "started", or its
+// refusal's. The job's own end is the session's.
+func (i *instrumented) Start(ctx context.Context, req Request) (string, error) {
+	i.m.running.Inc()
+	defer i.m.running.Dec()
+	id, err := i.next.Start(ctx, req)
+	v := api.VerdictStarted
+	if err != nil {
+		v = verdict(nil, err)
+	}
+	i.m.runs.WithLabelValues(v).Inc()
+	return id, err
 }

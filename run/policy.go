@@ -15,10 +15,10 @@ import (
 // *api.DeniedError: nothing is built for a denied request. In shadow mode
 // the engine allows and only logs what it would deny.
 //
-// A request in a session is passed on undecided: what it runs depends on
-// the session's environment, directory and workspace, which only the
-// session knows when it builds the call, so the chain's end decides it
-// there (sessionCheck), on the spec that runs.
+// A request in a session, and so every background start, is passed on
+// undecided: what it runs depends on the session's environment, directory
+// and workspace, which only the session knows when it builds the call, so
+// the chain's end decides it there (sessionCheck), on the spec that runs.
 func withPolicy(r Runner, e *policy.Engine) Runner {
 	return &decider{next: r, engine: e}
 }
@@ -28,27 +28,31 @@ type decider struct {
 	engine *policy.Engine
 }
 
-func (d *decider) Run(ctx context.Context, req *Request) (*box.Result, error) {
-	if req.SessionID != "" || req.Background {
-		return d.next.Run(ctx, req)
-	}
-	dec := d.engine.Decide(ctx, req.RequestID, policyInput(req, req.Spec, ""))
-	if !dec.Allow {
-		return nil, deniedError(&dec)
+func (d *decider) Run(ctx context.Context, req Request) (*box.Result, error) {
+	if req.SessionID == "" {
+		dec := d.engine.Decide(ctx, req.RequestID, policyInput(req, false, req.Spec, ""))
+		if !dec.Allow {
+			return nil, deniedError(&dec)
+		}
 	}
 	return d.next.Run(ctx, req)
 }
 
+// Start passes every start on: a background job runs in a session.
+func (d *decider) Start(ctx context.Context, req Request) (string, error) {
+	return d.next.Start(ctx, req)
+}
+
 // sessionCheck is a session call's session.Call.Check: the policy's
-// decision on req as the session will run it (spec: the session's
-// environment and directory merged in; workspace: its /work), or nil
-// without a policy.
-func sessionCheck(e *policy.Engine, req *Request) func(context.Context, *jail.Spec, string) error {
+// decision on req (a background start if background) as the session will
+// run it (spec: the session's environment and directory merged in;
+// workspace: its /work), or nil without a policy.
+func sessionCheck(e *policy.Engine, req Request, background bool) func(context.Context, *jail.Spec, string) error {
 	if e == nil {
 		return nil
 	}
 	return func(ctx context.Context, spec *jail.Spec, workspace string) error {
-		dec := e.Decide(ctx, req.RequestID, policyInput(req, spec, workspace))
+		dec := e.Decide(ctx, req.RequestID, policyInput(req, background, spec, workspace))
 		if !dec.Allow {
 			return deniedError(&dec)
 		}
@@ -62,12 +66,12 @@ func deniedError(d *policy.Decision) error {
 	return &api.DeniedError{Message: d.Message, Reasons: d.Reasons, DeniedCommand: d.DeniedCommand}
 }
 
-// policyInput is what the policy sees of req run as s (req.Spec, or a
-// session's spec of it) on the workspace (empty: a fresh /work): the
-// command, environment and directory that run and jaild's own facts about
-// the request. The engine resolves and hashes the executable in that view
-// and parses a shell command line.
-func policyInput(req *Request, s *jail.Spec, workspace string) policy.Input {
+// policyInput is what the policy sees of req run (or started in the
+// background) as s (req.Spec, or a session's spec of it) on the workspace
+// (empty: a fresh /work): the command, environment and directory that run
+// and jaild's own facts about the request. The engine resolves and hashes
+// the executable in that view and parses a shell command line.
+func policyInput(req Request, background bool, s *jail.Spec, workspace string) policy.Input {
 	in := policy.Input{
 		Action:     policy.ActionRun,
 		Workspace:  workspace,
@@ -76,7 +80,7 @@ func policyInput(req *Request, s *jail.Spec, workspace string) policy.Input {
 		Caller:     req.Caller,
 		FrontEnd:   req.FrontEnd,
 		SessionID:  req.SessionID,
-		Background: req.Background,
+		Background: background,
 		Limits: map[string]any{
 			"memory_bytes":     s.Limits.Memory,
 			"pids":             s.Limits.Pids,

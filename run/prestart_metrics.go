@@ -23,7 +23,7 @@ func newPrestartedMetric(reg *prometheus.Registry) *prometheus.CounterVec {
 }
 
 // observePrestarted counts res if a sandbox started ahead served it.
-func (m *Metrics) observePrestarted(req *Request, res *box.Result) {
+func (m *Metrics) observePrestarted(req Request, res *box.Result) {
 	if !res.Prestarted {
 		return
 	}

@@ -19,15 +19,28 @@ type Base interface {
 	Run(ctx context.Context, spec *jail.Spec) (*box.Result, error)
 }
 
-// Runner runs one request: the chain, and each of its links.
+// Runner runs requests: the chain, and each of its links. Like os/exec's
+// Cmd it has two ways to run a command. Run runs it and waits for its
+// result. Start starts it as a background job of the request's session
+// (Request.SessionID) and returns the job's id once it started: the job's
+// output and result are then the session's, read and waited for through
+// its jobs (session.Session.Job), never through the Runner. Start never
+// returns a result, nor Run a job.
+//
+// Neither modifies req: a link that changes what the rest of the chain
+// sees (the effective limits, the egress) passes a modified copy on,
+// with a Spec of its own, and leaves the caller's request and spec as
+// they were. One Request value may thus be run again, or concurrently.
 type Runner interface {
-	Run(ctx context.Context, req *Request) (*box.Result, error)
+	Run(ctx context.Context, req Request) (*box.Result, error)
+	Start(ctx context.Context, req Request) (jobID string, err error)
 }
 
 // Request is one run on its way through the chain: the spec, who asked and
 // through what (for the audit log, and the policy), and the front end's
-// hooks. The chain's links fill in Spec's unset limits on a copy, never on
-// the caller's spec.
+// hooks. It is a value the chain does not modify, Spec's target included
+// (see [Runner]); what the chain tells the front end goes through the
+// hooks (OnAdmit, KeepOutput) and the return values.
 type Request struct {
 	Spec *jail.Spec
 
@@ -58,12 +71,8 @@ type Request struct {
 
 	// SessionID, if set, runs the request in that session of Owner's
 	// (see ChainOptions.Sessions): a fresh sandbox on the session's
-	// workspace, directory and environment. Background starts it as a
-	// background job of the session instead of waiting for it: the
-	// chain then returns a nil result and sets JobID.
-	SessionID  string
-	Background bool
-	JobID      string
+	// workspace, directory and environment. Start needs it.
+	SessionID string
 	// Owner is who the caller is, whose sessions it may use: compared
 	// whole with the session's owner. The zero ID owns no session.
 	Owner caller.ID
@@ -71,63 +80,74 @@ type Request struct {
 	// OnAdmit, if not nil, is called once the run leaves the admission
 	// queue, before its sandbox is built: /raw then tells its client the
 	// run started, and until then may still answer "busy" with a status.
+	// It is called at most once, on the goroutine that called Run or
+	// Start, before that returns.
 	OnAdmit func()
-	// KeepOutput keeps the run's output memory reserved after Run
-	// returns, until ReleaseOutput: a front end that writes the result
-	// sets it, so that admission counts the result until it is written.
-	KeepOutput bool
+	// KeepOutput, if not nil, keeps the run's output memory reserved
+	// after Run returns, until KeepOutput.Release: a front end that
+	// writes the result sets it, so that admission counts the result
+	// until it is written. Start ignores it: a background job holds its
+	// output memory until the job is forgotten.
+	KeepOutput *OutputHold
 
-	// Admitted is when admission let the run in; set by the chain.
-	Admitted time.Time
+	// jobOutput is the output memory of a background start, set by
+	// admission on the copy it passes on, and taken by the job.
+	jobOutput *jobOutput
+}
 
+// OutputHold keeps the output memory of the runs it is given to (as
+// Request.KeepOutput) reserved after Run returns, until Release: a front
+// end that writes a result makes one and defers its Release, so that the
+// memory of a result is counted until the result is written. The zero
+// value is ready to use. Release is safe to call more than once, and when
+// nothing is held; a run given a hold that was released lets its memory go
+// when it ends.
+type OutputHold struct {
 	mu       sync.Mutex
-	release  func()
+	releases []func()
 	released bool
-	// jobOutput releases the output memory of a background job's start:
-	// the job takes it (takeJobOutput) and lets it go once its output is
-	// no longer kept.
-	jobOutput func()
 }
 
-// takeJobOutput hands over the release of a background start's output
-// memory; nil if there is none or it was taken.
-func (r *Request) takeJobOutput() func() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rel := r.jobOutput
-	r.jobOutput = nil
-	return rel
-}
-
-// admit marks the run admitted and calls OnAdmit.
-func (r *Request) admit() {
-	r.Admitted = time.Now()
-	if r.OnAdmit != nil {
-		r.OnAdmit()
-	}
-}
-
-// holdOutput hands the request the release of its output memory, or calls
-// it at once if the output was already let go.
-func (r *Request) holdOutput(release func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.released {
+// keep holds release until Release, or calls it at once if the hold was
+// already released.
+func (h *OutputHold) keep(release func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
 		release()
 		return
 	}
-	r.release = release
+	h.releases = append(h.releases, release)
 }
 
-// ReleaseOutput lets the output memory KeepOutput kept go. Safe to call
-// more than once, and when nothing was kept.
-func (r *Request) ReleaseOutput() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.released && r.release != nil {
-		r.release()
+// Release lets the output memory the hold kept go.
+func (h *OutputHold) Release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, release := range h.releases {
+		release()
 	}
-	r.released = true
+	h.releases, h.released = nil, true
+}
+
+// jobOutput hands the output memory of a background start from admission
+// to the job: the job takes its release and calls it once the job is
+// forgotten; if no job took it, admission lets it go when Start returns.
+type jobOutput struct {
+	mu      sync.Mutex
+	release func()
+}
+
+// take returns the release, or nil if there is none or it was taken.
+func (j *jobOutput) take() func() {
+	if j == nil {
+		return nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	rel := j.release
+	j.release = nil
+	return rel
 }
 
 // baseRunner runs requests on the base, or in their session: the end of
@@ -139,9 +159,13 @@ type baseRunner struct {
 	policy   *policy.Engine
 }
 
-func (b baseRunner) Run(ctx context.Context, req *Request) (*box.Result, error) {
-	if req.SessionID != "" || req.Background {
+func (b baseRunner) Run(ctx context.Context, req Request) (*box.Result, error) {
+	if req.SessionID != "" {
 		return runInSession(ctx, b.sessions, b.policy, req)
 	}
 	return b.base.Run(ctx, req.Spec)
+}
+
+func (b baseRunner) Start(ctx context.Context, req Request) (string, error) {
+	return startInSession(ctx, b.sessions, b.policy, req)
 }

@@ -13,13 +13,14 @@ import (
 	"github.com/jaild/jaild/session"
 )
 
-// sessionSpec prepares the spec s of a request that names a session, before
-// the maxima apply: the session must be the caller's; the limits the
-// request leaves unset are the session's; a background job's timeout
-// defaults to, and may reach, the sessions' maximum job timeout rather than
-// the maximum timeout of a call (max is changed to say so).
-func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) error {
-	if req.SessionID == "" && !req.Background {
+// sessionSpec prepares the spec s of a request that names a session, or of
+// a background start (which must), before the maxima apply: the session
+// must be the caller's; the limits the request leaves unset are the
+// session's; a background job's timeout defaults to, and may reach, the
+// sessions' maximum job timeout rather than the maximum timeout of a call
+// (max is changed to say so).
+func sessionSpec(m *session.Manager, req Request, background bool, s *jail.Spec, max *Maxima) error {
+	if req.SessionID == "" && !background {
 		return nil
 	}
 	switch {
@@ -44,7 +45,7 @@ func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) er
 	if s.Limits.CPUs == 0 {
 		s.Limits.CPUs = l.CPUs
 	}
-	if req.Background {
+	if background {
 		if s.Timeout == 0 {
 			s.Timeout = m.MaxJobTimeout()
 		}
@@ -53,39 +54,53 @@ func sessionSpec(m *session.Manager, req *Request, s *jail.Spec, max *Maxima) er
 	return nil
 }
 
-// runInSession runs req in its session: a call, or the start of a
-// background job (whose id goes to req.JobID; the result is then nil).
-// With a policy, the session asks it about the call as it will run it.
-func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, req *Request) (*box.Result, error) {
-	if m == nil || req.SessionID == "" {
-		return nil, &box.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
-	}
-	sess, err := m.Get(req.Owner, req.SessionID)
+// runInSession runs req in its session and waits for its result. With a
+// policy, the session asks it about the call as it will run it.
+func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, req Request) (*box.Result, error) {
+	sess, call, err := sessionCall(m, pol, req, false)
 	if err != nil {
-		return nil, SessionError(err)
-	}
-	spec := req.Spec
-	call := &session.Call{Command: spec.Command, Limits: spec.Limits, Check: sessionCheck(pol, req), Description: req.Description}
-	if req.Shell != "" {
-		call.Shell, call.ShellPath, call.Args = req.Shell, shellOf(spec.Args, req.Shell), nil
-	}
-	if req.Background {
-		// The job holds the start's output memory until it is
-		// forgotten (see Admitter.Run); if it does not start, the
-		// memory goes back at once.
-		call.ReleaseOutput = req.takeJobOutput()
-		id, err := sess.Start(ctx, call)
-		if err != nil {
-			if call.ReleaseOutput != nil {
-				call.ReleaseOutput()
-			}
-			return nil, SessionError(err)
-		}
-		req.JobID = id
-		return nil, nil
+		return nil, err
 	}
 	res, err := sess.Run(ctx, call)
 	return res, SessionError(err)
+}
+
+// startInSession starts req as a background job of its session and
+// returns the job's id. The job holds the start's output memory until it
+// is forgotten (see Admitter.Start); if it does not start, the memory
+// goes back at once.
+func startInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, req Request) (string, error) {
+	sess, call, err := sessionCall(m, pol, req, true)
+	if err != nil {
+		return "", err
+	}
+	call.ReleaseOutput = req.jobOutput.take()
+	id, err := sess.Start(ctx, call)
+	if err != nil {
+		if call.ReleaseOutput != nil {
+			call.ReleaseOutput()
+		}
+		return "", SessionError(err)
+	}
+	return id, nil
+}
+
+// sessionCall finds req's session and builds the call that runs req.Spec
+// there, decided by pol (if not nil) as the session will run it.
+func sessionCall(m *session.Manager, pol *policy.Engine, req Request, background bool) (*session.Session, *session.Call, error) {
+	if m == nil || req.SessionID == "" {
+		return nil, nil, &box.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
+	}
+	sess, err := m.Get(req.Owner, req.SessionID)
+	if err != nil {
+		return nil, nil, SessionError(err)
+	}
+	spec := req.Spec
+	call := &session.Call{Command: spec.Command, Limits: spec.Limits, Check: sessionCheck(pol, req, background), Description: req.Description}
+	if req.Shell != "" {
+		call.Shell, call.ShellPath, call.Args = req.Shell, shellOf(spec.Args, req.Shell), nil
+	}
+	return sess, call, nil
 }
 
 // shellOf returns the shell of a shell-mode argv (SHELL -c COMMAND), which

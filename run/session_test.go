@@ -30,11 +30,16 @@ func TestSessionRequestsWithoutSessions(t *testing.T) {
 	}{
 		{"session", "x", false, "session_id"},
 		{"background", "", true, "session_id"},
+		{"background in a session", "x", true, "session_id"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			req := &run.Request{SessionID: tt.id, Background: tt.background,
-				Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}}}}
-			_, err := r.Run(context.Background(), req)
+			req := run.Request{SessionID: tt.id, Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}}}}
+			var err error
+			if tt.background {
+				_, err = r.Start(context.Background(), req)
+			} else {
+				_, err = r.Run(context.Background(), req)
+			}
 			var ie *box.InvalidError
 			if !errors.As(err, &ie) || ie.Field != tt.field || ran {
 				t.Errorf("err %v (ran %v), want invalid %s", err, ran, tt.field)

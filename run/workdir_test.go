@@ -34,7 +34,7 @@ func TestWorkDirCwd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Dir: tc.cwd}}})
+		_, err = r.Run(context.Background(), run.Request{Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, Dir: tc.cwd}}})
 		var ie *box.InvalidError
 		switch {
 		case tc.ok && (err != nil || !ran):

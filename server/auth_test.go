@@ -293,7 +293,7 @@ func TestAudit(t *testing.T) {
 	t.Run("LogCommand", func(t *testing.T) {
 		var buf bytes.Buffer
 		r := run.Audit(server.Direct(&fake{}), run.NewAuditLog(&buf, run.AuditOptions{LogCommand: true, Now: func() time.Time { return time.Unix(1, 0) }}))
-		r.Run(context.Background(), &run.Request{Caller: "bob", Spec: &jail.Spec{Command: box.Command{Args: []string{"ls", "-l"}}}})
+		r.Run(context.Background(), run.Request{Caller: "bob", Spec: &jail.Spec{Command: box.Command{Args: []string{"ls", "-l"}}}})
 		var rec api.AuditRecord
 		json.Unmarshal(buf.Bytes(), &rec)
 		if strings.Join(rec.Command, " ") != "ls -l" || rec.Caller != "bob" || !rec.Time.Equal(time.Unix(1, 0)) {

@@ -19,18 +19,25 @@ import (
 
 // Direct returns a Runner that runs requests straight on base, outside any
 // chain: no maxima, admission, audit or metrics. Requests that name a
-// session or ask for the background are refused, as by a daemon that
-// serves no sessions.
+// session, and background starts, are refused, as by a daemon that serves
+// no sessions.
 func Direct(base run.Base) run.Runner { return direct{base} }
 
 type direct struct{ base run.Base }
 
-func (d direct) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
-	if req.SessionID != "" || req.Background {
-		return nil, &box.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
+func (d direct) Run(ctx context.Context, req run.Request) (*box.Result, error) {
+	if req.SessionID != "" {
+		return nil, ErrNoSessions
 	}
 	return d.base.Run(ctx, req.Spec)
 }
+
+func (direct) Start(context.Context, run.Request) (string, error) { return "", ErrNoSessions }
+
+// ErrNoSessions is the refusal of a request in a session, or of a
+// background start, by a daemon that serves no sessions: the test
+// runners' answer to what they do not serve.
+var ErrNoSessions = &box.InvalidError{Field: "session_id", Reason: "sessions are not served by this daemon"}
 
 // TokenCount is the number of tokens t holds.
 func TokenCount(t *Tokens) int { return len(t.names) }

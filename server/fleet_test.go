@@ -38,10 +38,12 @@ func TestForwardedFor(t *testing.T) {
 
 type callerRunner struct{ got chan string }
 
-func (c callerRunner) Run(ctx context.Context, r *run.Request) (*box.Result, error) {
+func (c callerRunner) Run(ctx context.Context, r run.Request) (*box.Result, error) {
 	c.got <- r.Caller
 	return &box.Result{}, nil
 }
+
+func (callerRunner) Start(context.Context, run.Request) (string, error) { return "", ErrNoSessions }
 
 // TestTrustedProxyCaller: behind a trusted proxy the caller (here, without
 // tokens: the owner of sessions and the key of quotas) is the address the

@@ -257,7 +257,7 @@ func TestOutputMemory(t *testing.T) {
 	}
 	done := make(chan error, 3)
 	for range 3 {
-		go func() { _, err := a.Run(context.Background(), &run.Request{Spec: spec()}); done <- err }()
+		go func() { _, err := a.Run(context.Background(), run.Request{Spec: spec()}); done <- err }()
 	}
 	// Two runs of 2 MiB fit in 5 MiB; the third waits although slots
 	// are free.
@@ -267,7 +267,7 @@ func TestOutputMemory(t *testing.T) {
 	if held, max := a.OutputMemory(); held != 4<<20 || max != 5<<20 {
 		t.Errorf("output memory %d of %d", held, max)
 	}
-	if _, err := a.Run(context.Background(), &run.Request{Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 3 << 20}}}); !box.IsInvalid(err) {
+	if _, err := a.Run(context.Background(), run.Request{Spec: &jail.Spec{Command: box.Command{Args: []string{"true"}, MaxOutput: 3 << 20}}}); !box.IsInvalid(err) {
 		t.Errorf("a run needing more than all the output memory: %v", err)
 	}
 	g.Open()
@@ -293,7 +293,7 @@ func TestOutputHeldUntilWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := runnerFunc(func(ctx context.Context, req *run.Request) (*box.Result, error) {
+	probe := runnerFunc(func(ctx context.Context, req run.Request) (*box.Result, error) {
 		res, err := adm.Run(ctx, req)
 		heldDuring, _ = adm.OutputMemory()
 		return res, err
@@ -308,10 +308,16 @@ func TestOutputHeldUntilWritten(t *testing.T) {
 	eventually(t, "the memory let go", func() bool { h, _ := adm.OutputMemory(); return h == 0 })
 }
 
-type runnerFunc func(ctx context.Context, req *run.Request) (*box.Result, error)
+// runnerFunc is a run.Runner that hands each request to the function, and
+// refuses background starts.
+type runnerFunc func(ctx context.Context, req run.Request) (*box.Result, error)
 
-func (f runnerFunc) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
+func (f runnerFunc) Run(ctx context.Context, req run.Request) (*box.Result, error) {
 	return f(ctx, req)
+}
+
+func (runnerFunc) Start(context.Context, run.Request) (string, error) {
+	return "", server.ErrNoSessions
 }
 
 // TestInternalErrorHidesDetail: a 500 names the request id, never the

@@ -63,18 +63,19 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request, load *float
 
 // handleRun answers POST /run: the whole result once the command ended.
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.readRequest(w, r, "run")
+	req, background, ok := s.readRequest(w, r, "run")
 	if !ok {
 		return
 	}
-	// The result's memory stays reserved until it is written.
-	req.KeepOutput = true
-	defer req.ReleaseOutput()
-	res, err := s.opts.Runner.Run(r.Context(), req)
-	if err == nil && res == nil && req.Background && req.JobID != "" {
-		writeJSON(w, http.StatusAccepted, jobAccepted(req))
+	if background {
+		s.startJob(w, r, req)
 		return
 	}
+	// The result's memory stays reserved until it is written.
+	var out run.OutputHold
+	defer out.Release()
+	req.KeepOutput = &out
+	res, err := s.opts.Runner.Run(r.Context(), req)
 	if err == nil && res == nil {
 		err = errNoResult
 	}
@@ -92,7 +93,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 // error events. A client that goes away, or stops reading for WriteTimeout,
 // cancels the run.
 func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
-	req, ok := s.readRequest(w, r, "raw")
+	req, _, ok := s.readRequest(w, r, "raw") // background: refused for raw
 	if !ok {
 		return
 	}
@@ -108,8 +109,9 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	req.Spec.Stdout = rawWriter{st, api.EventStdout}
 	req.Spec.Stderr = rawWriter{st, api.EventStderr}
 	req.OnAdmit = st.start // the stream starts once the run is admitted
-	req.KeepOutput = true
-	defer req.ReleaseOutput()
+	var out run.OutputHold
+	defer out.Release()
+	req.KeepOutput = &out
 
 	res, err := s.opts.Runner.Run(ctx, req)
 	if err == nil && res == nil {
@@ -237,11 +239,13 @@ func (sw rawWriter) Write(p []byte) (int, error) {
 }
 
 // readRequest reads and checks a request body and converts it into the
-// chain's request for frontEnd, or answers with the error and returns false.
-func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd string) (*run.Request, bool) {
+// chain's request for frontEnd, and whether it asks to start a background
+// job rather than run (run_in_background); or answers with the error and
+// returns ok false.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd string) (_ run.Request, background, ok bool) {
 	if s.draining.Load() {
 		s.reject(w, r, run.RejectShutdown, http.StatusServiceUnavailable, &api.ErrorResponse{Error: "the server is shutting down", Code: api.CodeShuttingDown})
-		return nil, false
+		return run.Request{}, false, false
 	}
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if cs, ok := params["charset"]; err == nil && ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
@@ -250,7 +254,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	if err != nil || mt != "application/json" {
 		s.reject(w, r, run.RejectMedia, http.StatusUnsupportedMediaType, &api.ErrorResponse{
 			Error: "Content-Type must be application/json (charset utf-8, if given)", Code: api.CodeUnsupportedMedia})
-		return nil, false
+		return run.Request{}, false, false
 	}
 	rc := http.NewResponseController(w)
 	limitBody(rc, r, time.Now().Add(s.opts.BodyTimeout))
@@ -265,7 +269,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 		default:
 			s.reject(w, r, run.RejectBadJSON, http.StatusBadRequest, &api.ErrorResponse{Error: err.Error(), Code: api.CodeBadJSON})
 		}
-		return nil, false
+		return run.Request{}, false, false
 	}
 	if id := r.PathValue("id"); id != "" {
 		// POST /sessions/{id}/run and /raw: the path names the session.
@@ -273,7 +277,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 			err := &box.InvalidError{Field: "session_id", Reason: "differs from the session in the path"}
 			s.audit.Rejected(CallerFromContext(r.Context()).String(), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 			s.writeRunError(w, r, err, frontEnd == "raw")
-			return nil, false
+			return run.Request{}, false, false
 		}
 		req.SessionID = id
 	}
@@ -286,24 +290,24 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, frontEnd st
 	if err != nil {
 		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, frontEnd == "raw")
-		return nil, false
+		return run.Request{}, false, false
 	}
 	if req.RunInBackground && frontEnd != "run" {
 		err := &box.InvalidError{Field: "run_in_background", Reason: "only POST /run starts background jobs"}
 		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
 		s.writeRunError(w, r, err, true)
-		return nil, false
+		return run.Request{}, false, false
 	}
 	if req.SessionID == "" && s.refuseNew(w, r) {
-		return nil, false
+		return run.Request{}, false, false
 	}
 	ctx := r.Context()
 	tf, tn, tu := req.TimeoutAsked()
 	spec := &jail.Spec{Limits: limits, Command: cmd}
-	return &run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx).String(),
+	return run.Request{Spec: spec, Shell: req.Command, Caller: CallerFromContext(ctx).String(),
 		TimeoutField: tf, TimeoutValue: tn, TimeoutUnit: tu,
 		RequestID: requestIDFromContext(ctx), FrontEnd: frontEnd, Egress: req.Egress,
-		SessionID: req.SessionID, Background: req.RunInBackground, Owner: s.owner(r)}, true
+		SessionID: req.SessionID, Owner: s.owner(r)}, req.RunInBackground, true
 }
 
 // bodyTimedOut answers 408 and reports true if err is a request body's

@@ -472,7 +472,7 @@ func TestAdmitterBound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := a.Run(context.Background(), &run.Request{Spec: trueSpec()})
+			_, err := a.Run(context.Background(), run.Request{Spec: trueSpec()})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -501,11 +501,11 @@ func TestAdmitterQueuedCallerCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go a.Run(context.Background(), &run.Request{Spec: trueSpec()})
+	go a.Run(context.Background(), run.Request{Spec: trueSpec()})
 	server.Recv(t, g.Entered, "the first run")
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { _, err := a.Run(ctx, &run.Request{Spec: trueSpec()}); errc <- err }()
+	go func() { _, err := a.Run(ctx, run.Request{Spec: trueSpec()}); errc <- err }()
 	eventually(t, "the second run queued", func() bool { return a.Queued() == 1 })
 	cancel()
 	if err := server.Recv(t, errc, "the queued run to give up"); !errors.Is(err, context.Canceled) {

@@ -143,8 +143,22 @@ func jobOf(st *session.JobStatus) *api.Job {
 	return j
 }
 
+// startJob answers POST /run with run_in_background: it starts req as a
+// background job of its session and answers 202 with the job's id.
+func (s *Server) startJob(w http.ResponseWriter, r *http.Request, req run.Request) {
+	id, err := s.opts.Runner.Start(r.Context(), req)
+	if err == nil && id == "" {
+		err = errNoResult
+	}
+	if err != nil {
+		s.writeRunError(w, r, err, false)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, jobAccepted(req.SessionID, id))
+}
+
 // jobAccepted is the 202 answer of a background run.
-func jobAccepted(req *run.Request) *api.JobAccepted {
-	return &api.JobAccepted{JobID: req.JobID, SessionID: req.SessionID,
-		Status: "/sessions/" + req.SessionID + "/jobs/" + req.JobID}
+func jobAccepted(sessionID, jobID string) *api.JobAccepted {
+	return &api.JobAccepted{JobID: jobID, SessionID: sessionID,
+		Status: "/sessions/" + sessionID + "/jobs/" + jobID}
 }

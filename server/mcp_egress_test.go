@@ -20,12 +20,14 @@ type egressRecorder struct {
 	asks []*api.Egress
 }
 
-func (r *egressRecorder) Run(_ context.Context, req *run.Request) (*box.Result, error) {
+func (r *egressRecorder) Run(_ context.Context, req run.Request) (*box.Result, error) {
 	r.mu.Lock()
 	r.asks = append(r.asks, req.Egress)
 	r.mu.Unlock()
 	return &box.Result{ID: "x", Egress: &box.EgressUsage{Connections: 2, Denied: 1}}, nil
 }
+
+func (*egressRecorder) Start(context.Context, run.Request) (string, error) { return "", ErrNoSessions }
 
 // TestMCPEgress: the tools take an egress argument only when the operator
 // lets calls ask for network, and pass it to the chain.

@@ -197,10 +197,21 @@ type teeRunner struct {
 	stdout, stderr io.Writer
 }
 
-func (r teeRunner) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
-	req.Spec.Stdout = tee(r.stdout, req.Spec.Stdout)
-	req.Spec.Stderr = tee(r.stderr, req.Spec.Stderr)
-	return r.next.Run(ctx, req)
+func (r teeRunner) Run(ctx context.Context, req run.Request) (*box.Result, error) {
+	return r.next.Run(ctx, r.teed(req))
+}
+
+func (r teeRunner) Start(ctx context.Context, req run.Request) (string, error) {
+	return r.next.Start(ctx, r.teed(req))
+}
+
+// teed is req with a spec of its own whose output goes to r's writers too.
+func (r teeRunner) teed(req run.Request) run.Request {
+	s := *req.Spec
+	s.Stdout = tee(r.stdout, s.Stdout)
+	s.Stderr = tee(r.stderr, s.Stderr)
+	req.Spec = &s
+	return req
 }
 
 // tee is w, and also other when there is one.

@@ -136,9 +136,9 @@ func TestNetworkToolListed(t *testing.T) {
 // args, cwd and env, as front end mcp:run_network_tool; the result has the
 // convention's keys and nothing else.
 func TestNetworkToolCall(t *testing.T) {
-	var got []*run.Request
+	var got []run.Request
 	b := &FakeBase{Fn: echoStreams}
-	r := requestRunner(func(ctx context.Context, req *run.Request) (*box.Result, error) {
+	r := requestRunner(func(ctx context.Context, req run.Request) (*box.Result, error) {
 		got = append(got, req)
 		return Direct(b).Run(ctx, req)
 	})

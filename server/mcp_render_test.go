@@ -16,7 +16,7 @@ import (
 func TestMCPOutputCapCountsCharacters(t *testing.T) {
 	const n = 40000
 	var asked int64
-	f := requestRunner(func(ctx context.Context, req *run.Request) (*box.Result, error) {
+	f := requestRunner(func(ctx context.Context, req run.Request) (*box.Result, error) {
 		asked = req.Spec.MaxOutput
 		out := strings.Repeat("é", n)
 		return &box.Result{Stdout: out, StdoutBytes: int64(len(out))}, nil

@@ -912,17 +912,20 @@ func TestMCPHTTPRequestLimits(t *testing.T) {
 	})
 }
 
-// requestRunner is a run.Runner that hands each request to fn.
-type requestRunner func(ctx context.Context, req *run.Request) (*box.Result, error)
+// requestRunner is a run.Runner that hands each request to fn, and refuses
+// background starts.
+type requestRunner func(ctx context.Context, req run.Request) (*box.Result, error)
 
-func (f requestRunner) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
+func (f requestRunner) Run(ctx context.Context, req run.Request) (*box.Result, error) {
 	return f(ctx, req)
 }
+
+func (requestRunner) Start(context.Context, run.Request) (string, error) { return "", ErrNoSessions }
 
 func TestMCPHTTPRunContextIsTheCallsRequest(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
-	f := requestRunner(func(ctx context.Context, req *run.Request) (*box.Result, error) {
+	f := requestRunner(func(ctx context.Context, req run.Request) (*box.Result, error) {
 		mu.Lock()
 		seen = append(seen, req.RequestID)
 		mu.Unlock()

@@ -226,14 +226,13 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		cmd.Stdout, cmd.Stderr = ps.writer("stdout"), ps.writer("stderr")
 	}
 	start := time.Now()
-	rreq := &run.Request{
+	rreq := run.Request{
 		Spec:        &jail.Spec{Limits: t.opts.Limits, Command: cmd},
 		Caller:      CallerFromContext(runCtx).String(),
 		RequestID:   requestIDFromContext(runCtx),
 		FrontEnd:    "mcp:" + tool,
 		Shell:       shell,
 		Description: desc,
-		Background:  background,
 		Egress:      wantEgress,
 	}
 	if t.sess != nil {
@@ -244,16 +243,22 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 			return nil, nil, fmt.Errorf("jaild session: %w", err)
 		}
 	}
-	r, err := t.run.Run(runCtx, rreq)
+	var r *box.Result
+	var jobID string
+	if background {
+		jobID, err = t.run.Start(runCtx, rreq)
+	} else {
+		r, err = t.run.Run(runCtx, rreq)
+	}
 	if t.sess != nil && errors.Is(err, box.ErrNotFound) && runCtx.Err() == nil {
 		// Removed since get (expired, evicted, lost): said as get says
 		// it, not as a command that was not found.
 		return nil, nil, t.sess.lostUnder(req.Session, rreq.SessionID, err)
 	}
-	if err == nil && r == nil && background && rreq.JobID != "" {
-		out = &RunOutput{TaskID: rreq.JobID, TimeoutMS: timeout.Milliseconds()}
-		t.log.Info("mcp background task started", "tool", tool, "task", rreq.JobID, "session", rreq.SessionID)
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: backgroundText(rreq.JobID)}}}, out, nil
+	if err == nil && jobID != "" {
+		out = &RunOutput{TaskID: jobID, TimeoutMS: timeout.Milliseconds()}
+		t.log.Info("mcp background task started", "tool", tool, "task", jobID, "session", rreq.SessionID)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: backgroundText(jobID)}}}, out, nil
 	}
 	logArgs := []any{"tool", tool, "timeout_ms", timeout.Milliseconds()}
 	if id := req.Session.ID(); id != "" {

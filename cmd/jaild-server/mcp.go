@@ -139,15 +139,31 @@ type shutdownRunner struct {
 	caller string
 }
 
-func (s shutdownRunner) Run(ctx context.Context, req *run.Request) (*box.Result, error) {
+func (s shutdownRunner) Run(ctx context.Context, req run.Request) (*box.Result, error) {
 	// The caller, for the audit log, is whoever started jaild mcp.
 	req.Caller = s.caller
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
 	res, err := s.r.Run(ctx, req)
+	return res, s.shuttingDown(err)
+}
+
+// Start is Run's counterpart for background jobs: the start, not the job,
+// ends with the process's context (the job is its session's).
+func (s shutdownRunner) Start(ctx context.Context, req run.Request) (string, error) {
+	req.Caller = s.caller
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	id, err := s.r.Start(ctx, req)
+	return id, s.shuttingDown(err)
+}
+
+// shuttingDown says that err is the shutdown's, if it is.
+func (s shutdownRunner) shuttingDown(err error) error {
 	if err != nil && s.ctx.Err() != nil {
-		err = fmt.Errorf("jaild is shutting down: %w", err)
+		return fmt.Errorf("jaild is shutting down: %w", err)
 	}
-	return res, err
+	return err
 }
