@@ -151,21 +151,20 @@ func (s *Sessions) SetEnv(ctx context.Context, req *SessionEnvRequest) error {
 }
 
 func (s *Sessions) setEnv(ctx context.Context, req *SessionEnvRequest) error {
+	// A session's variables are shell names: its shell carries them
+	// from call to call.
+	for _, k := range append(slices.Sorted(maps.Keys(req.Set)), req.Unset...) {
+		if err := session.CheckEnvName(k); err != nil {
+			return err
+		}
+	}
 	set, err := box.EnvList(req.Set)
 	if err != nil {
 		return err
 	}
-	for _, k := range req.Unset {
-		if err := box.CheckEnv(k, ""); err != nil {
-			return err
-		}
-	}
 	if s.Policy != nil {
 		in := policy.Input{Action: policy.ActionSessionEnv, SessionID: req.Session.ID(), Env: req.Set, Unset: req.Unset,
 			Caller: req.Caller, FrontEnd: req.FrontEnd}
-		if req.Set == nil {
-			in.Env = map[string]string{}
-		}
 		if err := decided(ctx, s.Policy, req.RequestID, in); err != nil {
 			return err
 		}
