@@ -39,7 +39,8 @@ type Sessions struct {
 // session manager's defaults, the maxima's for the limits.
 type SessionRequest struct {
 	// Caller, RequestID and Owner as in [Request]; FrontEnd names the way
-	// in: "sessions" (POST /sessions), "mcp".
+	// in, as the egress proxy's records of the session do: "sessions"
+	// (POST /sessions), "mcp".
 	Caller    string
 	RequestID string
 	FrontEnd  string
@@ -61,8 +62,8 @@ type SessionRequest struct {
 // SessionEnvRequest asks to change a session's environment: Set's
 // variables set, Unset's removed.
 type SessionEnvRequest struct {
-	Caller, RequestID, FrontEnd string
-	Session                     *session.Session
+	Caller, RequestID string
+	Session           *session.Session
 	Set                         map[string]string
 	Unset                       []string
 }
@@ -89,7 +90,7 @@ func (s *Sessions) create(ctx context.Context, req *SessionRequest) (*session.Se
 		if cwd == "" {
 			cwd = s.Manager.WorkDir()
 		}
-		in := policy.Input{Action: policy.ActionSessionCreate, Env: req.Env, Cwd: cwd, Caller: req.Caller, FrontEnd: req.FrontEnd}
+		in := policy.Input{Action: policy.ActionSessionCreate, Env: req.Env, Cwd: cwd, Caller: req.Caller, FrontEnd: actionFrontEnd}
 		if err := decided(ctx, s.Policy, req.RequestID, in); err != nil {
 			return nil, err
 		}
@@ -164,13 +165,18 @@ func (s *Sessions) setEnv(ctx context.Context, req *SessionEnvRequest) error {
 	}
 	if s.Policy != nil {
 		in := policy.Input{Action: policy.ActionSessionEnv, SessionID: req.Session.ID(), Env: req.Set, Unset: req.Unset,
-			Caller: req.Caller, FrontEnd: req.FrontEnd}
+			Caller: req.Caller, FrontEnd: actionFrontEnd}
 		if err := decided(ctx, s.Policy, req.RequestID, in); err != nil {
 			return err
 		}
 	}
 	return req.Session.SetEnv(set, req.Unset)
 }
+
+// actionFrontEnd is the front end of the requests the policy decides as
+// actions: the HTTP API's session endpoints (an MCP session's workspace is
+// not decided).
+const actionFrontEnd = "http"
 
 // decided is the policy's decision on in: nil, or the denial.
 func decided(ctx context.Context, p *policy.Engine, requestID string, in policy.Input) error {

@@ -178,7 +178,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess, err := s.sessions.Create(r.Context(), &run.SessionRequest{
-		Caller: CallerFromContext(r.Context()).String(), RequestID: requestIDFromContext(r.Context()), FrontEnd: "http",
+		Caller: CallerFromContext(r.Context()).String(), RequestID: requestIDFromContext(r.Context()), FrontEnd: "sessions",
 		Owner: s.owner(r), TTL: ttl, WorkspaceBytes: workspace, Cwd: req.Cwd, Env: req.Env, Limits: limits, Egress: req.Egress,
 	})
 	if err != nil {
@@ -237,7 +237,7 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Strings(unset)
 	err := s.sessions.SetEnv(r.Context(), &run.SessionEnvRequest{
-		Caller: CallerFromContext(r.Context()).String(), RequestID: requestIDFromContext(r.Context()), FrontEnd: "http",
+		Caller: CallerFromContext(r.Context()).String(), RequestID: requestIDFromContext(r.Context()),
 		Session: sess, Set: set, Unset: unset,
 	})
 	if err != nil {
