@@ -64,8 +64,8 @@ type SessionRequest struct {
 type SessionEnvRequest struct {
 	Caller, RequestID string
 	Session           *session.Session
-	Set                         map[string]string
-	Unset                       []string
+	Set               map[string]string
+	Unset             []string
 }
 
 // Create checks req and makes its session. A refusal is a
