@@ -287,7 +287,9 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
 		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
-	res, out = t.result(r, timeout, timeoutMS > timeout.Milliseconds())
+	// The call asked for more than the maximum, to which the chain
+	// reduced it.
+	res, out = t.result(r, timeout, timeout > 0 && timeoutMS > timeout.Milliseconds())
 	return res, out, nil
 }
 
