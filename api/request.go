@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"reflect"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -329,19 +328,7 @@ func (req *Request) env() ([]string, error) {
 	if len(req.Env) > maxEnv {
 		return nil, invalid("env", "more than %d variables", maxEnv)
 	}
-	keys := make([]string, 0, len(req.Env))
-	for k, v := range req.Env {
-		if err := box.CheckEnv(k, v); err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var env []string
-	for _, k := range keys {
-		env = append(env, k+"="+req.Env[k])
-	}
-	return env, nil
+	return box.EnvList(req.Env)
 }
 
 // timeout is the timeout asked for, at most box.MaxTimeout. The maximum is

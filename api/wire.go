@@ -280,6 +280,9 @@ const (
 type AuditRecord struct {
 	Time      time.Time `json:"time"`
 	RequestID string    `json:"request_id,omitempty"`
+	// Action, for a request that is not a run, names it as the policy
+	// does ("session.create", "session.env"); empty for a run.
+	Action string `json:"action,omitempty"`
 	// Caller is the token's name, or the peer ("uid:1000",
 	// "127.0.0.1:53211") when the daemon runs without tokens.
 	Caller string `json:"caller"`

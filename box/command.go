@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"sort"
 	"strings"
 	"time"
 )
@@ -140,4 +141,22 @@ func CheckEnv(name, value string) error {
 		return invalid("env", "value of %s contains a NUL byte", name)
 	}
 	return nil
+}
+
+// EnvList is env as KEY=VALUE, sorted by name so that equal requests give
+// equal commands (and audit hashes), each variable checked by CheckEnv.
+func EnvList(env map[string]string) ([]string, error) {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var list []string
+	for _, k := range keys {
+		if err := CheckEnv(k, env[k]); err != nil {
+			return nil, err
+		}
+		list = append(list, k+"="+env[k])
+	}
+	return list, nil
 }

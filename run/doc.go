@@ -26,4 +26,9 @@
 // forgotten.
 // A refusal by the maxima is audited too; requests refused before they
 // become runs are audited by the front end through [AuditLog.Rejected].
+// The maxima link owns the defaults: a front end leaves what its caller did
+// not ask for unset, and an agent tool's call (Request.Tool: the MCP tools)
+// gets their timeout convention there too (ToolTimeouts).
+// Sessions are made and changed through [Sessions], for every front end,
+// by the same maxima, egress rules and policy, every refusal audited.
 package run

@@ -23,12 +23,24 @@ type Maxima struct {
 	// MaxOutput is the most output kept per stream; zero means no
 	// maximum.
 	MaxOutput int64
+	// DefaultLimits are what a request that leaves a limit unset gets,
+	// lowered to Limits; a zero field means the jail's default. (jaild
+	// mcp's limit flags are each sandbox's limits: defaults and maxima.)
+	DefaultLimits box.Limits
+	// ToolTimeout is the default timeout of an agent tool's call
+	// (Request.Tool); zero means DefaultToolTimeout. See ToolTimeouts.
+	ToolTimeout time.Duration
 }
 
 // Validate reports a negative maximum.
 func (m Maxima) Validate() error {
-	if m.Limits.Memory < 0 || m.Limits.Pids < 0 || m.Limits.CPUs < 0 || m.Limits.TmpfsSize < 0 {
-		return fmt.Errorf("run: negative limit in maxima %+v", m.Limits)
+	for _, l := range []box.Limits{m.Limits, m.DefaultLimits} {
+		if l.Memory < 0 || l.Pids < 0 || l.CPUs < 0 || l.TmpfsSize < 0 {
+			return fmt.Errorf("run: negative limit in maxima %+v", l)
+		}
+	}
+	if m.ToolTimeout < 0 {
+		return fmt.Errorf("run: negative tool timeout %v", m.ToolTimeout)
 	}
 	if m.Timeout < 0 || m.Timeout > box.MaxTimeout {
 		return fmt.Errorf("run: maximum timeout %v not between 0 and %v", m.Timeout, box.MaxTimeout)
@@ -39,16 +51,16 @@ func (m Maxima) Validate() error {
 	return nil
 }
 
-// Apply fills s's unset limits, timeout and output size with the jail's
-// defaults capped at m, then refuses anything above m. After a nil error
+// Apply fills s's unset limits, timeout and output size with the defaults
+// (m.DefaultLimits, or the jail's) capped at m, then refuses anything above m. After a nil error
 // every limit of s is explicit and within m, and s is valid.
 func (m Maxima) Apply(s *jail.Spec) error {
-	l := &s.Limits
-	l.Memory = orCapped(l.Memory, box.DefaultMemory, m.Limits.Memory)
-	l.Pids = orCapped(l.Pids, box.DefaultPids, m.Limits.Pids)
-	l.TmpfsSize = orCapped(l.TmpfsSize, box.DefaultTmpfsSize, m.Limits.TmpfsSize)
+	l, def := &s.Limits, m.DefaultLimits.WithDefaults()
+	l.Memory = orCapped(l.Memory, def.Memory, m.Limits.Memory)
+	l.Pids = orCapped(l.Pids, def.Pids, m.Limits.Pids)
+	l.TmpfsSize = orCapped(l.TmpfsSize, def.TmpfsSize, m.Limits.TmpfsSize)
 	if l.CPUs == 0 {
-		l.CPUs = box.DefaultCPUs
+		l.CPUs = def.CPUs
 		if m.Limits.CPUs > 0 && l.CPUs > m.Limits.CPUs {
 			l.CPUs = m.Limits.CPUs
 		}
@@ -71,8 +83,8 @@ func (m Maxima) Apply(s *jail.Spec) error {
 	return s.Validate()
 }
 
-// Defaults returns what a request that asks for nothing gets: the jail's
-// default limits, timeout and output cap, each lowered to m. The pool's
+// Defaults returns what a request that asks for nothing gets: the default
+// limits, timeout and output cap, each lowered to m. The pool's
 // sandboxes and the MCP tools use them, so that every front end agrees.
 func (m Maxima) Defaults() (box.Limits, time.Duration, int64) {
 	s := jail.Spec{Command: box.Command{Args: []string{"true"}}}
@@ -131,7 +143,7 @@ func (e *enforcer) effective(req Request, background bool) (Request, error) {
 	max := e.max
 	err := sessionSpec(e.sessions, req, background, &s, &max)
 	if err == nil {
-		err = checkTimeout(req, s.Timeout, max.Timeout)
+		err = resolveTimeout(req, &s, e.max, max, background)
 	}
 	if err == nil {
 		err = max.Apply(&s)

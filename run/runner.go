@@ -65,6 +65,10 @@ type Request struct {
 	TimeoutField string
 	TimeoutValue int64
 	TimeoutUnit  time.Duration
+	// Tool marks an agent tool's call (the MCP tools), whose timeout
+	// follows their convention (see DefaultToolTimeout): unset, the
+	// tools' default; above their maximum, reduced to it, not refused.
+	Tool bool
 	// Egress is the request's egress field: nil for none given (the
 	// daemon's --egress-default decides), else what it asks for.
 	Egress *api.Egress

@@ -7,7 +7,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
@@ -66,15 +65,11 @@ func (c Config) Run(ctx, kill context.Context, ln net.Listener) error {
 	}
 	opts := c.Server
 	opts.Runner, opts.Metrics, opts.Audit = runner, c.Chain.Metrics, c.Chain.Audit
-	opts.Sessions, opts.SessionMaxLimits = c.Sessions, c.Chain.Max.Limits
+	opts.Sessions, opts.SessionMax = c.Sessions, c.Chain.Max
 	opts.SessionEgress = c.Chain.Egress
 	opts.PolicyEngine = c.Chain.Policy
 	if c.MCP != nil {
-		mo := *c.MCP
-		if mo.SessionEgress == nil {
-			mo.SessionEgress = MCPSessionEgress(c.Chain.Egress, c.Chain.Metrics)
-		}
-		opts.MCP = NewMCPHandler(runner, mo)
+		opts.MCP = NewMCPHandler(runner, c.MCPOptions())
 	}
 	srv, err := New(opts)
 	if err != nil {
@@ -156,15 +151,18 @@ func (c Config) drain(srv *Server, kill context.Context, done <-chan struct{}) {
 	}
 }
 
-// MCPSessionEgress is MCPOptions.SessionEgress over the daemon's egress
-// configuration: the operator's allowlist (the caller's token's, if it has
-// one), as a request's "egress": true gives. Without a proxy (nothing
-// allowed) it is nil: the sessions get no network.
-func MCPSessionEgress(o run.EgressOptions, m *run.Metrics) func(caller string) (func(sessionID string) session.Egress, error) {
-	if o.Proxy == nil {
-		return nil
-	}
-	return func(caller string) (func(sessionID string) session.Egress, error) {
-		return run.SessionEgress(o, m, &api.Egress{Allowed: true}, caller, "mcp")
-	}
+// MCPOptions are c.MCP with the chain's maxima and audit log, for a front
+// end that serves the tools itself (MCP over stdio: NewMCPServer).
+func (c Config) MCPOptions() MCPOptions {
+	mo := *c.MCP
+	mo.Max, mo.Audit = c.Chain.Max, c.Chain.Audit
+	return mo
+}
+
+// SessionService makes and changes c.Sessions' sessions by the chain's
+// rules (maxima, egress, audit log, policy): what MCPOptions.Sessions
+// takes, so that MCP sessions are made as POST /sessions' are.
+func (c Config) SessionService() *run.Sessions {
+	return &run.Sessions{Manager: c.Sessions, Max: c.Chain.Max, Egress: c.Chain.Egress,
+		Metrics: c.Chain.Metrics, Audit: c.Chain.Audit, Policy: c.Chain.Policy}
 }

@@ -10,20 +10,20 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/api"
-	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/run"
-	"github.com/jaild/jaild/session"
 )
 
 // Defaults of [MCPOptions].
 const (
-	// DefaultMCPTimeout is the timeout of a tool call that names none: the
-	// default of the agent Bash tools jaild stands in for.
-	DefaultMCPTimeout = 120 * time.Second
+	// DefaultMCPTimeout is the timeout of a tool call that names none,
+	// unless the chain's maxima say otherwise: the default of the agent
+	// Bash tools jaild stands in for (run.DefaultToolTimeout).
+	DefaultMCPTimeout = run.DefaultToolTimeout
 	// MaxMCPTimeout is the largest timeout a tool call may ask for, the
-	// Bash tools' conventional 10 minutes. An operator may lower it, not
-	// raise it, so that the schema's documented maximum stays true.
-	MaxMCPTimeout = 600 * time.Second
+	// Bash tools' conventional 10 minutes (run.MaxToolTimeout). An
+	// operator may lower it, not raise it, so that the schema's documented
+	// maximum stays true.
+	MaxMCPTimeout = run.MaxToolTimeout
 	// DefaultMCPMaxOutput is how many characters of each stream a tool
 	// result keeps: what an agent's own Bash tool shows a model, since
 	// everything returned lands in its context window.
@@ -45,21 +45,20 @@ const (
 // MCPOptions configures the MCP front end. The zero value is usable: each
 // field documents its zero.
 type MCPOptions struct {
-	// Limits are the resources of every sandbox a tool call runs in; zero
-	// fields mean the jail's defaults. Tool calls cannot change them.
-	Limits box.Limits
-	// DefaultTimeout applies to calls that give no timeout; zero means
-	// DefaultMCPTimeout. It is clamped to MaxTimeout.
-	DefaultTimeout time.Duration
-	// MaxTimeout is the operator's ceiling: longer requested timeouts are
-	// clamped to it. Zero, or anything above MaxMCPTimeout, means
-	// MaxMCPTimeout.
+	// Max are the run chain's maxima (run.ChainOptions.Max): the tools'
+	// descriptions and schemas state the limits, default and maximum
+	// timeout they give (Max.Defaults, Max.ToolTimeouts), and the chain
+	// applies them to every call, which leaves them unset. Tool calls
+	// cannot change the limits.
+	Max run.Maxima
+	// MaxTimeout is set from Max (the tools' maximum timeout); a value
+	// given here is replaced.
 	MaxTimeout time.Duration
 	// MaxOutput is how many characters (Unicode code points, as UTF-8;
 	// a byte that is not UTF-8 counts as one) of each of stdout and
 	// stderr a result keeps, the middle elided beyond it; zero means
-	// DefaultMCPMaxOutput. The sandbox keeps MCPCaptureBytes(MaxOutput)
-	// bytes of each, which the run's maxima must allow.
+	// DefaultMCPMaxOutput, and it is lowered to what Max.MaxOutput lets
+	// the sandbox keep: MCPCaptureBytes(MaxOutput) bytes of each.
 	MaxOutput int64
 	// WorkDir is the sandboxes' working directory (the jail's
 	// Config.WorkDir), which the tools' descriptions name; empty means
@@ -74,7 +73,7 @@ type MCPOptions struct {
 	Tools []string
 	// NetworkMaxOutput is what run_network_tool keeps of each stream
 	// before it appends "...truncated..."; zero means
-	// NetworkToolMaxOutput (1 MiB).
+	// NetworkToolMaxOutput (1 MiB). It is lowered to Max.MaxOutput.
 	NetworkMaxOutput int64
 	// Egress lets a tool call ask for network access through the egress
 	// proxy ("egress": true, the operator's allowlist); without it the
@@ -96,12 +95,16 @@ type MCPOptions struct {
 	// module version from the build info.
 	Version string
 	// Sessions, if not nil, gives every MCP session a jaild session of
-	// its own at its first tool call (see mcp_session.go), so that files,
-	// the working directory, exported variables and background tasks
-	// carry across its calls, and adds bash's run_in_background and the
-	// task_output, kill_task and list_tasks tools. Nil: every call is
-	// one-shot.
-	Sessions *session.Manager
+	// its own at its first tool call (see mcp_session.go), made by its
+	// Create as POST /sessions' are, so that files, the working
+	// directory, exported variables and background tasks carry across its
+	// calls, and adds bash's run_in_background and the task_output,
+	// kill_task and list_tasks tools. Nil: every call is one-shot. With
+	// Egress, and Sessions.Egress's proxy, each jaild session gets egress
+	// (the operator's allowlist, decided for the caller of its first
+	// call): every call and task of it has network through the proxy,
+	// and the tools offer no egress argument.
+	Sessions *run.Sessions
 	// SessionIdle is how long an MCP session's jaild session (attached:
 	// session.Options.Attached) is kept once nothing holds it: no
 	// request of its MCP session open (over Streamable HTTP a call, or
@@ -109,13 +112,10 @@ type MCPOptions struct {
 	// DefaultMCPSessionIdle. Over stdio the client is there until stdin
 	// closes, which removes the session.
 	SessionIdle time.Duration
-	// SessionEgress, with Egress and Sessions, gives each MCP session's
-	// jaild session egress (the operator's allowlist, decided for the
-	// caller of its first call: run.SessionEgress): every call and task
-	// of it has network through the proxy, and the tools offer no egress
-	// argument. Nil, with Egress and Sessions: the sessions' calls have
-	// none.
-	SessionEgress func(caller string) (func(sessionID string) session.Egress, error)
+	// Audit, if not nil, records the tool calls refused before they
+	// became a run (as the HTTP front end records its refusals); the
+	// chain records the rest.
+	Audit *run.AuditLog
 	// SessionID, if not nil, mints MCP session ids (in a fleet: ids that
 	// name this daemon, see package route); nil means the SDK's.
 	SessionID func() string
@@ -125,24 +125,23 @@ type MCPOptions struct {
 }
 
 func (o MCPOptions) withDefaults() MCPOptions {
-	if o.MaxTimeout <= 0 || o.MaxTimeout > MaxMCPTimeout {
-		o.MaxTimeout = MaxMCPTimeout
-	}
-	if o.DefaultTimeout <= 0 {
-		o.DefaultTimeout = DefaultMCPTimeout
-	}
-	o.DefaultTimeout = min(o.DefaultTimeout, o.MaxTimeout)
+	_, o.MaxTimeout = o.Max.ToolTimeouts()
 	if o.MaxOutput <= 0 {
 		o.MaxOutput = DefaultMCPMaxOutput
+	}
+	if o.NetworkMaxOutput <= 0 {
+		o.NetworkMaxOutput = NetworkToolMaxOutput
+	}
+	if m := o.Max.MaxOutput; m > 0 {
+		// What the sandbox may keep: the chain refuses more.
+		o.MaxOutput = max(min(o.MaxOutput, m/MCPCaptureBytes(1)), 1)
+		o.NetworkMaxOutput = min(o.NetworkMaxOutput, m)
 	}
 	if o.Shell == "" {
 		o.Shell = "/bin/bash"
 	}
 	if o.Tools == nil {
 		o.Tools = DefaultMCPTools
-	}
-	if o.NetworkMaxOutput <= 0 {
-		o.NetworkMaxOutput = NetworkToolMaxOutput
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = DefaultMCPHeartbeat
@@ -219,9 +218,7 @@ func newMCPServer(r run.Runner, o MCPOptions, post postContext) (*mcp.Server, *m
 	t := &mcpTools{run: r, opts: o, log: o.Logger, post: post}
 	if o.Sessions != nil {
 		t.sess = newMCPSessions(o.Sessions, o.SessionIdle, o.Logger)
-		if o.Egress {
-			t.sess.egress = o.SessionEgress
-		}
+		t.sess.egress = o.Egress && o.Sessions.Egress.Proxy != nil
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "jaild", Title: "jaild sandboxed shell", Version: o.Version}, &mcp.ServerOptions{
 		Instructions: t.toolInstructions(),

@@ -50,7 +50,7 @@ func newLifeDaemon(t *testing.T, cfg session.Config, mo MCPOptions) *lifeDaemon 
 	if err != nil {
 		t.Fatal(err)
 	}
-	mo.Sessions = m
+	mo.Sessions = &run.Sessions{Manager: m}
 	h := NewMCPHandler(r, mo)
 	t.Cleanup(func() { h.(*mcpHandler).Close() })
 	srv, err := New(Options{Runner: r, Tokens: toks, MCP: h, Sessions: m, Files: okHandler{}})

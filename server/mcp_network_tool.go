@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -159,12 +158,9 @@ func (t *mcpTools) networkTool(ctx context.Context, req *mcp.CallToolRequest, in
 	if in.Executable == "" {
 		return nil, nil, errors.New("invalid arguments: executable is empty")
 	}
-	env := make([]string, 0, len(in.Env))
-	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, nil, fmt.Errorf("invalid arguments: env name %q must be non-empty without '=' or NUL", k)
-		}
-		env = append(env, k+"="+in.Env[k])
+	env, err := box.EnvList(in.Env)
+	if err != nil {
+		return nil, nil, t.refuse(ctx, err)
 	}
 	limit := t.opts.NetworkMaxOutput
 	stdout, stderr := &headWriter{max: limit}, &headWriter{max: limit}

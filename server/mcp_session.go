@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/run"
@@ -34,12 +35,12 @@ import (
 
 // mcpSessions maps MCP sessions to jaild sessions.
 type mcpSessions struct {
+	svc  *run.Sessions // makes the jaild sessions
 	m    *session.Manager
 	idle time.Duration // the jaild sessions' TTL
 	log  *slog.Logger
-	// egress, if not nil, gives each jaild session egress for its
-	// caller (MCPOptions.SessionEgress).
-	egress func(caller string) (func(sessionID string) session.Egress, error)
+	// egress gives each jaild session egress for its caller.
+	egress bool
 	// tracked: the requests of each MCP session are counted (connected),
 	// and hold its jaild session; otherwise (stdio) the MCP session
 	// holds it for its whole life.
@@ -65,8 +66,8 @@ type mcpSession struct {
 	release func()
 }
 
-func newMCPSessions(m *session.Manager, idle time.Duration, log *slog.Logger) *mcpSessions {
-	return &mcpSessions{m: m, idle: idle, log: log, by: map[*mcp.ServerSession]*mcpSession{}, open: map[string]int{}}
+func newMCPSessions(svc *run.Sessions, idle time.Duration, log *slog.Logger) *mcpSessions {
+	return &mcpSessions{svc: svc, m: svc.Manager, idle: idle, log: log, by: map[*mcp.ServerSession]*mcpSession{}, open: map[string]int{}}
 }
 
 // get returns the jaild session of ss and its owner, making it (owned by
@@ -104,16 +105,12 @@ func (s *mcpSessions) get(ctx context.Context, ss *mcp.ServerSession, who caller
 		}
 		return e.id, e.owner, nil
 	}
-	opts := session.Options{Owner: e.owner, Attached: true, TTL: s.idle}
-	if s.egress != nil {
-		opts.Egress, err = s.egress(who.String())
-	}
-	var sess *session.Session
-	if err == nil {
-		sess, err = s.m.Create(ctx, opts)
-	}
+	sess, err := s.svc.Create(ctx, &run.SessionRequest{
+		Caller: who.String(), RequestID: requestIDFromContext(ctx), FrontEnd: "mcp", Owner: e.owner,
+		Attached: true, TTL: s.idle, Egress: &api.Egress{Allowed: s.egress},
+	})
 	if err != nil {
-		e.err = mcpLimitError(run.SessionError(err), s.idle)
+		e.err = mcpLimitError(err, s.idle)
 		s.mu.Lock()
 		delete(s.by, ss) // the next call tries again
 		s.mu.Unlock()

@@ -113,7 +113,7 @@ type sessionServer struct {
 func newSessionServer(t *testing.T) *sessionServer {
 	t.Helper()
 	j, m, r := fakeSessions(t, session.Config{})
-	return &sessionServer{srv: NewMCPServer(r, MCPOptions{Sessions: m}), jail: j, m: m}
+	return &sessionServer{srv: NewMCPServer(r, MCPOptions{Sessions: &run.Sessions{Manager: m}}), jail: j, m: m}
 }
 
 // connect opens an MCP session on s over in-memory transports; closing
@@ -366,7 +366,7 @@ func TestMCPSessionOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	srv, tools := newMCPServer(Direct(&FakeBase{}), MCPOptions{Sessions: m}.withDefaults(), nil)
+	srv, tools := newMCPServer(Direct(&FakeBase{}), MCPOptions{Sessions: &run.Sessions{Manager: m}}.withDefaults(), nil)
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.Connect(ctx, st, nil)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
 
@@ -63,8 +64,8 @@ func TestMCPInstructionsNameTheToolsServed(t *testing.T) {
 		{"default", MCPOptions{}, []string{"bash", "execute"}},
 		{"bash only", MCPOptions{Tools: []string{"bash"}}, []string{"bash"}},
 		{"network tool", MCPOptions{Tools: []string{"run_network_tool"}}, []string{"run_network_tool"}},
-		{"sessions", MCPOptions{Sessions: m}, []string{"bash", "execute", "task_output", "kill_task", "list_tasks"}},
-		{"sessions without bash", MCPOptions{Sessions: m, Tools: []string{"execute"}}, []string{"execute"}},
+		{"sessions", MCPOptions{Sessions: &run.Sessions{Manager: m}}, []string{"bash", "execute", "task_output", "kill_task", "list_tasks"}},
+		{"sessions without bash", MCPOptions{Sessions: &run.Sessions{Manager: m}, Tools: []string{"execute"}}, []string{"execute"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cs := connect(t, &FakeBase{}, tt.opts, nil)

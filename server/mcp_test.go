@@ -32,7 +32,13 @@ func connect(t *testing.T, b run.Base, opts MCPOptions, copts *mcp.ClientOptions
 	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := NewMCPServer(Direct(b), opts).Connect(ctx, st, nil)
+	// The chain, which gives a call its defaults and maxima; admission
+	// lets every call in at once.
+	r, err := run.Chain(b, run.ChainOptions{Max: opts.Max, WorkDir: opts.WorkDir, Admission: run.AdmitOptions{MaxConcurrent: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := NewMCPServer(r, opts).Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatalf("server connect: %v", err)
 	}
@@ -149,8 +155,8 @@ func TestMCPBashSuccess(t *testing.T) {
 	f := &FakeBase{Fn: func(ctx context.Context, s *jail.Spec) (*box.Result, error) {
 		return &box.Result{ID: "sb1", Stdout: "hi\n", StdoutBytes: 3, Duration: 12 * time.Millisecond, CPUTime: 3 * time.Millisecond, MemoryPeak: 3 << 20}, nil
 	}}
-	limits := box.Limits{Memory: 128 << 20, Pids: 64}
-	cs := connect(t, f, MCPOptions{Limits: limits}, nil)
+	limits := box.Limits{Memory: 128 << 20, Pids: 64, CPUs: 1, TmpfsSize: 64 << 20}
+	cs := connect(t, f, MCPOptions{Max: run.Maxima{Limits: box.Limits{Memory: 128 << 20, Pids: 64}}}, nil)
 	res, out := call(t, cs, "bash", map[string]any{
 		"command": "echo hi", "description": "say hi", "cwd": "/work/sub", "env": map[string]string{"B": "2", "A": "1"},
 	})
@@ -244,7 +250,7 @@ func TestMCPBadArguments(t *testing.T) {
 		tool    string
 		args    any
 		want    string // in the error text
-		reaches bool   // whether the runner is called (it rejects the spec itself)
+		reaches bool   // whether the jail is reached (the chain refuses what is invalid before)
 	}{
 		{"missing command", "bash", map[string]any{}, "command", false},
 		{"no arguments at all", "bash", nil, "command", false},
@@ -257,9 +263,9 @@ func TestMCPBadArguments(t *testing.T) {
 		{"fractional timeout", "bash", map[string]any{"command": "ls", "timeout": 1.5}, "timeout", false},
 		{"env name with =", "bash", map[string]any{"command": "ls", "env": map[string]string{"A=B": "c"}}, "env", false},
 		{"env value not a string", "bash", map[string]any{"command": "ls", "env": map[string]any{"A": 1}}, "env", false},
-		{"cwd outside the sandbox dirs", "bash", map[string]any{"command": "ls", "cwd": "/etc"}, "invalid cwd", true},
-		{"relative cwd", "bash", map[string]any{"command": "ls", "cwd": "work"}, "invalid cwd", true},
-		{"NUL in command", "bash", map[string]any{"command": "ls\x00"}, "NUL", true},
+		{"cwd outside the sandbox dirs", "bash", map[string]any{"command": "ls", "cwd": "/etc"}, "invalid cwd", false},
+		{"relative cwd", "bash", map[string]any{"command": "ls", "cwd": "work"}, "invalid cwd", false},
+		{"NUL in command", "bash", map[string]any{"command": "ls\x00"}, "NUL", false},
 		{"execute without command", "execute", map[string]any{"args": []string{"x"}}, "command", false},
 		{"execute args not strings", "execute", map[string]any{"command": "ls", "args": []any{1}}, "args", false},
 		{"execute negative timeout", "execute", map[string]any{"command": "ls", "timeout_ms": -5}, "timeout_ms", false},
@@ -340,10 +346,10 @@ func TestMCPTimeoutClamp(t *testing.T) {
 		{"zero means default", MCPOptions{}, 0, 120 * time.Second, false},
 		{"requested", MCPOptions{}, 1500, 1500 * time.Millisecond, false},
 		{"schema maximum", MCPOptions{}, 600000, 600 * time.Second, false},
-		{"operator maximum", MCPOptions{MaxTimeout: 30 * time.Second}, 600000, 30 * time.Second, true},
-		{"default above operator maximum", MCPOptions{MaxTimeout: 30 * time.Second}, nil, 30 * time.Second, false},
-		{"operator default", MCPOptions{DefaultTimeout: 10 * time.Second}, nil, 10 * time.Second, false},
-		{"operator maximum above the schema's", MCPOptions{MaxTimeout: time.Hour}, 600000, 600 * time.Second, false},
+		{"operator maximum", MCPOptions{Max: run.Maxima{Timeout: 30 * time.Second}}, 600000, 30 * time.Second, true},
+		{"default above operator maximum", MCPOptions{Max: run.Maxima{Timeout: 30 * time.Second}}, nil, 30 * time.Second, false},
+		{"operator default", MCPOptions{Max: run.Maxima{ToolTimeout: 10 * time.Second}}, nil, 10 * time.Second, false},
+		{"operator maximum above the schema's", MCPOptions{Max: run.Maxima{Timeout: time.Hour}}, 600000, 600 * time.Second, false},
 		{"above the maximum", MCPOptions{}, 600001, 600 * time.Second, true},
 		{"far above the maximum", MCPOptions{}, 1e15, 600 * time.Second, true},
 	}

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
 
@@ -38,8 +36,16 @@ type mcpTools struct {
 	sess *mcpSessions // nil: one-shot calls
 }
 
+// limits are the limits of a tool call's sandbox: the chain's defaults,
+// since a call cannot ask for others.
+func (t *mcpTools) limits() box.Limits {
+	l, _, _ := t.opts.Max.Defaults()
+	return l
+}
+
 func (t *mcpTools) sandboxText() string {
-	l := t.opts.Limits.WithDefaults()
+	l := t.limits()
+	def, max := t.opts.Max.ToolTimeouts()
 	return fmt.Sprintf("Every call runs in a fresh, throwaway Linux sandbox: no network (loopback only), "+
 		"a read-only root filesystem, and "+t.persistence()+
 		"The command runs as an unprivileged user with %s of memory, %s and %s. "+
@@ -48,7 +54,7 @@ func (t *mcpTools) sandboxText() string {
 		"marks the result as an error, with the output still returned. "+
 		"Timeout: default %d ms, maximum %d ms (longer requests are reduced to it, and the result says so).",
 		humanBytes(l.Memory), plural(float64(l.Pids), "process", "processes"), plural(l.CPUs, "CPU", "CPUs"), t.opts.MaxOutput,
-		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds()) + t.egressText()
+		def.Milliseconds(), max.Milliseconds()) + t.egressText()
 }
 
 func (t *mcpTools) egressText() string {
@@ -148,9 +154,10 @@ func (t *mcpTools) egressSchema(s *jsonschema.Schema) {
 // the schema has no maximum, so that a client's validation does not refuse
 // them either.
 func (t *mcpTools) timeoutSchema(p *jsonschema.Schema) {
+	def, max := t.opts.Max.ToolTimeouts()
 	p.Minimum = jsonschema.Ptr(0.0)
 	p.Description += fmt.Sprintf(" Default (or 0): %d. Maximum %d: larger values are reduced to it, and the result says so.",
-		t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds())
+		def.Milliseconds(), max.Milliseconds())
 }
 
 func outputSchema() *jsonschema.Schema { return mustSchema[RunOutput]() }
@@ -167,12 +174,9 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, nil, errors.New("invalid arguments: command is empty")
 	}
-	env := make([]string, 0, len(in.Env))
-	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, nil, fmt.Errorf("invalid arguments: env name %q must be non-empty without '=' or NUL", k)
-		}
-		env = append(env, k+"="+in.Env[k])
+	env, err := box.EnvList(in.Env)
+	if err != nil {
+		return nil, nil, t.refuse(ctx, err)
 	}
 	cmd := box.Command{
 		Args: []string{t.opts.Shell, "-c", in.Command},
@@ -183,6 +187,14 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 		return nil, nil, errors.New("invalid arguments: run_in_background needs sessions, which this server does not keep")
 	}
 	return t.call(ctx, req, "bash", in.Description, in.Command, in.Timeout, in.Egress, cmd, in.RunInBackground)
+}
+
+// refuse records a call refused before it became a run, as the HTTP front
+// end records its own (the chain records the rest), and returns the tool
+// error.
+func (t *mcpTools) refuse(ctx context.Context, err error) error {
+	t.opts.Audit.Rejected(CallerFromContext(ctx).String(), requestIDFromContext(ctx), run.RejectInvalid, 0, err.Error())
+	return toolError("", err)
 }
 
 func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in ExecuteInput) (*mcp.CallToolResult, *RunOutput, error) {
@@ -208,10 +220,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 			res, out, err = nil, nil, errors.New("internal error in jaild; see its log")
 		}
 	}()
-	timeout, err := t.setTimeout(&cmd, tool, timeoutMS, background)
-	if err != nil {
-		return nil, nil, err
-	}
+	t.setOutput(&cmd, tool)
 	wantEgress, err := t.egressOf(egress)
 	if err != nil {
 		return nil, nil, err
@@ -227,14 +236,16 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	start := time.Now()
 	rreq := run.Request{
-		Spec:        &jail.Spec{Limits: t.opts.Limits, Command: cmd},
+		Spec:        &jail.Spec{Command: cmd},
 		Caller:      CallerFromContext(runCtx).String(),
 		RequestID:   requestIDFromContext(runCtx),
 		FrontEnd:    "mcp:" + tool,
 		Shell:       shell,
 		Description: desc,
 		Egress:      wantEgress,
+		Tool:        true,
 	}
+	rreq.SetTimeout(timeoutField(tool), timeoutMS, time.Millisecond)
 	if t.sess != nil {
 		if rreq.SessionID, rreq.Owner, err = t.sess.get(runCtx, req.Session, CallerFromContext(runCtx)); err != nil {
 			if gone := (*goneError)(nil); errors.As(err, &gone) {
@@ -250,6 +261,13 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	} else {
 		r, err = t.run.Run(runCtx, rreq)
 	}
+	// What the chain gave the call: the default, or reduced to the
+	// maximum (a background job's: the sessions' job timeout).
+	var job time.Duration
+	if background && t.sess != nil {
+		job = t.sess.m.MaxJobTimeout()
+	}
+	timeout := t.opts.Max.ToolCallTimeout(rreq.Spec.Timeout, job)
 	if t.sess != nil && errors.Is(err, box.ErrNotFound) && runCtx.Err() == nil {
 		// Removed since get (expired, evicted, lost): said as get says
 		// it, not as a command that was not found.
@@ -280,7 +298,9 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	}
 	t.log.Info("mcp tool call", append(logArgs, "id", r.ID, "exit_code", r.ExitCode, "timed_out", r.TimedOut,
 		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
-	res, out = t.result(r, timeout, timeoutMS > timeout.Milliseconds())
+	// The call asked for more than the maximum, to which the chain
+	// reduced it.
+	res, out = t.result(r, timeout, timeout > 0 && timeoutMS > timeout.Milliseconds())
 	return res, out, nil
 }
 
@@ -298,36 +318,22 @@ func (t *mcpTools) egressOf(egress bool) (*api.Egress, error) {
 	return &api.Egress{Allowed: true}, nil
 }
 
-// setTimeout sets cmd's timeout from the call's (0: the default; above the
-// maximum: the maximum, which the result then says) and its output cap,
-// and returns the timeout the call runs under.
-func (t *mcpTools) setTimeout(cmd *box.Command, tool string, timeoutMS int64, background bool) (time.Duration, error) {
-	// The SDK validates against the schema; this guards a caller that
-	// bypasses it (and documents the contract).
-	if timeoutMS < 0 {
-		field := "timeout_ms"
-		if tool == ToolBash {
-			field = "timeout"
-		}
-		return 0, fmt.Errorf("invalid arguments: %s %d: must not be negative (0 means the default)", field, timeoutMS)
-	}
-	timeout := t.opts.DefaultTimeout
-	if timeoutMS > 0 {
-		timeout = t.opts.MaxTimeout // also what no Duration can hold
-		if timeoutMS < t.opts.MaxTimeout.Milliseconds() {
-			timeout = time.Duration(timeoutMS) * time.Millisecond
-		}
-	}
-	cmd.Timeout = timeout
-	if background && timeoutMS == 0 {
-		// A task runs until it ends, up to the sessions' maximum.
-		cmd.Timeout, timeout = 0, t.opts.Sessions.MaxJobTimeout()
-	}
+// setOutput sets how much of each stream cmd's sandbox keeps: what the
+// tool's result shows (MCPOptions.MaxOutput's characters, or
+// run_network_tool's bytes), within the chain's maxima (withDefaults).
+func (t *mcpTools) setOutput(cmd *box.Command, tool string) {
 	cmd.MaxOutput = MCPCaptureBytes(t.opts.MaxOutput)
 	if tool == ToolRunNetworkTool {
 		cmd.MaxOutput = t.opts.MaxOutput // its cap counts bytes
 	}
-	return timeout, nil
+}
+
+// timeoutField names a tool's timeout argument.
+func timeoutField(tool string) string {
+	if tool == ToolBash {
+		return "timeout"
+	}
+	return "timeout_ms"
 }
 
 // runContext returns the context the runner sees and the one progress
@@ -374,8 +380,12 @@ func (t *mcpTools) result(r *box.Result, timeout time.Duration, clamped bool) (*
 	out.Stderr, cut[1] = capChars(r.Stderr, t.opts.MaxOutput, r.StderrBytes)
 	out.StdoutTruncated = out.StdoutTruncated || cut[0]
 	out.StderrTruncated = out.StderrTruncated || cut[1]
+	limits := r.Limits // what the jail applied
+	if limits == (box.Limits{}) {
+		limits = t.limits()
+	}
 	return &mcp.CallToolResult{
-		Content: []mcp.Content{&mcp.TextContent{Text: renderText(out, t.opts.Limits.WithDefaults(), clamped)}},
+		Content: []mcp.Content{&mcp.TextContent{Text: renderText(out, limits, clamped)}},
 		// The output stays in the result either way; isError tells the
 		// model that the command did not succeed.
 		IsError: r.ExitCode != 0 || r.TimedOut || r.OOMKilled,

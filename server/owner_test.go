@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/api"
+	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
 )
 
@@ -174,7 +175,7 @@ func TestMCPSessionOfAnotherToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewMCPHandler(r, MCPOptions{Sessions: m})
+	h := NewMCPHandler(r, MCPOptions{Sessions: &run.Sessions{Manager: m}})
 	t.Cleanup(func() { h.(*mcpHandler).Close() })
 	srv, err := New(Options{Runner: r, Tokens: toks, MCP: h})
 	if err != nil {

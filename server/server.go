@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/route"
 	"github.com/jaild/jaild/run"
@@ -73,14 +72,17 @@ type Options struct {
 
 	// Sessions, if non-nil, serves the session endpoints (/sessions...,
 	// see sessions.go) and runs with session_id; pass the same Manager
-	// as to the chain (run.ChainOptions.Sessions). SessionMaxLimits are
-	// the operator's maxima, which a session's limits must be within.
+	// as to the chain (run.ChainOptions.Sessions). SessionMax are the
+	// chain's maxima (run.ChainOptions.Max), which a session's limits
+	// must be within and whose defaults fill its unset ones.
 	// SessionEgress is the daemon's egress configuration, for the
 	// sessions' egress (decided at their creation): the same as the
-	// chain's (run.ChainOptions.Egress).
-	SessionEgress    run.EgressOptions
-	Sessions         *session.Manager
-	SessionMaxLimits box.Limits
+	// chain's (run.ChainOptions.Egress). A run.Sessions made of them,
+	// with Audit, Metrics and PolicyEngine, checks and audits the
+	// session requests.
+	SessionEgress run.EgressOptions
+	Sessions      *session.Manager
+	SessionMax    run.Maxima
 	// Files, if non-nil (and Sessions too), serves
 	// /sessions/{id}/files/{path...}: it is called behind the same
 	// authentication, with the caller's session in the request's
@@ -226,6 +228,8 @@ type Server struct {
 	hosts   hostPolicy
 	origins originPolicy
 	audit   *run.AuditLog
+	// sessions makes and changes sessions (nil without Sessions).
+	sessions *run.Sessions
 
 	// baseCtx is the parent of every request's context; cancelling it
 	// cancels every run, which makes the jail kill their sandboxes.
@@ -264,6 +268,8 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /raw", s.handleRaw)
 	mux.Handle("GET /metrics", s.metrics.Handler())
 	if opts.Sessions != nil {
+		s.sessions = &run.Sessions{Manager: opts.Sessions, Max: opts.SessionMax, Egress: opts.SessionEgress,
+			Metrics: s.metrics, Audit: opts.Audit, Policy: opts.PolicyEngine}
 		s.mountSessions(mux)
 	}
 	if opts.MCP != nil {

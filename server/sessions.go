@@ -171,23 +171,22 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeBody(w, r, &req) {
 		return
 	}
-	opts, err := s.sessionOptions(r, &req)
-	if err == nil {
-		cwd := opts.Cwd
-		if cwd == "" {
-			cwd = s.opts.Sessions.WorkDir()
-		}
-		if !s.allowed(w, r, policy.Input{Action: policy.ActionSessionCreate, Env: req.Env, Cwd: cwd}) {
-			return
-		}
-		var sess *session.Session
-		if sess, err = s.opts.Sessions.Create(r.Context(), opts); err == nil {
-			w.Header().Set("Location", "/sessions/"+sess.ID())
-			writeJSON(w, http.StatusCreated, sessionOf(sess.Info()))
-			return
-		}
+	ttl, workspace, limits, err := req.Values()
+	if err != nil {
+		s.audit.Rejected(auditCaller(r), requestIDFromContext(r.Context()), run.RejectInvalid, http.StatusBadRequest, err.Error())
+		s.writeSessionError(w, r, err)
+		return
 	}
-	s.writeSessionError(w, r, sessionLimitHint(err))
+	sess, err := s.sessions.Create(r.Context(), &run.SessionRequest{
+		Caller: CallerFromContext(r.Context()).String(), RequestID: requestIDFromContext(r.Context()), FrontEnd: "sessions",
+		Owner: s.owner(r), TTL: ttl, WorkspaceBytes: workspace, Cwd: req.Cwd, Env: req.Env, Limits: limits, Egress: req.Egress,
+	})
+	if err != nil {
+		s.writeSessionError(w, r, sessionLimitHint(err))
+		return
+	}
+	w.Header().Set("Location", "/sessions/"+sess.ID())
+	writeJSON(w, http.StatusCreated, sessionOf(sess.Info()))
 }
 
 // sessionLimitHint adds to a limit a caller's session hit how to free a
@@ -202,69 +201,6 @@ func sessionLimitHint(err error) error {
 		hint += "; idle sessions expire by themselves"
 	}
 	return fmt.Errorf("%w. %s", err, hint)
-}
-
-// sessionOptions checks a SessionRequest, naming the field at fault, and
-// turns it into the session's options; its limits must be within the
-// operator's maxima, as each call's.
-func (s *Server) sessionOptions(r *http.Request, req *api.SessionRequest) (session.Options, error) {
-	o := session.Options{Owner: s.owner(r), Cwd: req.Cwd}
-	bad := func(field, reason string) (session.Options, error) {
-		return o, &box.InvalidError{Field: field, Reason: reason}
-	}
-	if req.TTLSeconds != nil {
-		if *req.TTLSeconds <= 0 || *req.TTLSeconds > int64(box.MaxTimeout/time.Second)*1000 {
-			return bad("ttl_seconds", "must be positive")
-		}
-		o.TTL = time.Duration(*req.TTLSeconds) * time.Second
-	}
-	if req.WorkspaceBytes != nil {
-		if *req.WorkspaceBytes <= 0 {
-			return bad("workspace_bytes", "must be positive")
-		}
-		o.WorkspaceBytes = *req.WorkspaceBytes
-	}
-	eg, err := run.SessionEgress(s.opts.SessionEgress, s.opts.Metrics, req.Egress, CallerFromContext(r.Context()).String(), "sessions")
-	if err != nil {
-		return o, err
-	}
-	o.Egress = eg
-	keys := make([]string, 0, len(req.Env))
-	for k := range req.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		o.Env = append(o.Env, k+"="+req.Env[k])
-	}
-	if l := req.Limits; l != nil {
-		for _, f := range []struct {
-			name string
-			p    *int64
-			dst  *int64
-		}{
-			{"memory_bytes", l.MemoryBytes, &o.Limits.Memory},
-			{"pids", l.Pids, &o.Limits.Pids},
-			{"tmpfs_size_bytes", l.TmpfsSizeBytes, &o.Limits.TmpfsSize},
-		} {
-			if f.p != nil {
-				if *f.p <= 0 {
-					return bad("limits."+f.name, "must be positive")
-				}
-				*f.dst = *f.p
-			}
-		}
-		if l.CPUs != nil {
-			if !(*l.CPUs > 0) {
-				return bad("limits.cpus", "must be positive")
-			}
-			o.Limits.CPUs = *l.CPUs
-		}
-		if err := o.Limits.Within(s.opts.SessionMaxLimits); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
@@ -290,27 +226,21 @@ func (s *Server) patchSession(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeBody(w, r, &p) {
 		return
 	}
-	var set, unset []string
+	set := map[string]string{}
+	var unset []string
 	for k, v := range p.Env {
-		if err := session.CheckEnvName(k); err != nil {
-			s.writeRunError(w, r, err, false)
-			return
-		}
 		if v == nil {
 			unset = append(unset, k)
 		} else {
-			set = append(set, k+"="+*v)
+			set[k] = *v
 		}
 	}
-	env := make(map[string]string, len(set))
-	for _, kv := range set {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	if !s.allowed(w, r, policy.Input{Action: policy.ActionSessionEnv, SessionID: sess.ID(), Env: env, Unset: unset}) {
-		return
-	}
-	if err := sess.SetEnv(set, unset); err != nil {
+	sort.Strings(unset)
+	err := s.sessions.SetEnv(r.Context(), &run.SessionEnvRequest{
+		Caller: CallerFromContext(r.Context()).String(), RequestID: requestIDFromContext(r.Context()),
+		Session: sess, Set: set, Unset: unset,
+	})
+	if err != nil {
 		s.writeSessionError(w, r, err)
 		return
 	}

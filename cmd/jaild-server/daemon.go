@@ -122,7 +122,7 @@ func readDaemonConfig(c *cli.Context, limits limitFlags) (daemonConfig, error) {
 	if d.mcpSessions, err = mcpSessionsOn(c); err != nil {
 		return d, err
 	}
-	mcp, err := readMCPOptions(c, d.max, d.defaults, d.log)
+	mcp, err := readMCPOptions(c, d.max, d.log)
 	if err != nil {
 		return d, err
 	}
@@ -155,16 +155,18 @@ func readMaxima(c *cli.Context, limits limitFlags) (max run.Maxima, defaults box
 		return max, defaults, command.UsageError("--max-timeout %v: at most %v", max.Timeout, box.MaxTimeout)
 	}
 	if limits == sandboxFlags {
+		// jaild mcp's flags are each sandbox's limits.
+		max.DefaultLimits = max.Limits
 		return max, max.Limits, nil
 	}
 	defaults, _, _ = max.Defaults()
 	return max, defaults, nil
 }
 
-// readMCPOptions reads the MCP tools' flags. A tool call gets the limits
-// of a run that asks for none, so that it agrees with an HTTP request
-// and the chain's maxima never refuse it.
-func readMCPOptions(c *cli.Context, max run.Maxima, defaults box.Limits, log *slog.Logger) (server.MCPOptions, error) {
+// readMCPOptions reads the MCP tools' flags. A tool call asks for no
+// limits and gets the chain's defaults, as an HTTP request that asks for
+// none; max, the chain's maxima, tell the tools' descriptions what they are.
+func readMCPOptions(c *cli.Context, max run.Maxima, log *slog.Logger) (server.MCPOptions, error) {
 	tools, err := mcpTools(c)
 	if err != nil {
 		return server.MCPOptions{}, err
@@ -181,15 +183,13 @@ func readMCPOptions(c *cli.Context, max run.Maxima, defaults box.Limits, log *sl
 		return server.MCPOptions{}, err
 	}
 	return server.MCPOptions{
-		WorkDir:          workDir,
-		Limits:           defaults,
-		MaxTimeout:       min(max.Timeout, server.MaxMCPTimeout),
-		MaxOutput:        min(max.MaxOutput/server.MCPCaptureBytes(1), maxOutput),
-		NetworkMaxOutput: min(max.MaxOutput, server.NetworkToolMaxOutput),
-		Shell:            c.String("shell-path"),
-		Tools:            tools,
-		Egress:           c.Bool("mcp-egress"),
-		Logger:           log.With("front", "mcp"),
+		WorkDir:   workDir,
+		Max:       max,
+		MaxOutput: maxOutput,
+		Shell:     c.String("shell-path"),
+		Tools:     tools,
+		Egress:    c.Bool("mcp-egress"),
+		Logger:    log.With("front", "mcp"),
 	}, nil
 }
 
@@ -258,9 +258,10 @@ func openDaemon(c *cli.Context, cfg daemonConfig, metrics *run.Metrics) (_ *daem
 	if cfg.mcp != nil {
 		mo := *cfg.mcp
 		if cfg.mcpSessions {
-			mo.Sessions = sessions
+			// Made as POST /sessions' are.
+			mo.Sessions = d.SessionService()
+			mo.Sessions.Metrics = metrics
 		}
-		mo.SessionEgress = server.MCPSessionEgress(eg, metrics)
 		d.MCP = &mo
 	}
 	return d, nil

@@ -54,7 +54,7 @@ func mcpAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if cfg.mcp.DefaultTimeout = c.Duration("timeout"); cfg.mcp.DefaultTimeout <= 0 {
+	if cfg.max.ToolTimeout = c.Duration("timeout"); cfg.max.ToolTimeout <= 0 {
 		return command.UsageError("--timeout must be positive")
 	}
 	if c.IsSet("max-output") && !c.IsSet("mcp-max-output") {
@@ -100,7 +100,7 @@ func serveStdio(d *daemon, out *os.File) error {
 	if err != nil {
 		return command.ExitError(err)
 	}
-	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: runner, caller: stdioCaller()}, *d.MCP)
+	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: runner, caller: stdioCaller()}, d.MCPOptions())
 	err = srv.Run(ctx, &server.StdioTransport{Reader: os.Stdin, Writer: out})
 	if err != nil && ctx.Err() == nil {
 		return command.ExitError(fmt.Errorf("mcp session: %w", err))
