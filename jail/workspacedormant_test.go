@@ -17,7 +17,7 @@ import (
 // dormantIdle is the PrestartIdle of the dormancy tests: long enough that
 // a test sees a waiting sandbox (it waits that long once ready), short
 // enough to wait for.
-const dormantIdle = 2 * time.Second
+const dormantIdle = 3 * time.Second
 
 // newIdleManager is newManager whose prestarted workspaces go dormant after
 // idle (a negative idle: never).
