@@ -230,9 +230,9 @@ func (p *prestarted) armLocked() {
 }
 
 // lower brings want back to 1 once no run has come for hotWindow, and to
-// 0 (dormant) once it has been idle for idle (see idleSince), and destroys the ready
-// sandboxes beyond it. A build under way that ends beyond want is
-// destroyed by build.
+// 0 (dormant) once the workspace has been idle for idle (see idleSince),
+// and destroys the ready sandboxes beyond it. A build under way that ends
+// beyond want is destroyed by build.
 func (p *prestarted) lower() {
 	p.mu.Lock()
 	if p.closed {
