@@ -107,3 +107,31 @@ func UnshareDev(m *Manager) bool {
 	m.closeDev()
 	return shared
 }
+
+// DormantWorkspaceFDs bounds the descriptors of a dormant workspace.
+const DormantWorkspaceFDs = dormantWorkspaceFDs
+
+// SetPrestartHook makes every build of a workspace's prestarted sandbox on
+// m call f first (nil: no hook). Set it before any workspace is made.
+func SetPrestartHook(m *Manager, f func()) { m.prestartHook = f }
+
+// PrestartWaiting reports the ids and init pids of the sandboxes ready on a
+// workspace made WithPrestart.
+func PrestartWaiting(w *Workspace) (ids []string, pids []int) {
+	w.pre.mu.Lock()
+	defer w.pre.mu.Unlock()
+	for _, r := range w.pre.ready {
+		ids = append(ids, r.sb.id)
+		pid, _ := r.sb.init.p.Pid()
+		pids = append(pids, pid)
+	}
+	return ids, pids
+}
+
+// PrestartState reports how many sandboxes are being built for a workspace
+// made WithPrestart, and whether it is closing.
+func PrestartState(w *Workspace) (building int, closed bool) {
+	w.pre.mu.Lock()
+	defer w.pre.mu.Unlock()
+	return w.pre.building, w.pre.closed
+}

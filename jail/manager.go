@@ -78,6 +78,10 @@ type Config struct {
 	// means DefaultTeardownBacklog, negative none (every run returns
 	// after its teardown).
 	TeardownBacklog int
+	// PrestartIdle is how long a workspace made WithPrestart keeps its
+	// waiting sandboxes without a run; after it, it goes dormant (see
+	// WithPrestart). Zero means DefaultPrestartIdle, negative never.
+	PrestartIdle time.Duration
 	// Logger receives debug and warning messages; nil discards them.
 	Logger *slog.Logger
 }
@@ -96,7 +100,12 @@ type Manager struct {
 	// limitsHook, if set (by tests), runs before a started sandbox's
 	// limits are set; its error fails the setting.
 	limitsHook func() error
-	rlimits    []configs.Rlimit // every sandbox's (see sandboxRlimits)
+	// prestartHook, if set (by tests), runs before a workspace's
+	// prestarted sandbox is built.
+	prestartHook func()
+	rlimits      []configs.Rlimit // every sandbox's (see sandboxRlimits)
+	// prestartIdle is Config.PrestartIdle: positive, or 0 for never.
+	prestartIdle time.Duration
 
 	// workspaces is the workspace root (real path); defaultWorkspaces
 	// says it is <stateDir>/workspaces, which NewWorkspace makes.
@@ -161,6 +170,12 @@ func New(cfg Config) (*Manager, error) {
 		workDir:    cfg.WorkDir,
 		teardowns:  newTeardowns(cfg.TeardownBacklog),
 		log:        cfg.Logger,
+	}
+	switch {
+	case cfg.PrestartIdle == 0:
+		m.prestartIdle = DefaultPrestartIdle
+	case cfg.PrestartIdle > 0:
+		m.prestartIdle = cfg.PrestartIdle
 	}
 	m.rlimits, _ = sandboxRlimits()
 	m.workspaces, m.defaultWorkspaces = workspaces, defWS

@@ -32,13 +32,25 @@ import (
 // process (one of the budget's pids), a cgroup and a few pages of memory
 // while the workspace is idle; Close destroys it, and the workspace's slot
 // record lists it, so the sweep after a crash removes it too.
+//
+// A workspace with no run for the Manager's Config.PrestartIdle goes
+// dormant: it destroys its waiting sandboxes and keeps none, so that an
+// idle workspace holds no process and no cgroup, only its tmpfs and
+// network namespace. Every live process and cgroup slows the start of
+// every other sandbox (the kernel walks them), so a host with many idle
+// workspaces builds faster with them dormant. The next run on a dormant
+// workspace builds a fresh sandbox, and the workspace wakes: it starts one
+// again for the run after.
 func WithPrestart(l box.Limits) WorkspaceOption {
 	return func(o *workspaceOptions) { o.prestart = &l }
 }
 
+// DefaultPrestartIdle is Config.PrestartIdle's default.
+const DefaultPrestartIdle = time.Minute
+
 // Prestart counts: an idle workspace keeps one sandbox started; one whose
 // runs come back to back or at once keeps up to hotPrestart, until it has
-// been idle for hotWindow.
+// been idle for hotWindow; a dormant one keeps none.
 const (
 	hotPrestart = 3
 	hotWindow   = 2 * time.Second
@@ -46,33 +58,44 @@ const (
 
 // idleWorkspaceFDs bounds the descriptors jaild holds for an idle
 // workspace made WithPrestart: its slot lock, its tmpfs and network
-// namespace, and its one waiting sandbox's (idleFDs).
-const idleWorkspaceFDs = 3 + idleFDs
+// namespace (dormantWorkspaceFDs), and its one waiting sandbox's
+// (idleFDs).
+const (
+	dormantWorkspaceFDs = 3
+	idleWorkspaceFDs    = dormantWorkspaceFDs + idleFDs
+)
 
 // prestarted keeps a workspace's next sandboxes started: one while the
 // workspace is idle, more while its runs come faster than one sandbox is
-// built (see take).
+// built (see take), none once it has been idle for idle (dormant).
 type prestarted struct {
 	w      *Workspace
 	limits box.Limits
+	idle   time.Duration // 0: never dormant
 
 	mu       sync.Mutex
 	ready    []*warm
 	building int           // builds under way
 	built    chan struct{} // closed (and replaced) when a build ends
-	want     int           // sandboxes to keep: 1, or hotPrestart while hot
+	want     int           // sandboxes to keep: hotPrestart while hot, 1, 0 while dormant
 	lastTake time.Time
-	cool     *time.Timer // brings want back to 1 after hotWindow
-	closed   bool
-	wg       sync.WaitGroup // builds and teardowns
+	active   int // runs between take and done
+	// idleSince is when the workspace last ran nothing and had a
+	// sandbox ready: its start, a run's end, or a build's.
+	idleSince time.Time
+	timer     *time.Timer // lowers want (see lower); nil until armed
+	closed    bool
+	wg        sync.WaitGroup // builds and teardowns
 
 	hits, misses atomic.Int64
 }
 
 func newPrestarted(w *Workspace, l box.Limits) *prestarted {
-	p := &prestarted{w: w, limits: l.WithDefaults(), want: 1, built: make(chan struct{})}
+	p := &prestarted{w: w, limits: l.WithDefaults(), idle: w.m.prestartIdle, want: 1, built: make(chan struct{})}
 	p.mu.Lock()
+	p.idleSince = time.Now()
 	p.startLocked()
+	p.armLocked()
 	p.mu.Unlock()
 	return p
 }
@@ -90,6 +113,9 @@ func (p *prestarted) startLocked() {
 // build builds one sandbox and makes it ready.
 func (p *prestarted) build() {
 	defer p.wg.Done()
+	if h := p.w.m.prestartHook; h != nil {
+		h()
+	}
 	w, err := p.w.m.startWaiting(p.limits, p.w, true)
 	p.mu.Lock()
 	p.building--
@@ -103,12 +129,15 @@ func (p *prestarted) build() {
 		p.w.m.log.Warn("prestarting a workspace sandbox", "workspace", p.w.id, "err", err)
 		return
 	case p.closed || len(p.ready) >= p.want:
-		// Closed, or cooled down while it was built.
+		// Closed, or cooled down or gone dormant while it was built.
 		p.mu.Unlock()
 		w.destroy()
 		return
 	}
 	p.ready = append(p.ready, w)
+	// It waits idle for at least p.idle: one built late is not
+	// destroyed as soon as it is ready.
+	p.idleSince = time.Now()
 	p.mu.Unlock()
 }
 
@@ -117,21 +146,30 @@ func (p *prestarted) build() {
 // being built, it waits for that one: never longer than building a fresh
 // one would take, and a run whose caller gives up meanwhile still gets its
 // sandbox, killed at once, and a Canceled result, as a fresh one's would
-// be. nil: none, and the next is being built.
+// be. nil: none; the next is being built, unless woke.
 //
 // A run that finds none ready, or comes within hotWindow of the previous
 // one while another is still being built, makes the workspace hot: it
 // keeps hotPrestart sandboxes until it has been idle for hotWindow, so that
 // runs back to back or at once find one ready more often than one build
-// per run would allow. Idle, it keeps one.
-func (p *prestarted) take() *warm {
+// per run would allow. Idle, it keeps one. A run on a dormant workspace
+// wakes it (woke), to keep one again: not hot, for one run after a long
+// idle time says nothing of the next; its caller starts the build (replace)
+// as after a take.
+func (p *prestarted) take() (_ *warm, woke bool) {
 	p.mu.Lock()
 	now := time.Now()
-	if len(p.ready) == 0 || (p.building > 0 && now.Sub(p.lastTake) < hotWindow) {
+	switch {
+	case p.want == 0 && !p.closed:
+		p.want, woke = 1, true
+	case len(p.ready) == 0 || (p.building > 0 && now.Sub(p.lastTake) < hotWindow):
 		p.heatLocked()
 	}
 	p.lastTake = now
+	p.active++
 	if len(p.ready) == 0 && p.building > 0 && !p.closed {
+		// A build that outlived the workspace's going dormant is kept
+		// too, if it ends while this run waits.
 		built := p.built
 		p.mu.Unlock()
 		<-built
@@ -143,46 +181,84 @@ func (p *prestarted) take() *warm {
 		w = p.ready[n-1]
 		p.ready = p.ready[:n-1]
 	}
-	if w == nil {
+	if w == nil && !woke {
 		p.startLocked()
 	}
-	if p.cool != nil {
-		p.cool.Reset(hotWindow)
-	}
-	return w
+	p.armLocked()
+	return w, woke && w == nil
 }
 
-// heatLocked raises want to hotPrestart and arms the timer that lowers it
-// again. p.mu is held.
+// done ends a run that take began: the workspace's idle time (see lower)
+// starts again.
+func (p *prestarted) done() {
+	p.mu.Lock()
+	p.active--
+	p.idleSince = time.Now()
+	p.armLocked()
+	p.mu.Unlock()
+}
+
+// heatLocked raises want to hotPrestart. p.mu is held; the caller arms the
+// timer that lowers it again.
 func (p *prestarted) heatLocked() {
-	if p.closed || p.want == hotPrestart {
+	if !p.closed {
+		p.want = hotPrestart
+	}
+}
+
+// armLocked sets the timer for the next lowering of want: hotWindow after
+// the last take while hot, idle after idleSince while it keeps one and
+// runs none; none while dormant or closed. p.mu is held.
+func (p *prestarted) armLocked() {
+	var after time.Duration
+	switch {
+	case p.closed:
+		return
+	case p.want > 1:
+		after = hotWindow - time.Since(p.lastTake)
+	case p.want == 1 && p.idle > 0 && p.active == 0:
+		after = p.idle - time.Since(p.idleSince)
+	default:
 		return
 	}
-	p.want = hotPrestart
-	if p.cool == nil {
-		p.cool = time.AfterFunc(hotWindow, p.coolDown)
+	after = max(after, 0)
+	if p.timer == nil {
+		p.timer = time.AfterFunc(after, p.lower)
+	} else {
+		p.timer.Reset(after)
 	}
 }
 
-// coolDown brings want back to 1 once no run has come for hotWindow, and
-// destroys the ready sandboxes beyond it.
-func (p *prestarted) coolDown() {
+// lower brings want back to 1 once no run has come for hotWindow, and to
+// 0 (dormant) once the workspace has been idle for idle (see idleSince),
+// and destroys the ready sandboxes beyond it. A build under way that ends
+// beyond want is destroyed by build.
+func (p *prestarted) lower() {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return
 	}
-	if wait := hotWindow - time.Since(p.lastTake); wait > 0 {
-		p.cool.Reset(wait)
-		p.mu.Unlock()
-		return
+	want := p.want
+	if want > 1 && time.Since(p.lastTake) >= hotWindow {
+		want = 1
 	}
-	p.want = 1
+	idle := time.Since(p.idleSince)
+	if want == 1 && p.idle > 0 && p.active == 0 && idle >= p.idle {
+		want = 0
+	}
 	var surplus []*warm
-	if len(p.ready) > 1 {
-		surplus = append(surplus, p.ready[1:]...)
-		p.ready = p.ready[:1]
+	if want < p.want {
+		p.want = want
+		if len(p.ready) > want {
+			surplus = append(surplus, p.ready[want:]...)
+			p.ready = p.ready[:want]
+		}
+		if want == 0 {
+			p.w.m.log.Debug("workspace dormant: no sandbox kept started", "workspace", p.w.id, "idle", idle)
+		}
 	}
+	p.armLocked()
 	p.wg.Add(1)
 	p.mu.Unlock()
 	defer p.wg.Done()
@@ -205,8 +281,8 @@ func (p *prestarted) close() {
 	p.closed = true
 	ready := p.ready
 	p.ready = nil
-	if p.cool != nil {
-		p.cool.Stop()
+	if p.timer != nil {
+		p.timer.Stop()
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
@@ -376,7 +452,9 @@ func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File)
 }
 
 // runPrestarted runs spec (whose Workspace is w) on w's waiting sandbox if
-// it has one that can serve it; ok is false if spec is for a fresh one.
+// it has one that can serve it, else, if the sandbox kept could serve it
+// but none is ready, on a fresh one (a miss); ok is false if spec is for a
+// fresh one in any case.
 func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *box.Result, _ error, ok bool) {
 	p := w.pre
 	if p == nil || !p.serves(spec) {
@@ -391,13 +469,20 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *box.Resul
 			return nil, nil, false
 		}
 	}
-	sb := p.take()
+	sb, woke := p.take()
+	defer p.done()
 	if sb == nil {
 		if relay != nil {
 			relay.Close()
 		}
 		p.misses.Add(1)
-		return nil, nil, false
+		if woke {
+			// The fresh sandbox is built first: the one the workspace
+			// keeps again starts as a taken one's replacement would.
+			defer replaceLater(p.replace)()
+		}
+		res, err := w.m.Run(ctx, spec)
+		return res, err, true
 	}
 	defer replaceLater(p.replace)()
 	res, err := p.run(ctx, sb, spec, relay)

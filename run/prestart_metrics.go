@@ -10,11 +10,13 @@ import (
 // a sandbox started ahead of time served (box.Result.Prestarted), one-shot
 // ones from the daemon's pool (--pool) and calls in a session from the one
 // their session keeps (--session-prestart). Set against jaild_runs_total it
-// tells how often callers did not wait for a sandbox to be built.
+// tells how often callers did not wait for a sandbox to be built; the first
+// call in a session idle past --session-prestart-idle (dormant) is not
+// counted.
 func newPrestartedMetric(reg *prometheus.Registry) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "jaild", Name: "runs_prestarted_total",
-		Help: `Runs served by a sandbox started ahead of time, by where it came from: "pool" (one-shot runs, --pool) or "session" (calls in a session, --session-prestart).`,
+		Help: `Runs served by a sandbox started ahead of time, by where it came from: "pool" (one-shot runs, --pool) or "session" (calls in a session, --session-prestart; not the first call after --session-prestart-idle).`,
 	}, []string{"from"})
 	reg.MustRegister(c)
 	c.WithLabelValues("pool")

@@ -21,7 +21,11 @@
 #                    and 4 at once in one session, the memory per idle
 #                    session, and the front end's and the worker's mount
 #                    table lines and open descriptors (scripts/sessionbench
-#                    -density)
+#                    -density); the daemon's sessions go dormant after
+#                    BENCH_DENSITY_IDLE (--session-prestart-idle), which
+#                    each fill waits past, as a real fleet's idle sessions
+#                    would be, and each level ends with the first call in
+#                    20 dormant sessions
 #
 # Each one-shot tool is measured twice: one worker (latency p50/p99) and two
 # workers (sandboxes/s). Every level is a scripts/loadgen run (HTTP, or -exec
@@ -43,7 +47,9 @@
 # default 1), BENCH_SERVE_ARGS (more flags for jaild serve), BENCH_TOOLS
 # (which to run, default "serve jaild runc bwrap unshare policy density"),
 # BENCH_DENSITY (the idle session counts, default 0,250,500,1000,2000; quick
-# 0,250), BENCH_GO=1 (also the Go benchmarks of ./jail).
+# 0,250), BENCH_DENSITY_IDLE (the density daemon's --session-prestart-idle,
+# default 5s; 0: sessions never go dormant), BENCH_GO=1 (also the Go
+# benchmarks of ./jail).
 # Needs root. Installs what is missing with apt: runc bubblewrap
 # busybox-static jq (wrk is not needed: scripts/loadgen drives the daemon).
 # Everything it makes (daemon, state, cgroups, runc containers) is removed on
@@ -62,6 +68,7 @@ fi
 ROUNDS=${BENCH_ROUNDS:-1}
 WANT=" ${BENCH_TOOLS:-serve jaild runc bwrap unshare policy density} "
 if [ "${BENCH_QUICK:-0}" = 1 ]; then DENSITY=${BENCH_DENSITY:-0,250}; else DENSITY=${BENCH_DENSITY:-0,250,500,1000,2000}; fi
+DENSITY_IDLE=${BENCH_DENSITY_IDLE:-5s}
 
 die() { echo "bench: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (jaild and runc build namespaces and cgroups)"
@@ -441,7 +448,7 @@ fi
 
 if [[ $WANT == *" density "* ]]; then
   echo
-  echo "== with N live sessions ($DENSITY idle sessions; scripts/sessionbench -density)"
+  echo "== with N live sessions ($DENSITY idle sessions, dormant after --session-prestart-idle $DENSITY_IDLE; scripts/sessionbench -density)"
   dens_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2> /dev/null ||
     echo 18081)
   dens_max=$(($(tr , '\n' <<< "$DENSITY" | sort -n | tail -1) + 64))
@@ -457,7 +464,8 @@ if [[ $WANT == *" density "* ]]; then
   in_cg "$MEMCG"
   # shellcheck disable=SC2086 # BENCH_SERVE_ARGS is a list of flags
   "${IN_CG[@]}" "$JAILD" serve --listen "127.0.0.1:$dens_port" --state-dir "$STATE" --token-file "$T/dens.tokens" --audit-log off \
-    --max-sessions "$dens_max" --max-sessions-per-caller "$dens_max" ${BENCH_SERVE_ARGS:-} > "$T/serve-density.log" 2>&1 &
+    --max-sessions "$dens_max" --max-sessions-per-caller "$dens_max" --session-prestart-idle "$DENSITY_IDLE" \
+    ${BENCH_SERVE_ARGS:-} > "$T/serve-density.log" 2>&1 &
   DAEMON_PID=$!
   for _ in $(seq 150); do
     curl -fsS "http://127.0.0.1:$dens_port/healthz" > /dev/null 2>&1 && break
@@ -468,7 +476,7 @@ if [[ $WANT == *" density "* ]]; then
   # The front end and its worker: their mount tables and descriptors.
   dens_pids="$DAEMON_PID,$(pgrep -P "$DAEMON_PID" -f ' worker ' | head -1)"
   "$T/sessionbench" -url "http://127.0.0.1:$dens_port" -token-file "$T/dens.tokens" -density "$DENSITY" \
-    -secs "${SECS}s" -n 20 -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} 2> "$T/sessionbench.err" ||
+    -secs "${SECS}s" -n 20 -idle "$DENSITY_IDLE" -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} 2> "$T/sessionbench.err" ||
     echo "bench: the density benchmark failed; its levels so far:
 $(cat "$T/sessionbench.err")
 the daemon's log: $(grep -v 'level=INFO' "$T/serve-density.log" | tail -c 1500)" >&2

@@ -88,6 +88,8 @@ type daemonConfig struct {
 	policy *policy.Options
 	egress run.EgressOptions
 	proxy  egress.Config
+	// prestartIdle is --session-prestart-idle, the worker's (0: never).
+	prestartIdle time.Duration
 }
 
 // readDaemonConfig reads daemonFlags, after the --config file, and the
@@ -109,6 +111,9 @@ func readDaemonConfig(c *cli.Context, limits limitFlags) (daemonConfig, error) {
 	}
 	if d.pool = c.Int("pool"); d.pool < 0 {
 		return d, command.UsageError("--pool %d: must not be negative", d.pool)
+	}
+	if d.prestartIdle = c.Duration("session-prestart-idle"); d.prestartIdle < 0 {
+		return d, command.UsageError("--session-prestart-idle %v: must not be negative", d.prestartIdle)
 	}
 	if _, err := command.SizeFlag(c, "total-memory"); err != nil {
 		return d, err // the worker's, checked before it starts
@@ -228,11 +233,12 @@ func openDaemon(c *cli.Context, cfg daemonConfig, metrics *run.Metrics) (_ *daem
 	// it waits until every sandbox is torn down, so that jaild exits only
 	// when nothing of it is left on the host.
 	d.worker, err = startWorker(c, cfg.log, command.WorkerOptions{
-		LogFormat:  cfg.logFormat,
-		Pool:       cfg.pool,
-		PoolLimits: cfg.defaults,
-		Sweep:      sweepInterval,
-		CPUProfile: c.String("worker-cpu-profile"),
+		LogFormat:    cfg.logFormat,
+		Pool:         cfg.pool,
+		PoolLimits:   cfg.defaults,
+		Sweep:        sweepInterval,
+		CPUProfile:   c.String("worker-cpu-profile"),
+		PrestartIdle: cfg.prestartIdle,
 	})
 	if err != nil {
 		return nil, err

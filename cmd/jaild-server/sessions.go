@@ -15,6 +15,7 @@ import (
 	"github.com/jaild/jaild/cgroup"
 	"github.com/jaild/jaild/internal/command"
 	"github.com/jaild/jaild/internal/worker"
+	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/server"
 	"github.com/jaild/jaild/session"
 	"github.com/jaild/jaild/session/files"
@@ -31,6 +32,7 @@ var sessionFlags = []cli.Flag{
 	&cli.IntFlag{Name: "max-jobs", Value: session.DefaultMaxJobs, EnvVars: []string{"JAILD_MAX_JOBS"}, Usage: "background jobs a session keeps, running or ended (the oldest ended one makes room); beyond it 409"},
 	&cli.DurationFlag{Name: "max-job-timeout", Value: session.DefaultMaxJobTimeout, EnvVars: []string{"JAILD_MAX_JOB_TIMEOUT"}, Usage: "longest a background job may run, and its timeout if it asks for none"},
 	&cli.BoolFlag{Name: "session-prestart", Value: true, EnvVars: []string{"JAILD_SESSION_PRESTART"}, Usage: "keep one sandbox started on each session's workspace for its next call or job (a process, a cgroup and a few pages per idle session); false: every session call builds its sandbox"},
+	&cli.DurationFlag{Name: "session-prestart-idle", Value: jail.DefaultPrestartIdle, EnvVars: []string{"JAILD_SESSION_PRESTART_IDLE"}, Usage: "a session idle this long goes dormant: the sandbox kept started for it (--session-prestart) is destroyed, so that idle sessions do not slow every other sandbox's start; its next call builds a fresh one, as a one-shot run without the pool does, and the session keeps one started again (0: never dormant)"},
 }
 
 // filesFlags bound the files API's transfers (serve only: jaild mcp has no

@@ -38,6 +38,8 @@ func TestDaemonBadFlags(t *testing.T) {
 		{[]string{"--config", "/nonexistent/jaild.conf"}, api.ExitUsage, "config"},
 		{[]string{"--workspace-size", "0"}, api.ExitUsage, "--workspace-size"},
 		{[]string{"--mcp-session", "maybe"}, api.ExitUsage, "--mcp-session"},
+		{[]string{"--session-prestart-idle", "-1s"}, api.ExitUsage, "--session-prestart-idle"},
+		{[]string{"--session-prestart-idle", "soon"}, api.ExitUsage, "session-prestart-idle"},
 		{[]string{"--total-memory", "much"}, api.ExitUsage, "--total-memory"},
 		{[]string{"--policy-dir", "/nonexistent", "--policy-mode", "bogus"}, api.ExitUsage, "--policy-mode"},
 		// Not a flag's value but a file that cannot be opened: the same

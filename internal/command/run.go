@@ -135,6 +135,15 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The worker's flag (serve's and mcp's --session-prestart-idle); jaild
+	// run has none, and makes no workspaces.
+	idle := c.Duration("session-prestart-idle")
+	switch {
+	case idle < 0:
+		return nil, UsageError("--session-prestart-idle %v: must not be negative", idle)
+	case idle == 0:
+		idle = -1 // jail.Config's "never"
+	}
 	if log == nil {
 		log = QuietLogger(c)
 	}
@@ -148,6 +157,7 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		// daemon's, say) unless it was given one.
 		KeepBudget:      c.Command.Name == "run" && !c.IsSet("total-memory") && !c.IsSet("total-pids") && !c.IsSet("total-cpus"),
 		TeardownBacklog: backlog,
+		PrestartIdle:    idle,
 		Logger:          log,
 		// The worker's and doctor's flag; jaild run has none: "", the
 		// default.

@@ -37,6 +37,7 @@ var Worker = &cli.Command{
 		&cli.DurationFlag{Name: "sweep-interval", Usage: "how often to sweep orphaned sandboxes (0: only at start)"},
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the worker's life to this file at exit"},
 		&cli.StringFlag{Name: "workspace-root", Usage: "where session workspaces are mounted (empty: <state-dir>/workspaces)"},
+		&cli.DurationFlag{Name: "session-prestart-idle", Usage: "idle time after which a workspace's prestarted sandboxes are destroyed (0: never)"},
 		&cli.BoolFlag{Name: "default-gomaxprocs", Usage: "size this process's Go runtime as if GOMAXPROCS were unset: the GOMAXPROCS of its environment is the sandboxes' inits' (see BuilderEnv)"},
 	}, ManagerFlags...),
 	Action:       workerAction,
@@ -51,6 +52,9 @@ type WorkerOptions struct {
 	// Pool is how many sandboxes of PoolLimits the worker keeps started.
 	Pool       int
 	PoolLimits box.Limits
+	// PrestartIdle is how long a workspace keeps its prestarted sandbox
+	// without a run (jail.Config.PrestartIdle); zero: for ever.
+	PrestartIdle time.Duration
 	// Sweep is how often the worker sweeps orphaned sandboxes; zero: only
 	// at start.
 	Sweep time.Duration
@@ -76,6 +80,7 @@ func WorkerArgs(c *cli.Context, o WorkerOptions) []string {
 		"--pool-cpus", strconv.FormatFloat(l.CPUs, 'g', -1, 64),
 		"--pool-tmpfs-size", strconv.FormatInt(l.TmpfsSize, 10),
 		"--sweep-interval", o.Sweep.String(),
+		"--session-prestart-idle", o.PrestartIdle.String(),
 		"--default-gomaxprocs=" + strconv.FormatBool(o.DefaultGOMAXPROCS),
 		"--debug=" + strconv.FormatBool(c.Bool("debug")),
 	}

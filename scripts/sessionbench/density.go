@@ -22,6 +22,9 @@ type densityOpts struct {
 	memcg  string        // a cgroup v1 memory dir or v2 dir holding the daemon; "" for none
 	pids   []int         // the daemon's processes (front end, worker), for their RSS, mounts and descriptors
 	hold   time.Duration // after the last level, before the sessions go
+	// idle is the daemon's --session-prestart-idle; 0 if its sessions
+	// never go dormant.
+	idle time.Duration
 }
 
 // parseLevels reads "0,250,500".
@@ -42,8 +45,10 @@ func parseLevels(s string) ([]int, error) {
 // throughput (1 and 4 connections), a paced pooled one-shot, calls back to
 // back and 4 at once in one session, the memory per idle session and, for
 // each of the daemon's processes given, its mount table's size (which every
-// new sandbox copies) and its open descriptors. Every session it made is
-// deleted at the end.
+// new sandbox copies) and its open descriptors. With o.idle, each fill is
+// followed by a wait past it, so that the idle sessions are dormant as a
+// real fleet's would be, and the level ends with the first call in some of
+// them (dormantCalls). Every session it made is deleted at the end.
 func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]Row, error) {
 	c, err := newClient(base, tokenFile)
 	if err != nil {
@@ -68,8 +73,12 @@ func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]R
 		}
 		fill := time.Since(t0)
 		// The prestarted sandboxes of the last sessions are still being
-		// built: let them settle, as idle sessions would.
+		// built: let them settle, as idle sessions would, and, with
+		// o.idle, go dormant (a sandbox waits o.idle once built).
 		settle(ctx, 2*time.Second)
+		if o.idle > 0 {
+			settle(ctx, o.idle+time.Second)
+		}
 		mem := memUsage(o.memcg, o.pids)
 		if li == 0 {
 			mem0 = mem
@@ -78,6 +87,13 @@ func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]R
 		r, err := densityLevel(ctx, c, o)
 		if err != nil {
 			return rows, fmt.Errorf("at %d sessions: %w", level, err)
+		}
+		if o.idle > 0 && level >= o.n {
+			d, err := dormantCalls(ctx, c, idle[level-o.n:level], o.idle, r)
+			if err != nil {
+				return rows, fmt.Errorf("at %d sessions: %w", level, err)
+			}
+			r = append(r, d...)
 		}
 		for i := range r {
 			r[i].Name = pre + r[i].Name
@@ -109,6 +125,35 @@ func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]R
 	if o.hold > 0 {
 		fmt.Fprintf(os.Stderr, "holding %d sessions for %v\n", len(idle), o.hold)
 		settle(ctx, o.hold)
+	}
+	return rows, nil
+}
+
+// dormantCalls times the first call in each of ids, sessions idle past the
+// daemon's --session-prestart-idle (idle): dormant, each builds a fresh
+// sandbox. Then, once they keep one started again, it times another call
+// in each, a prestarted one, for comparison; level holds the level's rows,
+// whose paced pooled one-shot is the other comparison.
+func dormantCalls(ctx context.Context, c *client.Client, ids []string, idle time.Duration, level []Row) ([]Row, error) {
+	var first, again []time.Duration
+	for _, round := range []*[]time.Duration{&first, &again} {
+		for _, id := range ids {
+			settle(ctx, 100*time.Millisecond)
+			d, err := call(ctx, c, &api.Request{Command: "true", SessionID: id})
+			if err != nil {
+				return nil, err
+			}
+			*round = append(*round, d)
+		}
+		// The woken sessions' sandboxes are built meanwhile; each
+		// waits idle before its session goes dormant again.
+		settle(ctx, min(time.Second, idle/4))
+	}
+	rows := []Row{row("first call in a dormant session", first), row("next call in that session (prestarted)", again)}
+	for _, r := range level {
+		if r.Name == "paced pooled one-shot (100 ms apart)" && r.P50MS > 0 {
+			rows = append(rows, Row{Name: "  first dormant call p50 / paced pooled p50 (x)", Mean: rows[0].P50MS / r.P50MS})
+		}
 	}
 	return rows, nil
 }

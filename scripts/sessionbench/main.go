@@ -64,6 +64,7 @@ func main() {
 		secs      = flag.Duration("secs", 5*time.Second, "with -density: how long each throughput level runs")
 		memcg     = flag.String("memcg", "", "with -density: the daemon's memory cgroup directory, for the memory per idle session")
 		hold      = flag.Duration("hold", 0, "with -density: how long to keep the sessions after the last level (to profile the daemon)")
+		idle      = flag.Duration("idle", 0, "with -density: the daemon's --session-prestart-idle: after each fill, wait past it, so that the idle sessions are dormant, and time the first call in dormant sessions (0: the daemon's sessions never go dormant)")
 		pidList   = flag.String("pids", "", "with -density: the daemon's pids (comma-separated: the front end, then its worker), for their mount tables and descriptors, and their RSS if -memcg is not given")
 	)
 	flag.Parse()
@@ -82,7 +83,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "sessionbench:", err)
 			os.Exit(2)
 		}
-		o := densityOpts{levels: levels, secs: *secs, n: *n, memcg: *memcg, hold: *hold}
+		o := densityOpts{levels: levels, secs: *secs, n: *n, memcg: *memcg, hold: *hold, idle: *idle}
 		for _, f := range strings.Split(*pidList, ",") {
 			if p, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
 				o.pids = append(o.pids, p)

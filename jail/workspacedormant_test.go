@@ -1,0 +1,281 @@
+package jail_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/box"
+	"github.com/jaild/jaild/internal/testenv"
+	"github.com/jaild/jaild/jail"
+)
+
+// dormantIdle is the PrestartIdle of the dormancy tests: long enough that
+// a test sees a waiting sandbox (it waits that long once ready), short
+// enough to wait for.
+const dormantIdle = 3 * time.Second
+
+// newIdleManager is newManager whose prestarted workspaces go dormant after
+// idle (a negative idle: never).
+func newIdleManager(t *testing.T, idle time.Duration) (*jail.Manager, *testenv.Install) {
+	t.Helper()
+	requireHost(t)
+	env := testenv.New(t, "jaild-test")
+	cfg := config(env)
+	cfg.PrestartIdle = idle
+	m, err := jail.New(cfg)
+	if err != nil {
+		t.Fatalf("jail.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return m, env
+}
+
+// waitDormant waits until ws keeps no sandbox started.
+func waitDormant(t *testing.T, ws *jail.Workspace) {
+	t.Helper()
+	waitFor(t, dormantIdle+20*time.Second, "a dormant workspace", func() bool {
+		ready, want := jail.PrestartCounts(ws)
+		return ready == 0 && want == 0
+	})
+}
+
+// gone reports what is left of the sandboxes ids whose inits were pids: a
+// live or unreaped init (its /proc entry), or a cgroup directory.
+func gone(ids []string, pids []int) []string {
+	var left []string
+	for _, pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			left = append(left, fmt.Sprintf("init %d", pid))
+		}
+	}
+	for _, id := range ids {
+		left = append(left, testenv.CgroupsNamed(id)...)
+	}
+	return left
+}
+
+// settle polls cond, which describes what is still wrong, until it
+// describes nothing or 20s have passed, and returns its last description.
+// A sandbox's teardown (and a descriptor closed by libcontainer's threads)
+// ends a moment after the state that started it.
+func settle(cond func() []string) []string {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := cond()
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWorkspaceDormant: a prestarted workspace with no run for the
+// Manager's PrestartIdle destroys its waiting sandbox: its init is gone
+// and reaped, its cgroups are removed, and the workspace holds only its
+// own descriptors. The next run still works, on a fresh sandbox, and the
+// workspace then keeps one sandbox started again (one: not hot).
+func TestWorkspaceDormant(t *testing.T) {
+	m, _ := newIdleManager(t, dormantIdle)
+	// One first, closed again, so that what jaild opens once (the
+	// watchdog, cgroup files) is not counted.
+	first, err := m.NewWorkspace(0, jail.WithPrestart(box.Limits{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPrestarted(t, first)
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.WaitTeardowns()
+	before := openFDs(t)
+
+	wss := make([]*jail.Workspace, 3)
+	var ids []string
+	var pids []int
+	for i := range wss {
+		wss[i] = newWorkspace(t, m, 0, jail.WithPrestart(box.Limits{}))
+	}
+	for _, ws := range wss {
+		waitPrestarted(t, ws)
+		i, p := jail.PrestartWaiting(ws)
+		ids, pids = append(ids, i...), append(pids, p...)
+	}
+	// What the checks below look for is there while the sandboxes wait.
+	if left := gone(ids, pids); len(left) < 2*len(wss) {
+		t.Fatalf("waiting sandboxes %v: found only %v of their inits and cgroups", ids, left)
+	}
+	for _, ws := range wss {
+		waitDormant(t, ws)
+		if ws.Prestarted() {
+			t.Error("Prestarted on a dormant workspace")
+		}
+	}
+	if left := settle(func() []string { return gone(ids, pids) }); len(left) > 0 {
+		t.Errorf("left of the waiting sandboxes of dormant workspaces: %v", left)
+	}
+	bound := len(wss) * jail.DormantWorkspaceFDs
+	left := settle(func() []string {
+		if n := openFDs(t) - before; n > bound {
+			return []string{fmt.Sprint(n)}
+		}
+		return nil
+	})
+	if len(left) > 0 {
+		t.Errorf("%d dormant workspaces hold %s descriptors, over %d each", len(wss), left[0], jail.DormantWorkspaceFDs)
+	}
+
+	ws := wss[0]
+	hits, misses := jail.PrestartStats(ws)
+	res := wsRun(t, ws, sh(`echo woke > /work/f; cat /work/f`))
+	if res.Prestarted || res.Stdout != "woke\n" {
+		t.Errorf("the first run on a dormant workspace: prestarted %v, %q", res.Prestarted, res.Stdout)
+	}
+	if h, mi := jail.PrestartStats(ws); h != hits || mi != misses+1 {
+		t.Errorf("hits %d -> %d, misses %d -> %d: want one miss", hits, h, misses, mi)
+	}
+	if _, want := jail.PrestartCounts(ws); want != 1 {
+		t.Errorf("a woken workspace keeps %d sandboxes, want 1", want)
+	}
+	waitPrestarted(t, ws)
+	res = wsRun(t, ws, sh(`cat /work/f`))
+	if !res.Prestarted || res.Stdout != "woke\n" {
+		t.Errorf("the run after waking: prestarted %v, %q", res.Prestarted, res.Stdout)
+	}
+	// The others stayed dormant.
+	for _, other := range wss[1:] {
+		if _, want := jail.PrestartCounts(other); want != 0 {
+			t.Errorf("an idle workspace keeps %d sandboxes, want 0", want)
+		}
+	}
+}
+
+// TestWorkspaceNeverDormant: with a negative PrestartIdle, an idle
+// workspace keeps its waiting sandbox, the same one, past the time it
+// would otherwise have gone dormant.
+func TestWorkspaceNeverDormant(t *testing.T) {
+	m, _ := newIdleManager(t, -1)
+	ws := newPrestartWorkspace(t, m, box.Limits{})
+	ids, _ := jail.PrestartWaiting(ws)
+	time.Sleep(2 * dormantIdle)
+	if now, _ := jail.PrestartWaiting(ws); !slices.Equal(now, ids) {
+		t.Errorf("waiting sandboxes %v, then %v: want the same", ids, now)
+	}
+	if res := wsRun(t, ws, sh(`true`)); !res.Prestarted {
+		t.Errorf("not prestarted: %+v", res)
+	}
+}
+
+// TestWorkspaceDormantClose: closing a dormant workspace, one whose wake
+// build is under way, or one whose build ends after it went dormant
+// again, leaves no process, cgroup, container state, mount or slot record
+// of it.
+func TestWorkspaceDormantClose(t *testing.T) {
+	m, env := newIdleManager(t, dormantIdle)
+	// While holding, a build hands the test its release and waits for
+	// it; the others go by.
+	var holding atomic.Bool
+	held := make(chan chan struct{})
+	jail.SetPrestartHook(m, func() {
+		if holding.Load() {
+			release := make(chan struct{})
+			held <- release
+			<-release
+		}
+	})
+	// holdWake runs a command on the dormant ws and returns the release
+	// of the build it wakes: it is under way, and held, at the return.
+	holdWake := func(t *testing.T, ws *jail.Workspace) chan struct{} {
+		holding.Store(true)
+		if res := wsRun(t, ws, sh(`true`)); res.Prestarted {
+			t.Errorf("the first run on a dormant workspace was prestarted")
+		}
+		release := <-held
+		holding.Store(false)
+		return release
+	}
+	leftovers := snapshotLeftovers(env)
+
+	for _, tc := range []struct {
+		name string
+		// then holds the workspace after it went dormant, and returns
+		// a build to release once it is closed (or nil).
+		then func(t *testing.T, ws *jail.Workspace) chan struct{}
+	}{
+		{"dormant", func(*testing.T, *jail.Workspace) chan struct{} { return nil }},
+		{"waking", holdWake},
+		{"gone dormant while building", func(t *testing.T, ws *jail.Workspace) chan struct{} {
+			release := holdWake(t, ws)
+			waitDormant(t, ws)
+			close(release)
+			settle(func() []string {
+				if b, _ := jail.PrestartState(ws); b > 0 {
+					return []string{"building"}
+				}
+				return nil
+			})
+			if ws.Prestarted() {
+				t.Error("a build that ended after the workspace went dormant is kept")
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws, err := m.NewWorkspace(0, jail.WithPrestart(box.Limits{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitPrestarted(t, ws)
+			waitDormant(t, ws)
+			release := tc.then(t, ws)
+			closed := make(chan error, 1)
+			go func() { closed <- ws.Close() }()
+			if release != nil {
+				waitFor(t, 20*time.Second, "Close to begin", func() bool { _, c := jail.PrestartState(ws); return c })
+				close(release)
+			}
+			if err := <-closed; err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			m.WaitTeardowns()
+			if left := settle(leftovers); len(left) > 0 {
+				t.Errorf("left after Close: %v", left)
+			}
+		})
+	}
+}
+
+// snapshotLeftovers returns what describes the processes, sandbox cgroups,
+// container state, mounts and slot records of env that were not there at
+// the call.
+func snapshotLeftovers(env *testenv.Install) func() []string {
+	state := func() []string {
+		name := filepath.Base(env.Parent)
+		out := testenv.ProcsInCgroup(name)
+		for _, d := range testenv.CgroupsNamed(name) {
+			sub, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs"))
+			out = append(out, sub...)
+		}
+		ents, _ := os.ReadDir(filepath.Join(env.StateDir, "containers"))
+		for _, e := range ents {
+			out = append(out, "container "+e.Name())
+		}
+		out = append(out, testenv.MountsUnder(env.StateDir)...)
+		for _, s := range testenv.Slots(env.StateDir) {
+			out = append(out, "slot "+s)
+		}
+		return out
+	}
+	before := state()
+	return func() []string {
+		return slices.DeleteFunc(state(), func(s string) bool { return slices.Contains(before, s) })
+	}
+}
