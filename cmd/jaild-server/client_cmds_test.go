@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -234,8 +235,13 @@ func TestRemoteSession(t *testing.T) {
 		t.Errorf("the run in the session left no file in its workspace: %v", err)
 	}
 	t.Setenv("JAILD_SESSION", id)
-	if _, errOut, code := jaild(t, "remote", "--no-stdin", "--json", "--shell", "test -e mark"); code != 0 {
-		t.Fatalf("remote with JAILD_SESSION: %d %q, want 0 (mark there)", code, errOut)
+	out, errOut, code := jaild(t, "remote", "--no-stdin", "--json", "--shell", "test -e mark && echo there")
+	var resp api.Response
+	if code != 0 || json.Unmarshal([]byte(out), &resp) != nil || resp.Stdout != "there\n" || resp.ExitCode != 0 {
+		t.Fatalf("remote --json with JAILD_SESSION: %d %q %q, want 0 and the response (mark there)", code, out, errOut)
+	}
+	if out, _, code := jaild(t, "remote", "--no-stdin", "--", "echo", "streamed"); code != 0 || out != "streamed\n" {
+		t.Errorf("remote's output goes to the command's writer: %d %q", code, out)
 	}
 	t.Setenv("JAILD_SESSION", "")
 	if _, errOut, code := jaild(t, "remote", "--no-stdin", "--", "test", "-e", "mark"); code != 1 {
@@ -245,7 +251,7 @@ func TestRemoteSession(t *testing.T) {
 	for _, r := range d.Audit(t) {
 		sessions = append(sessions, r.SessionID)
 	}
-	if want := []string{id, id, ""}; !slices.Equal(sessions, want) {
+	if want := []string{id, id, id, ""}; !slices.Equal(sessions, want) {
 		t.Errorf("the audit log's sessions: %q, want %q", sessions, want)
 	}
 }

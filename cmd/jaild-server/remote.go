@@ -99,12 +99,12 @@ func remoteAction(c *cli.Context) error {
 		if err != nil {
 			return remoteError(ctx, req, err)
 		}
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(resp)
 		return remoteExit(resp.ExitCode, &resp.Verdict)
 	}
-	exit, err := cl.Raw(ctx, req, os.Stdout, os.Stderr)
+	exit, err := cl.Raw(ctx, req, c.App.Writer, c.App.ErrWriter)
 	if err != nil {
 		return remoteError(ctx, req, err)
 	}
