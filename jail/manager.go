@@ -132,22 +132,7 @@ type Manager struct {
 // whoever starts the process that calls New decides it (jaild gives its
 // sandbox-building processes GOMAXPROCS=1, see internal/command).
 func New(cfg Config) (*Manager, error) {
-	if os.Geteuid() != 0 {
-		return nil, box.ErrNotRoot
-	}
-	if err := checkUserns(); err != nil {
-		return nil, err
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = DefaultStateDir
-	}
-	if cfg.WorkDir == "" {
-		cfg.WorkDir = box.DefaultDir
-	}
-	if err := ValidateWorkDir(cfg.WorkDir); err != nil {
+	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	// Checked before anything is written into it (see trust.go). It must
@@ -179,15 +164,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.rlimits, _ = sandboxRlimits()
 	m.workspaces, m.defaultWorkspaces = workspaces, defWS
-	detached := detachedMountsWork()
-	m.detached = defWS && detached
-	if detached {
-		if m.dev, err = newSharedDev(); err != nil {
-			// The init's own /dev is as strong, only slower to make.
-			m.log.Warn("sandboxes make their own /dev", "err", err)
-			m.dev = nil
-		}
-	}
+	m.useDetachedMounts()
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
 	// pay (see cgroup.Parent.Warm); everything below overlaps that wait.
@@ -201,17 +178,9 @@ func New(cfg Config) (*Manager, error) {
 		m.closeDev()
 		return nil, fmt.Errorf("%w: %w", box.ErrUnsupported, err)
 	}
-	// The watchdog tears the sandboxes down if this process dies (see
-	// watchdog.go). Its start overlaps the rest of the set-up; it comes
-	// after the parent cgroup, which on v2 may move jaild to a leaf first.
-	m.dog = newWatchdog(watchdogConfig{
-		Owner:      os.Getpid(),
-		SlotDir:    m.slotDir,
-		LockDir:    filepath.Join(m.stateDir, "cgroup-locks"),
-		ParentDirs: m.parent.Dirs(),
-		Verbose:    m.log.Enabled(context.Background(), slog.LevelInfo),
-	}, m.log)
-	m.dog.startAsync()
+	// The watchdog comes after the parent cgroup, which on v2 may move
+	// jaild to a leaf first.
+	m.startWatchdog()
 	if err := m.prepare(cfg.Rootfs); err != nil {
 		m.dog.close()
 		_ = m.parent.Close()
@@ -224,6 +193,59 @@ func New(cfg Config) (*Manager, error) {
 		m.log.Info("swept orphaned sandboxes", "count", n)
 	}
 	return m, nil
+}
+
+// setDefaults checks that jaild can build sandboxes here (root, user
+// namespaces) and fills in cfg's unset fields, refusing a bad WorkDir.
+func (cfg *Config) setDefaults() error {
+	if os.Geteuid() != 0 {
+		return box.ErrNotRoot
+	}
+	if err := checkUserns(); err != nil {
+		return err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = box.DefaultDir
+	}
+	return ValidateWorkDir(cfg.WorkDir)
+}
+
+// useDetachedMounts makes the default workspaces and the sandboxes' /dev
+// detached mounts where the kernel allows it (see workspacemount.go and
+// devdir.go).
+func (m *Manager) useDetachedMounts() {
+	detached := detachedMountsWork()
+	m.detached = m.defaultWorkspaces && detached
+	if !detached {
+		return
+	}
+	dev, err := newSharedDev()
+	if err != nil {
+		// The init's own /dev is as strong, only slower to make.
+		m.log.Warn("sandboxes make their own /dev", "err", err)
+		return
+	}
+	m.dev = dev
+}
+
+// startWatchdog starts the watchdog that tears the sandboxes down if this
+// process dies (see watchdog.go); its start overlaps the rest of the
+// set-up.
+func (m *Manager) startWatchdog() {
+	m.dog = newWatchdog(watchdogConfig{
+		Owner:      os.Getpid(),
+		SlotDir:    m.slotDir,
+		LockDir:    filepath.Join(m.stateDir, "cgroup-locks"),
+		ParentDirs: m.parent.Dirs(),
+		Verbose:    m.log.Enabled(context.Background(), slog.LevelInfo),
+	}, m.log)
+	m.dog.startAsync()
 }
 
 // HostRoot is the generated root that sandboxes get without a prepared

@@ -12,6 +12,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/box"
+	"github.com/jaild/jaild/caller"
 	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/run"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -246,28 +247,10 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		Tool:        true,
 	}
 	rreq.SetTimeout(timeoutField(tool), timeoutMS, time.Millisecond)
-	if t.sess != nil {
-		if rreq.SessionID, rreq.Owner, err = t.sess.get(runCtx, req.Session, CallerFromContext(runCtx)); err != nil {
-			if gone := (*goneError)(nil); errors.As(err, &gone) {
-				return nil, nil, err
-			}
-			return nil, nil, fmt.Errorf("jaild session: %w", err)
-		}
+	if rreq.SessionID, rreq.Owner, err = t.session(runCtx, req); err != nil {
+		return nil, nil, err
 	}
-	var r *box.Result
-	var jobID string
-	if background {
-		jobID, err = t.run.Start(runCtx, rreq)
-	} else {
-		r, err = t.run.Run(runCtx, rreq)
-	}
-	// What the chain gave the call: the default, or reduced to the
-	// maximum (a background job's: the sessions' job timeout).
-	var job time.Duration
-	if background && t.sess != nil {
-		job = t.sess.m.MaxJobTimeout()
-	}
-	timeout := t.opts.Max.ToolCallTimeout(rreq.Spec.Timeout, job)
+	r, jobID, timeout, err := t.runOrStart(runCtx, rreq, background)
 	if t.sess != nil && errors.Is(err, box.ErrNotFound) && runCtx.Err() == nil {
 		// Removed since get (expired, evicted, lost): said as get says
 		// it, not as a command that was not found.
@@ -285,6 +268,14 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	if desc != "" {
 		logArgs = append(logArgs, "description", desc)
 	}
+	return t.answer(runCtx, r, err, cmd.Args[0], timeout, timeoutMS, start, logArgs)
+}
+
+// answer turns a run's outcome into the tool's result, and logs it with
+// logArgs: a cancelled call's error, the run's error as a tool error, or
+// the result, which says when the chain reduced the timeout the call asked
+// for (timeoutMS) to its maximum (timeout).
+func (t *mcpTools) answer(runCtx context.Context, r *box.Result, err error, name string, timeout time.Duration, timeoutMS int64, start time.Time, logArgs []any) (*mcp.CallToolResult, *RunOutput, error) {
 	switch {
 	case runCtx.Err() != nil:
 		// Cancelled or disconnected: nobody reads this answer.
@@ -292,7 +283,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		return nil, nil, fmt.Errorf("call cancelled: %w", context.Cause(runCtx))
 	case err != nil:
 		t.log.Info("mcp tool call failed", append(logArgs, "err", err)...)
-		return nil, nil, toolError(cmd.Args[0], err)
+		return nil, nil, toolError(name, err)
 	case r == nil:
 		return nil, nil, errors.New("internal error in jaild: no result")
 	}
@@ -300,8 +291,40 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 		"oom_killed", r.OOMKilled, "pids_limit_hit", r.PidsLimitHit, "duration_ms", r.Duration.Milliseconds())...)
 	// The call asked for more than the maximum, to which the chain
 	// reduced it.
-	res, out = t.result(r, timeout, timeout > 0 && timeoutMS > timeout.Milliseconds())
+	res, out := t.result(r, timeout, timeout > 0 && timeoutMS > timeout.Milliseconds())
 	return res, out, nil
+}
+
+// session is the jaild session a tool call of req runs in, and its owner:
+// none without sessions (one-shot calls).
+func (t *mcpTools) session(ctx context.Context, req *mcp.CallToolRequest) (string, caller.ID, error) {
+	if t.sess == nil {
+		return "", caller.ID{}, nil
+	}
+	id, owner, err := t.sess.get(ctx, req.Session, CallerFromContext(ctx))
+	if err != nil {
+		if gone := (*goneError)(nil); errors.As(err, &gone) {
+			return "", caller.ID{}, err
+		}
+		return "", caller.ID{}, fmt.Errorf("jaild session: %w", err)
+	}
+	return id, owner, nil
+}
+
+// runOrStart runs rreq, or starts it as a background job, and returns the
+// timeout the chain gave it: the default, or the call's reduced to the
+// maximum (a background job's: the sessions' job timeout).
+func (t *mcpTools) runOrStart(ctx context.Context, rreq run.Request, background bool) (r *box.Result, jobID string, timeout time.Duration, err error) {
+	var job time.Duration
+	if background {
+		jobID, err = t.run.Start(ctx, rreq)
+		if t.sess != nil {
+			job = t.sess.m.MaxJobTimeout()
+		}
+	} else {
+		r, err = t.run.Run(ctx, rreq)
+	}
+	return r, jobID, t.opts.Max.ToolCallTimeout(rreq.Spec.Timeout, job), err
 }
 
 // egressOf is the egress a tool call's egress argument asks for: nil for
