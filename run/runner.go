@@ -154,6 +154,18 @@ func (j *jobOutput) take() func() {
 	return rel
 }
 
+// putBack returns a release that take handed out to a start that did not
+// start the job, so that a retry of the start takes it again. The release
+// is idempotent (sync.OnceFunc): whoever calls it first lets the memory go.
+func (j *jobOutput) putBack(rel func()) {
+	if j == nil || rel == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.release = rel
+}
+
 // baseRunner runs requests on the base, or in their session: the end of
 // the chain. policy, if not nil, decides the requests in a session (see
 // withPolicy).

@@ -67,8 +67,9 @@ func runInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, r
 
 // startInSession starts req as a background job of its session and
 // returns the job's id. The job holds the start's output memory until it
-// is forgotten (see Admitter.Start); if it does not start, the memory
-// goes back at once.
+// is forgotten (see Admitter.Start); if it does not start, the memory goes
+// back to the start, for its retry (admission's, when the jail was down)
+// or to be let go when Start returns.
 func startInSession(ctx context.Context, m *session.Manager, pol *policy.Engine, req Request) (string, error) {
 	sess, call, err := sessionCall(m, pol, req, true)
 	if err != nil {
@@ -77,9 +78,7 @@ func startInSession(ctx context.Context, m *session.Manager, pol *policy.Engine,
 	call.ReleaseOutput = req.jobOutput.take()
 	id, err := sess.Start(ctx, call)
 	if err != nil {
-		if call.ReleaseOutput != nil {
-			call.ReleaseOutput()
-		}
+		req.jobOutput.putBack(call.ReleaseOutput)
 		return "", SessionError(err)
 	}
 	return id, nil

@@ -112,6 +112,7 @@ func (s *Session) Start(ctx context.Context, call *Call) (string, error) {
 	}
 	if err := s.begin(); err != nil {
 		s.mu.Lock()
+		j.release = nil // the caller's again: no job kept its output
 		s.forgetJob(j.id)
 		s.mu.Unlock()
 		return "", err

@@ -47,8 +47,9 @@ type Call struct {
 	// output was admitted with (twice its MaxOutput, from the daemon's
 	// output memory): Start calls it once the job's output is no longer
 	// kept, when the job is forgotten (its session's oldest ended job
-	// making room for a new one, or the session's removal). It must be
-	// safe to call more than once. Run ignores it.
+	// making room for a new one, or the session's removal). A Start that
+	// fails does not call it: the caller keeps it. It must be safe to
+	// call more than once. Run ignores it.
 	ReleaseOutput func()
 }
 
