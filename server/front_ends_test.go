@@ -82,9 +82,13 @@ func newFrontEnds(t *testing.T, max run.Maxima) *frontEnds {
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	cs := connectRunner(t, r, MCPOptions{Max: max, Audit: log, Egress: true, Tools: []string{ToolBash, ToolExecute, ToolRunNetworkTool}})
+	cs := connectRunner(t, r, MCPOptions{Max: max, Audit: log, Egress: true, Caller: mcpCaller, Tools: []string{ToolBash, ToolExecute, ToolRunNetworkTool}})
 	return &frontEnds{url: ts.URL, mcp: cs, audit: audit, base: base}
 }
+
+// mcpCaller names the MCP client of newFrontEnds, whose requests carry no
+// caller (as over stdio).
+const mcpCaller = "stdio:uid:1234"
 
 // post sends body to path and returns the status and the error answer.
 func (f *frontEnds) post(t *testing.T, path, body string) (int, api.ErrorResponse) {
@@ -167,7 +171,9 @@ func TestFrontEndsRefuseAlike(t *testing.T) {
 				if txt := text(res); !res.IsError || txt != "invalid arguments: "+tt.want.Error() {
 					t.Errorf("MCP %s: %q, want %q", tt.tool, txt, "invalid arguments: "+tt.want.Error())
 				}
-				f.wantRefusal(t, "MCP "+tt.tool, tt.want.Error())
+				if rec := f.wantRefusal(t, "MCP "+tt.tool, tt.want.Error()); rec.Caller != mcpCaller {
+					t.Errorf("MCP %s: the refusal's caller %q, want %q", tt.tool, rec.Caller, mcpCaller)
+				}
 			}
 			if n := len(f.base.Calls()); n > 0 {
 				t.Errorf("the jail ran %d commands", n)
@@ -177,8 +183,8 @@ func TestFrontEndsRefuseAlike(t *testing.T) {
 }
 
 // wantRefusal checks that the audit log has one new record, of a refusal
-// with msg.
-func (f *frontEnds) wantRefusal(t *testing.T, what, msg string) {
+// with msg, and returns it.
+func (f *frontEnds) wantRefusal(t *testing.T, what, msg string) api.AuditRecord {
 	t.Helper()
 	recs := f.audit.records(t)
 	if len(recs) != 1 {
@@ -189,6 +195,7 @@ func (f *frontEnds) wantRefusal(t *testing.T, what, msg string) {
 	if !verdicts[rec.Verdict] || !strings.Contains(rec.Error, msg) {
 		t.Errorf("%s: audit record %+v, want a refusal with %q", what, rec, msg)
 	}
+	return rec
 }
 
 // TestSessionRefusalsAudited: every refusal of POST and PATCH /sessions

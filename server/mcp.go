@@ -116,6 +116,10 @@ type MCPOptions struct {
 	// became a run (as the HTTP front end records its refusals); the
 	// chain records the rest.
 	Audit *run.AuditLog
+	// Caller names, in the audit log and to the policy, the caller of a
+	// request that carries none: over stdio, whoever started the server
+	// ("stdio:uid:1000"). Requests authenticated over HTTP name their own.
+	Caller string
 	// SessionID, if not nil, mints MCP session ids (in a fleet: ids that
 	// name this daemon, see package route); nil means the SDK's.
 	SessionID func() string

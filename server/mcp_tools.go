@@ -194,8 +194,17 @@ func (t *mcpTools) bash(ctx context.Context, req *mcp.CallToolRequest, in BashIn
 // end records its own (the chain records the rest), and returns the tool
 // error.
 func (t *mcpTools) refuse(ctx context.Context, err error) error {
-	t.opts.Audit.Rejected(CallerFromContext(ctx).String(), requestIDFromContext(ctx), run.RejectInvalid, 0, err.Error())
+	t.opts.Audit.Rejected(t.callerName(ctx), requestIDFromContext(ctx), run.RejectInvalid, 0, err.Error())
 	return toolError("", err)
+}
+
+// callerName names the caller of a request with ctx for the audit log and
+// the policy: its authenticated caller, or else MCPOptions.Caller.
+func (t *mcpTools) callerName(ctx context.Context) string {
+	if id := CallerFromContext(ctx); !id.IsZero() {
+		return id.String()
+	}
+	return t.opts.Caller
 }
 
 func (t *mcpTools) execute(ctx context.Context, req *mcp.CallToolRequest, in ExecuteInput) (*mcp.CallToolResult, *RunOutput, error) {
@@ -238,7 +247,7 @@ func (t *mcpTools) call(ctx context.Context, req *mcp.CallToolRequest, tool, des
 	start := time.Now()
 	rreq := run.Request{
 		Spec:        &jail.Spec{Command: cmd},
-		Caller:      CallerFromContext(runCtx).String(),
+		Caller:      t.callerName(runCtx),
 		RequestID:   requestIDFromContext(runCtx),
 		FrontEnd:    "mcp:" + tool,
 		Shell:       shell,

@@ -100,7 +100,9 @@ func serveStdio(d *daemon, out *os.File) error {
 	if err != nil {
 		return command.ExitError(err)
 	}
-	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: runner, caller: stdioCaller()}, d.MCPOptions())
+	opts := d.MCPOptions()
+	opts.Caller = stdioCaller()
+	srv := server.NewMCPServer(shutdownRunner{ctx: ctx, r: runner, caller: opts.Caller}, opts)
 	err = srv.Run(ctx, &server.StdioTransport{Reader: os.Stdin, Writer: out})
 	if err != nil && ctx.Err() == nil {
 		return command.ExitError(fmt.Errorf("mcp session: %w", err))
