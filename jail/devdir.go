@@ -49,26 +49,13 @@ var devSymlinks = [][2]string{
 
 // newSharedDev makes the shared /dev (see above), read-only once filled.
 func newSharedDev() (f *os.File, err error) {
-	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("fsopen tmpfs: %w", err)
-	}
-	defer unix.Close(fs)
 	// A few small inodes: nothing can be written to it once it is done.
-	for _, kv := range [][2]string{{"source", devSource}, {"mode", "0755"}, {"size", "4096"}, {"nr_inodes", "64"}} {
-		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
-			return nil, fmt.Errorf("tmpfs option %s=%s: %w", kv[0], kv[1], err)
-		}
-	}
-	if err := unix.FsconfigCreate(fs); err != nil {
-		return nil, fmt.Errorf("create tmpfs: %w", err)
-	}
 	// Not nodev: its device nodes are the point.
-	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("fsmount tmpfs: %w", err)
+	opts := [][2]string{{"mode", "0755"}, {"size", "4096"}, {"nr_inodes", "64"}}
+	if f, err = detachedTmpfs(devSource, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, opts); err != nil {
+		return nil, err
 	}
-	f = os.NewFile(uintptr(mnt), "dev")
+	mnt := int(f.Fd())
 	defer func() {
 		if err != nil {
 			f.Close()

@@ -188,7 +188,7 @@ func (w *Workspace) mountWork() error {
 		return mountTmpfs(w.dir, opts)
 	}
 	var err error
-	if w.mnt, err = detachedTmpfs(opts); err != nil {
+	if w.mnt, err = detachedWorkspace(opts); err != nil {
 		return fmt.Errorf("mount workspace: %w", err)
 	}
 	// "/." makes a walk follow the fd's link, even one that

@@ -26,15 +26,16 @@ import (
 // workspaces are found there), each tmpfs is mounted at <root>/<id> as
 // before.
 
-// detachedTmpfs makes a detached tmpfs with mount options opts (the
-// fsconfig keys and values of mount(8)'s -o), nosuid and nodev.
-func detachedTmpfs(opts [][2]string) (*os.File, error) {
+// detachedTmpfs makes a detached tmpfs named source in mount tables, with
+// mount options opts (the fsconfig keys and values of mount(8)'s -o) and
+// the mount attributes attrs (unix.MOUNT_ATTR_*).
+func detachedTmpfs(source string, attrs int, opts [][2]string) (*os.File, error) {
 	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("fsopen tmpfs: %w", err)
 	}
 	defer unix.Close(fs)
-	if err := unix.FsconfigSetString(fs, "source", workspaceSource); err != nil {
+	if err := unix.FsconfigSetString(fs, "source", source); err != nil {
 		return nil, fmt.Errorf("tmpfs source: %w", err)
 	}
 	for _, kv := range opts {
@@ -45,11 +46,17 @@ func detachedTmpfs(opts [][2]string) (*os.File, error) {
 	if err := unix.FsconfigCreate(fs); err != nil {
 		return nil, fmt.Errorf("create tmpfs: %w", err)
 	}
-	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attrs)
 	if err != nil {
 		return nil, fmt.Errorf("fsmount tmpfs: %w", err)
 	}
-	return os.NewFile(uintptr(mnt), "workspace"), nil
+	return os.NewFile(uintptr(mnt), source), nil
+}
+
+// detachedWorkspace makes a workspace's detached tmpfs, nosuid and nodev,
+// with mount options opts (see workspaceOpts).
+func detachedWorkspace(opts [][2]string) (*os.File, error) {
+	return detachedTmpfs(workspaceSource, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, opts)
 }
 
 // workspaceOpts are the tmpfs options of a workspace of size bytes whose
@@ -71,7 +78,7 @@ func workspaceOpts(size int64, host int) [][2]string {
 // detached tmpfs is refused (EINVAL) by kernels that only copy mounts of
 // the caller's own namespace.
 func detachedMountsWork() bool {
-	mnt, err := detachedTmpfs([][2]string{{"size", "4096"}})
+	mnt, err := detachedWorkspace([][2]string{{"size", "4096"}})
 	if err != nil {
 		return false
 	}
