@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,28 +28,16 @@ func TestSessionEgress(t *testing.T) {
 	base := "http://" + addr
 	do := func(method, path, body string, out any) int {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		code, b := request(t, base, method, path, body)
 		if out != nil && len(b) > 0 {
-			if err := json.Unmarshal(b, out); err != nil {
+			if err := json.Unmarshal([]byte(b), out); err != nil {
 				t.Fatalf("%s %s: %v: %s", method, path, err, b)
 			}
 		}
-		if resp.StatusCode >= 300 && out == nil {
-			t.Logf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		if code >= 300 && out == nil {
+			t.Logf("%s %s: %d %s", method, path, code, b)
 		}
-		return resp.StatusCode
+		return code
 	}
 	run := func(session, command string) api.Response {
 		t.Helper()

@@ -175,6 +175,26 @@ func startServe(t *testing.T, in install, newNet bool, args ...string) (addr str
 	return startServeEnv(t, in, newNet, nil, args...)
 }
 
+// request sends method path to the daemon at base (a JSON body if body is
+// not empty) and returns the status and the body of the answer.
+func request(t *testing.T, base, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // startServeEnv is startServe with env added to the daemon's environment.
 func startServeEnv(t *testing.T, in install, newNet bool, env []string, args ...string) (addr string, log *serveLog) {
 	t.Helper()
