@@ -112,3 +112,16 @@ func ExampleElide() {
 	fmt.Printf("%q\n", box.Elide(1234))
 	// Output: "\n[... jaild: 1234 bytes of output elided ...]\n"
 }
+
+// TestLimitsOr: Or fills only the zero fields, and WithDefaults is Or of
+// the defaults.
+func TestLimitsOr(t *testing.T) {
+	def := box.Limits{Memory: 1, Pids: 2, CPUs: 3, TmpfsSize: 4}
+	if got, want := (box.Limits{Pids: 20, CPUs: 0.5}).Or(def), (box.Limits{Memory: 1, Pids: 20, CPUs: 0.5, TmpfsSize: 4}); got != want {
+		t.Errorf("Or: %+v, want %+v", got, want)
+	}
+	want := box.Limits{Memory: box.DefaultMemory, Pids: box.DefaultPids, CPUs: box.DefaultCPUs, TmpfsSize: box.DefaultTmpfsSize}
+	if got := (box.Limits{}).WithDefaults(); got != want {
+		t.Errorf("WithDefaults: %+v, want %+v", got, want)
+	}
+}

@@ -50,17 +50,22 @@ type Limits struct {
 
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {
+	return l.Or(Limits{Memory: DefaultMemory, Pids: DefaultPids, CPUs: DefaultCPUs, TmpfsSize: DefaultTmpfsSize})
+}
+
+// Or returns l with every zero field set to def's.
+func (l Limits) Or(def Limits) Limits {
 	if l.Memory == 0 {
-		l.Memory = DefaultMemory
+		l.Memory = def.Memory
 	}
 	if l.Pids == 0 {
-		l.Pids = DefaultPids
+		l.Pids = def.Pids
 	}
 	if l.CPUs == 0 {
-		l.CPUs = DefaultCPUs
+		l.CPUs = def.CPUs
 	}
 	if l.TmpfsSize == 0 {
-		l.TmpfsSize = DefaultTmpfsSize
+		l.TmpfsSize = def.TmpfsSize
 	}
 	return l
 }

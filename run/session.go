@@ -33,18 +33,7 @@ func sessionSpec(m *session.Manager, req Request, background bool, s *jail.Spec,
 	if err != nil {
 		return SessionError(err)
 	}
-	l := sess.Limits()
-	fill := func(v *int64, d int64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	fill(&s.Limits.Memory, l.Memory)
-	fill(&s.Limits.Pids, l.Pids)
-	fill(&s.Limits.TmpfsSize, l.TmpfsSize)
-	if s.Limits.CPUs == 0 {
-		s.Limits.CPUs = l.CPUs
-	}
+	s.Limits = s.Limits.Or(sess.Limits())
 	if background {
 		if s.Timeout == 0 {
 			s.Timeout = m.MaxJobTimeout()

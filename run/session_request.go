@@ -111,7 +111,7 @@ func (s *Sessions) options(req *SessionRequest) (session.Options, error) {
 		return o, err
 	}
 	def, _, _ := s.Max.Defaults()
-	o.Limits = fill(req.Limits, def)
+	o.Limits = req.Limits.Or(def)
 	if err := o.Limits.Within(s.Max.Limits); err != nil {
 		return o, err
 	}
@@ -121,23 +121,6 @@ func (s *Sessions) options(req *SessionRequest) (session.Options, error) {
 	}
 	o.Egress = eg
 	return o, nil
-}
-
-// fill returns l with its unset fields def's.
-func fill(l, def box.Limits) box.Limits {
-	if l.Memory == 0 {
-		l.Memory = def.Memory
-	}
-	if l.Pids == 0 {
-		l.Pids = def.Pids
-	}
-	if l.CPUs == 0 {
-		l.CPUs = def.CPUs
-	}
-	if l.TmpfsSize == 0 {
-		l.TmpfsSize = def.TmpfsSize
-	}
-	return l
 }
 
 // SetEnv checks req and changes its session's environment; a refusal is
@@ -184,7 +167,7 @@ func decided(ctx context.Context, p *policy.Engine, requestID string, in policy.
 	if d.Allow {
 		return nil
 	}
-	return &api.DeniedError{Message: d.Message, Reasons: d.Reasons, DeniedCommand: d.DeniedCommand}
+	return deniedError(&d)
 }
 
 // refusedSession writes the record of a session creation refused.
