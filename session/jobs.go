@@ -295,19 +295,25 @@ type stream struct {
 	head    []byte
 	tail    []byte // the bytes [total-len(tail), total), at most 2*tailMax
 	total   int64
-	grew    chan struct{} // closed (and replaced) by the next write
+	grew    chan struct{} // closed by the next write; nil while no one waits
 }
 
 func newStream(max int64) *stream {
-	return &stream{headMax: int(max / 2), tailMax: int(max - max/2), grew: make(chan struct{})}
+	return &stream{headMax: int(max / 2), tailMax: int(max - max/2)}
 }
 
 // past reports whether the stream has bytes at or past offset off, or
-// returns a channel closed by the next write that brings some.
+// else returns a channel closed by the next write.
 func (b *stream) past(off int64) (bool, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.total > off, b.grew
+	if b.total > off {
+		return true, nil
+	}
+	if b.grew == nil {
+		b.grew = make(chan struct{})
+	}
+	return false, b.grew
 }
 
 // Write implements io.Writer; it never fails.
@@ -319,8 +325,10 @@ func (b *stream) Write(p []byte) (int, error) {
 		return 0, nil
 	}
 	b.total += int64(n)
-	close(b.grew)
-	b.grew = make(chan struct{})
+	if b.grew != nil {
+		close(b.grew)
+		b.grew = nil
+	}
 	if k := min(b.headMax-len(b.head), len(p)); k > 0 {
 		b.head = append(b.head, p[:k]...)
 		p = p[k:]
