@@ -17,6 +17,7 @@ import (
 	"github.com/jaild/jaild/policy"
 	"github.com/jaild/jaild/run"
 	"github.com/jaild/jaild/session"
+	"github.com/jaild/jaild/session/files"
 )
 
 // The session endpoints (api/session.go lists them). A session belongs to
@@ -110,6 +111,20 @@ func (s *Server) withSession(next http.Handler) http.Handler {
 		defer done()
 		next.ServeHTTP(w, r.WithContext(session.NewContext(r.Context(), sess)))
 	})
+}
+
+// NewFilesHandler is the files API for Options.Files: it serves the
+// workspace of the session that the server put in the request's context
+// (see withSession), with o.
+func NewFilesHandler(o files.Options) *files.Handler {
+	return files.NewHandler(func(r *http.Request) (files.Root, error) {
+		s, ok := session.FromContext(r.Context())
+		if !ok {
+			return files.Root{}, errors.New("files: no session in the request's context")
+		}
+		uid, gid := s.HostIDs()
+		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, WorkDir: s.WorkDir(), Size: s.Size(), Closing: s.Closing()}, nil
+	}, o)
 }
 
 // session finds the caller's session {id}, or answers 404.

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -158,14 +156,7 @@ func newFilesHandler(c *cli.Context, o files.Options) (*files.Handler, *cgroup.P
 		return nil, nil, command.ExitError(fmt.Errorf("%w: %w", box.ErrUnsupported, err))
 	}
 	o.Charge = g
-	return files.NewHandler(func(r *http.Request) (files.Root, error) {
-		s, ok := session.FromContext(r.Context())
-		if !ok {
-			return files.Root{}, errors.New("files: no session in the request's context")
-		}
-		uid, gid := s.HostIDs()
-		return files.Root{Dir: s.Dir(), UID: uid, GID: gid, WorkDir: s.WorkDir(), Size: s.Size(), Closing: s.Closing()}, nil
-	}, o), parent, nil
+	return server.NewFilesHandler(o), parent, nil
 }
 
 // newSessions starts the session manager over the worker: its workspaces

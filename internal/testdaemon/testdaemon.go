@@ -14,9 +14,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -97,7 +95,7 @@ func Start(t testing.TB, o Options) *Daemon {
 		Base:     jm,
 		Sessions: d.sessions,
 		Chain:    run.ChainOptions{Audit: audit, WorkDir: o.WorkDir},
-		Server:   server.Options{Tokens: tokens, Files: files.NewHandler(sessionRoot, files.Options{})},
+		Server:   server.Options{Tokens: tokens, Files: server.NewFilesHandler(files.Options{})},
 	}
 	d.serve(t, cfg)
 	return d
@@ -120,17 +118,6 @@ func (d *Daemon) serve(t testing.TB, cfg server.Config) {
 			t.Errorf("server: %v", err)
 		}
 	})
-}
-
-// sessionRoot is the files API's workspace: that of the caller's session,
-// which the server has put in the request's context, as jaild serve's.
-func sessionRoot(r *http.Request) (files.Root, error) {
-	s, ok := session.FromContext(r.Context())
-	if !ok {
-		return files.Root{}, errors.New("testdaemon: no session in the request's context")
-	}
-	uid, gid := s.HostIDs()
-	return files.Root{Dir: s.Dir(), UID: uid, GID: gid, WorkDir: s.WorkDir(), Size: s.Size(), Closing: s.Closing()}, nil
 }
 
 // Dir is the host directory of session id's workspace; empty if the
