@@ -14,7 +14,9 @@
 // runc's masked and read-only /proc paths. The root is read-only (package
 // rootfs); the working directory (/work, or Config.WorkDir: the default
 // cwd and HOME) and /tmp are size-capped tmpfs mounts that vanish with the
-// sandbox. Memory (no swap), pids and CPU limits are set on the sandbox's
+// sandbox. /dev holds the usual six device nodes; where the kernel allows
+// it, it is one read-only tmpfs that jaild fills once and every sandbox
+// binds (see devdir.go). Memory (no swap), pids and CPU limits are set on the sandbox's
 // cgroup before the command starts, under a parent cgroup with an aggregate
 // budget (package cgroup). The environment is fixed plus what the caller
 // passes; nothing of jaild's own environment leaks in.
@@ -72,8 +74,10 @@
 // The workspace's slot record lists its live sandboxes, so a sweep after a
 // crash removes them, and a tmpfs mounted on the host. A workspace made
 // [WithPrestart] keeps one sandbox started for its next run, waiting in the
-// pool's init, and up to three while its runs come back to back or at once
-// (see workspacewarm.go). Package session
+// pool's init, and up to three while its runs come back to back or at once,
+// and none once it has run nothing for [Config.PrestartIdle] (dormant: no
+// process, no cgroup; its next run builds a sandbox and wakes it; see
+// workspacewarm.go). Package session
 // builds sessions on it; docs/sessions.md explains the choices.
 //
 // # Egress

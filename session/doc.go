@@ -70,7 +70,8 @@
 // with a timeout up to [Config.MaxJobTimeout]. Its output is kept as it
 // arrives, bounded like a call's (head and tail with [box.Elide]'s marker
 // between), and can be read from an offset while it runs ([Session.Job]);
-// [Session.Wait] blocks until it ends, [Session.Kill] kills it. A running
+// [Session.Wait] blocks until it ends, [Session.WaitOutput] until it ends
+// or writes past an offset, [Session.Kill] kills it. A running
 // job keeps its session from expiring for idleness.
 //
 // # Where the workspaces are
