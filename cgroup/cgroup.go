@@ -132,7 +132,7 @@ func readKey(file, key string) (uint64, error) {
 	if file == "" {
 		return 0, os.ErrNotExist
 	}
-	data, err := os.ReadFile(file)
+	data, err := readSmall(file)
 	if err != nil {
 		return 0, err
 	}
@@ -208,12 +208,40 @@ func (g *Group) v1File(ctrl, file string) string {
 	return ""
 }
 
+// readSmall reads a cgroup file of a few lines, with bare system calls:
+// os.ReadFile would register the file with Go's poller (cgroupfs files
+// can be polled), a round of calls each, and a run's answer waits for
+// four of them (Read).
+func readSmall(file string) ([]byte, error) {
+	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: file, Err: err}
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, &os.PathError{Op: "read", Path: file, Err: err}
+		case n == 0:
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
 // readUint reads a cgroup file holding one unsigned number.
 func readUint(file string) (uint64, error) {
 	if file == "" {
 		return 0, os.ErrNotExist
 	}
-	data, err := os.ReadFile(file)
+	data, err := readSmall(file)
 	if err != nil {
 		return 0, err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +49,7 @@ type sandbox struct {
 	join *wsJoin
 	// pins hold the namespaces and the executable of the sandbox's init
 	// open from its command's start until Destroy (see pin).
-	pins []*os.File
+	pins []int
 	// init is the process started in the sandbox, nil until one is.
 	init *initProc
 }
@@ -242,19 +244,32 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader, pin bool) 
 }
 
 // pinInit pins the namespaces of the sandbox's init, once (see pin).
-func (s *sandbox) pinInit() {
+func (s *sandbox) pinInit() { s.pin(s.procDir()) }
+
+// procDir opens the /proc directory of the sandbox's init, for pin, or
+// returns -1 if it is pinned already or cannot be opened. The directory
+// stands for that process: should it end and its pid be taken by
+// another, what is opened in it fails rather than find the other's.
+func (s *sandbox) procDir() int {
 	if s.pins != nil || s.init == nil {
-		return
+		return -1
 	}
-	if pid, err := s.init.p.Pid(); err == nil {
-		s.pin(pid)
+	pid, err := s.init.p.Pid()
+	if err != nil {
+		return -1
 	}
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
 }
 
-// pin opens the namespaces and the executable of the sandbox's init, pid,
-// and keeps them until Destroy, so that the kernel's work of ending them
-// happens there, after the answer (see teardown.go), rather than on the
-// way to it (docs/performance.md has the figures):
+// pin opens the namespaces and the executable of the sandbox's init in
+// its /proc directory dir (procDir; pin closes it), and keeps them until
+// Destroy, so that the kernel's work of ending them happens there, after
+// the answer (see teardown.go), rather than on the way to it
+// (docs/performance.md has the figures):
 //
 //   - A namespace ends when its last reference goes: unpinned, when the
 //     command exits, and the exit of the container's pid 1 (unmounting the
@@ -266,25 +281,32 @@ func (s *sandbox) pinInit() {
 //     to user space then tears the overlay down, waiting out an expedited
 //     RCU grace period in uninterruptible sleep.
 //
-// Best effort: what cannot be opened ends as it would have.
-func (s *sandbox) pin(pid int) {
+// Best effort: what cannot be opened (the init has ended) ends as it would
+// have. The pins are bare descriptors: nothing reads them, and an *os.File
+// would cost each a round with Go's poller.
+func (s *sandbox) pin(dir int) {
+	if dir < 0 {
+		return
+	}
+	defer unix.Close(dir)
+	open := func(path string) {
+		if fd, err := unix.Openat(dir, path, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			s.pins = append(s.pins, fd)
+		}
+	}
 	for _, ns := range s.c.Config().Namespaces {
 		if ns.Path != "" {
 			continue // joined, not the sandbox's own
 		}
-		if f, err := os.Open(ns.GetPath(pid)); err == nil {
-			s.pins = append(s.pins, f)
-		}
+		open("ns/" + configs.NsName(ns.Type))
 	}
-	if f, err := os.Open(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
-		s.pins = append(s.pins, f)
-	}
+	open("exe")
 }
 
 // unpin closes the pins.
 func (s *sandbox) unpin() {
-	for _, f := range s.pins {
-		f.Close()
+	for _, fd := range s.pins {
+		unix.Close(fd)
 	}
 	s.pins = nil
 }

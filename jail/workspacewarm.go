@@ -402,13 +402,16 @@ func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File)
 		defer relay.Close()
 		files = 1
 	}
-	// Pinned before the command can end (see pin).
-	w.sb.pinInit()
+	// Pinned (see pin) while the init execs the command, off the way to
+	// the answer: a command that ends first only leaves the work of its
+	// end where it would be unpinned.
+	proc := w.sb.procDir()
 	w.r.started = time.Now()
 	_, err := w.ctl.Write(poolMessage(cmd, files, w.sb.m.workDir))
 	if err == nil {
 		err = shutdownWrite(w.ctl)
 	}
+	w.sb.pin(proc)
 	if err != nil {
 		w.closePipes()
 		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)

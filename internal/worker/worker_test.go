@@ -166,6 +166,24 @@ func TestRunCrossesTheWire(t *testing.T) {
 	}
 }
 
+// TestLargeSpecCrossesTheWire sends specs on both sides of the run socket's
+// buffer: a small one goes before the socket, a 2 MiB one (its env) only
+// partly, the rest after the worker has the socket. Each arrives whole.
+func TestLargeSpecCrossesTheWire(t *testing.T) {
+	p := pair(t, fake{})
+	for _, size := range []int{10, 200 << 10, 2 << 20} {
+		env := []string{"A=" + strings.Repeat("x", size), "B=y"}
+		spec := &jail.Spec{Command: box.Command{Args: []string{"echo"}, Env: env, MaxOutput: 4 << 20}}
+		res, err := p.run(context.Background(), spec, "")
+		if err != nil {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		if res.Stderr != strings.Join(env, ",") {
+			t.Errorf("%d bytes: the worker saw an env of %d bytes, want %d", size, len(res.Stderr), len(strings.Join(env, ",")))
+		}
+	}
+}
+
 func TestErrorsKeepTheirIdentity(t *testing.T) {
 	p := pair(t, fake{})
 	var invalid *box.InvalidError
