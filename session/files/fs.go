@@ -11,8 +11,7 @@ import (
 
 // Root is a workspace as the daemon knows it: the host path of its tmpfs
 // and the host uid and gid that its files are created with (those of the
-// sandbox user of the session's uid range: session.Session.HostIDs; or
-// [RootOf] reads them from the workspace's root directory).
+// sandbox user of the session's uid range: session.Session.HostIDs).
 type Root struct {
 	Dir      string
 	UID, GID int
@@ -31,20 +30,6 @@ type Root struct {
 	// must let go at once (the session's removal has begun,
 	// session.Session.Closing): the Handler then cuts its transfer.
 	Closing <-chan struct{}
-}
-
-// RootOf returns the Root of the workspace mounted at dir, owned by the
-// ids its root directory has: the sandbox user's, which jail.Workspace
-// mounts it with.
-func RootOf(dir string) (Root, error) {
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return Root{}, fmt.Errorf("files: workspace %s: %w", dir, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return Root{}, fmt.Errorf("files: workspace %s is not a directory", dir)
-	}
-	return Root{Dir: dir, UID: int(st.Uid), GID: int(st.Gid)}, nil
 }
 
 // The resolve flags of every lookup of a path a caller gave.
