@@ -102,7 +102,8 @@ check "helm lint --strict" "$HELM" lint --strict "$CHART"
 check "helm lint --strict (StatefulSet, HPA, every option on)" "$HELM" lint --strict "$CHART" \
 	--set kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,namespace.name=jaild-lint,policy.configMap=jaild-policy \
 	--set monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true \
-	--set tls.certManager.enabled=true,tls.certManager.issuerRef.name=ca
+	--set tls.certManager.enabled=true,tls.certManager.issuerRef.name=ca \
+	--set 'fleetKey.acceptSecrets[0].name=jaild-fleet-key,fleetKey.acceptSecrets[0].key=next'
 
 # The renders: name, then helm's --set values. Each renders into the
 # namespace v-NAME, made below, or the one it creates (namespace.create).
@@ -115,7 +116,8 @@ variants=(
 	"cert-manager|tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca"
 	"namespace|namespace.create=true,namespace.name=jaild-ns"
 	"policy|policy.configMap=jaild-policy"
-	"everything|kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,namespace.name=jaild-everything,policy.configMap=jaild-policy,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true,tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca"
+	"fleet-accept|fleetKey.acceptSecrets[0].name=jaild-fleet-key,fleetKey.acceptSecrets[0].key=next,fleetKey.acceptSecrets[1].name=jaild-fleet-key-old"
+	"everything|kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,namespace.name=jaild-everything,policy.configMap=jaild-policy,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true,tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca,fleetKey.acceptSecrets[0].name=jaild-fleet-key,fleetKey.acceptSecrets[0].key=next"
 )
 # The kinds each render must hold, sorted.
 declare -A kinds=(
@@ -127,6 +129,7 @@ declare -A kinds=(
 	[cert-manager]="Certificate DaemonSet Service Service"
 	[namespace]="DaemonSet Namespace Service Service"
 	[policy]="DaemonSet Service Service"
+	[fleet-accept]="DaemonSet Service Service"
 	[everything]="Certificate ConfigMap HorizontalPodAutoscaler Namespace PodDisruptionBudget PrometheusRule Service Service ServiceMonitor StatefulSet"
 )
 mkdir -p "$WORK/render"
@@ -161,6 +164,8 @@ check "cert-manager: the Certificate writes the Secret the pods mount" \
 	eval 'has cert-manager "secretName: jaild-tls" && has cert-manager "issuerRef:"'
 check "policy: --policy-dir from the ConfigMap" \
 	eval 'has policy --policy-dir=/etc/jaild/policy && has policy "name: jaild-policy"'
+check "fleet-accept: --fleet-key-accept per accepted key, each its Secret's key mounted" \
+	eval 'has fleet-accept --fleet-key-accept=/etc/jaild/fleet-accept/0/next && has fleet-accept --fleet-key-accept=/etc/jaild/fleet-accept/1/key && has fleet-accept "secretName: jaild-fleet-key-old" && hasnt daemonset --fleet-key-accept'
 check "namespace: PodSecurity enforce=privileged" \
 	eval 'has namespace "pod-security.kubernetes.io/enforce: privileged"'
 
@@ -173,6 +178,10 @@ refuse "guard: kind Deployment" 'kind "Deployment": DaemonSet or StatefulSet' \
 	"$HELM" template jaild "$CHART" --set kind=Deployment
 refuse "guard: cert-manager without an issuer" "tls.certManager.issuerRef.name is required" \
 	"$HELM" template jaild "$CHART" --set tls.certManager.enabled=true
+refuse "guard: the signing key also accepted" "is the signing key (fleetKey.existingSecret)" \
+	"$HELM" template jaild "$CHART" --set 'fleetKey.acceptSecrets[0].name=jaild-fleet-key'
+refuse "guard: an accepted key without its Secret's name" "each needs the name of its Secret" \
+	"$HELM" template jaild "$CHART" --set 'fleetKey.acceptSecrets[0].key=next'
 refuse "guard: a drain timeout in days" 'duration "2d"' \
 	"$HELM" template jaild "$CHART" --set serve.drainTimeout=2d
 
