@@ -222,3 +222,10 @@ func mustSetKeys(t *testing.T, rt *Router, keys ...[]byte) {
 		t.Fatal(err)
 	}
 }
+
+func TestKeyID(t *testing.T) {
+	a, b := KeyID(keyA), KeyID(keyB)
+	if len(a) != 8 || a == b || a != KeyID(append([]byte(nil), keyA...)) {
+		t.Errorf("KeyID: %q for A, %q for B", a, b)
+	}
+}

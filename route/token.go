@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"os"
@@ -145,6 +146,15 @@ func (k *keyring) parse(id string) (t Token, ok bool) {
 // newID is a fresh id naming t.
 func (k *keyring) newID(t Token) string {
 	return k.encode(t) + Sep + uuid.NewString()
+}
+
+// KeyID is a short name of key for logs: daemons that log the same ids
+// hold the same keys, which is how an operator sees a rotation's step
+// reach every daemon. It is a hash of the key under a domain of its own,
+// and tells nothing of the key.
+func KeyID(key []byte) string {
+	sum := sha256.Sum256(append([]byte("jaild fleet key id\x00"), key...))
+	return hex.EncodeToString(sum[:4])
 }
 
 // LoadKey reads a fleet key file: at least MinKeyLen bytes (surrounding

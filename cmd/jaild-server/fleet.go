@@ -98,7 +98,7 @@ func fleetOptions(c *cli.Context, maxBody int64, log *slog.Logger) (*fleetMember
 	if err != nil {
 		return nil, nil, command.UsageError("%v", err)
 	}
-	log.Info("in a fleet: session ids name this daemon", "advertise", ap.String(), "instance", rt.Instance(), "accepted_keys", len(accept))
+	log.Info("in a fleet: session ids name this daemon", append([]any{"advertise", ap.String(), "instance", rt.Instance()}, keyAttrs(key, accept)...)...)
 	return &fleetMember{router: rt, keys: keys}, trusted, nil
 }
 

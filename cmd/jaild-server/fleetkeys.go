@@ -126,5 +126,14 @@ func (k *fleetKeys) reload(rt *route.Router) {
 		k.log.Warn("fleet key files changed but cannot be loaded; keeping the keys in use", "err", err)
 		return
 	}
-	k.log.Info("fleet keys reloaded", "accepted_keys", len(accept))
+	k.log.Info("fleet keys reloaded", keyAttrs(sign, accept)...)
+}
+
+// keyAttrs name the keys in a log line, by their route.KeyID.
+func keyAttrs(sign []byte, accept [][]byte) []any {
+	ids := []string{}
+	for _, a := range accept {
+		ids = append(ids, route.KeyID(a))
+	}
+	return []any{"sign_key", route.KeyID(sign), "accept_keys", ids}
 }
