@@ -376,6 +376,26 @@ refuse "create --validate=strict: StatefulSet with podManagementPolicies" 'unkno
 refuse "create --validate=strict: Certificate with dnsName" 'unknown field "spec.dnsName"' \
 	typo_create cert-manager Certificate 'dnsNames:' 'dnsName:'
 
+# ---------------------------------------------------------------- fleet key
+# docs/kubernetes.md's rotation commands, against the server: the Secret's
+# keys are what each step says, and each is a key jaild loads (at least 32
+# bytes once the white space around it is trimmed).
+say "fleet key rotation"
+fk() { k -n v-fleet-accept get secret jaild-fleet-key -o jsonpath="{.data.$1}"; }
+fkok() { [ "$(fk "$1" | base64 -d | tr -d ' \t\n\r\v\f' | wc -c)" -ge 32 ]; }
+fkpatch() { k -n v-fleet-accept patch secret jaild-fleet-key -p "$1" > /dev/null; }
+check "fleet key Secret made as docs/kubernetes.md says" eval \
+	'k -n v-fleet-accept create secret generic jaild-fleet-key --from-file=key=<(head -c32 /dev/urandom | base64) > /dev/null && fkok key'
+check "step 1: a standing next key" eval \
+	'fkpatch "{\"stringData\":{\"next\":\"$(head -c32 /dev/urandom | base64)\"}}" && fkok next && [ "$(fk next)" != "$(fk key)" ]'
+fk_old=$(fk key) fk_new=$(fk next)
+check "step 2: sign with the next key, accept the old one" eval \
+	'key=$(fk key) next=$(fk next) && fkpatch "{\"data\":{\"key\":\"$next\",\"next\":\"$key\"}}" &&
+	[ "$(fk key)" = "$fk_new" ] && [ "$(fk next)" = "$fk_old" ]'
+check "step 3: the old key dropped for a fresh next one" eval \
+	'fkpatch "{\"stringData\":{\"next\":\"$(head -c32 /dev/urandom | base64)\"}}" && fkok next &&
+	[ "$(fk key)" = "$fk_new" ] && [ "$(fk next)" != "$fk_old" ] && [ "$(fk next)" != "$fk_new" ]'
+
 # ---------------------------------------------------------------- helm install
 # Helm itself against the server: install (the release stored as a
 # Secret), an upgrade that changes the kind and turns the options on,
