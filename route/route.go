@@ -142,6 +142,7 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Key, cfg.AcceptKeys = nil, nil // the keyring holds them, SetKeys changes them
 	rt := &Router{cfg: cfg, log: cfg.Logger}
 	rt.keys.Store(keys)
 	rt.self.Addr = netip.AddrPortFrom(cfg.Advertise.Addr().Unmap(), cfg.Advertise.Port())
