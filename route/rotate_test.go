@@ -229,3 +229,45 @@ func TestKeyID(t *testing.T) {
 		t.Errorf("KeyID: %q for A, %q for B", a, b)
 	}
 }
+
+// TestSetKeysWhileServing: keys swapped while requests are routed (run
+// with -race): every state the swaps go through accepts both keys, so no
+// request is ever served by the wrong daemon.
+func TestSetKeysWhileServing(t *testing.T) {
+	f := newFleet(t, 2, nil)
+	ids := []string{f.rts[1].NewID()}
+	mustSetKeys(t, f.rts[1], keyB, keyA)
+	ids = append(ids, f.rts[1].NewID())
+	mustSetKeys(t, f.rts[0], keyA, keyB)
+	stop := make(chan struct{})
+	swapped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { swapped <- n }()
+		for ; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			keys := [][][]byte{{keyA, keyB}, {keyB, keyA}}[n%2]
+			if err := f.rts[0].SetKeys(keys[0], keys[1:]); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i := range 200 {
+		id := ids[i%2]
+		resp, _ := do(t, "GET", f.srvs[0].URL+"/sessions/"+id+"/jobs", "")
+		if resp.StatusCode != 200 || resp.Header.Get(NodeHeader) != f.rts[1].Instance() {
+			t.Fatalf("request %d: %d from %q, want node 1", i, resp.StatusCode, resp.Header.Get(NodeHeader))
+		}
+		r := <-f.got[1]
+		if _, ok := f.rts[1].ForwardedPeer(r); !ok {
+			t.Fatalf("request %d: node 1 refused the forwarded header", i)
+		}
+	}
+	close(stop)
+	t.Logf("%d swaps while serving 200 requests", <-swapped)
+}
