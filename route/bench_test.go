@@ -52,3 +52,28 @@ func BenchmarkHop(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkParse: the route token check every request with a session id
+// pays, with the id under the signing key and, in a rotation, under the
+// last of the accepted keys (every key before it is tried first).
+func BenchmarkParse(b *testing.B) {
+	accept := [][]byte{[]byte("accepted key one, 32 bytes at least"), []byte("accepted key two, 32 bytes at least")}
+	rt, err := New(Config{Key: testKey, AcceptKeys: accept, Advertise: netip.MustParseAddrPort("10.213.0.2:8080")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	last, err := newKeyring(accept[1], nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct{ name, id string }{{"signing key", rt.NewID()}, {"third key", last.newID(rt.self)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			keys := rt.keys.Load()
+			for b.Loop() {
+				if _, ok := keys.parse(bc.id); !ok {
+					b.Fatal("parse failed")
+				}
+			}
+		})
+	}
+}

@@ -15,6 +15,13 @@
 // Mcp-Session-Id header) and serves it locally when the token names this
 // daemon's instance, or sends it once to the daemon it names.
 //
+// A daemon signs with one fleet key and may accept others besides it
+// (Config.AcceptKeys, Router.SetKeys): a token or forwarded header holds if
+// its MAC verifies under any of them. That is how a fleet rotates its key
+// without a session failing its check: every daemon first accepts the new
+// key, then signs with it while accepting the old one, and drops the old
+// one once the ids minted under it are gone (docs/fleet.md).
+//
 // The MAC is what keeps forwarding from being a way to make a root daemon
 // connect to any address a caller chooses: a token whose MAC fails is never
 // followed (the request is served locally, where the id is unknown: 404).

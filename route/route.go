@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
@@ -21,6 +20,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jaild/jaild/api"
@@ -54,8 +54,15 @@ const (
 // zero field means its default.
 type Config struct {
 	// Key is the fleet key (LoadKey), the same on every daemon of the
-	// fleet: the MAC key of route tokens and forwarded headers.
+	// fleet: the MAC key of route tokens and forwarded headers. It signs
+	// (ids this daemon mints, headers it sends) and is accepted.
 	Key []byte
+	// AcceptKeys are keys, besides Key, under which route tokens and
+	// forwarded headers are accepted, never signed: the keys of a
+	// rotation (the next key before every daemon signs with it, the old
+	// one while ids minted under it live). None may equal Key or
+	// another. Nil: Key alone.
+	AcceptKeys [][]byte
 	// Advertise is where peers reach this daemon: a specific address,
 	// not 0.0.0.0 or a multicast one.
 	Advertise netip.AddrPort
@@ -94,7 +101,7 @@ type Config struct {
 // id names. It is safe for concurrent use.
 type Router struct {
 	cfg   Config
-	keys  keyring
+	keys  atomic.Pointer[keyring] // swapped whole by SetKeys
 	self  Token
 	node  string // hex instance id, for NodeHeader
 	proxy *httputil.ReverseProxy
@@ -107,8 +114,9 @@ type Router struct {
 
 // New checks cfg and returns a Router with a fresh instance id.
 func New(cfg Config) (*Router, error) {
-	if len(cfg.Key) < MinKeyLen {
-		return nil, fmt.Errorf("route: fleet key of %d bytes, want at least %d", len(cfg.Key), MinKeyLen)
+	keys, err := newKeyring(cfg.Key, cfg.AcceptKeys)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkAdvertise(cfg.Advertise); err != nil {
 		return nil, err
@@ -134,7 +142,9 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	rt := &Router{cfg: cfg, keys: keyring{key: bytes.Clone(cfg.Key)}, log: cfg.Logger}
+	cfg.Key, cfg.AcceptKeys = nil, nil // the keyring holds them, SetKeys changes them
+	rt := &Router{cfg: cfg, log: cfg.Logger}
+	rt.keys.Store(keys)
 	rt.self.Addr = netip.AddrPortFrom(cfg.Advertise.Addr().Unmap(), cfg.Advertise.Port())
 	if _, err := rand.Read(rt.self.Instance[:]); err != nil {
 		return nil, fmt.Errorf("route: instance id: %w", err)
@@ -157,11 +167,24 @@ func checkAdvertise(a netip.AddrPort) error {
 	return nil
 }
 
+// SetKeys makes key the signing key and accept the other accepted keys,
+// as Config.Key and Config.AcceptKeys, from the next request on: a
+// daemon steps through a key rotation without restarting, and so without
+// losing its sessions. On an error the keys in use are kept.
+func (rt *Router) SetKeys(key []byte, accept [][]byte) error {
+	keys, err := newKeyring(key, accept)
+	if err != nil {
+		return err
+	}
+	rt.keys.Store(keys)
+	return nil
+}
+
 // Instance is this daemon's instance id, as NodeHeader carries it.
 func (rt *Router) Instance() string { return rt.node }
 
 // NewID is a fresh session id that routes to this daemon.
-func (rt *Router) NewID() string { return rt.keys.newID(rt.self) }
+func (rt *Router) NewID() string { return rt.keys.Load().newID(rt.self) }
 
 // Handler serves r locally when its session id is this daemon's (or it has
 // none, or none whose MAC holds), and forwards it otherwise. peer returns
@@ -190,7 +213,7 @@ func (rt *Router) Handler(next http.Handler, peer func(*http.Request) string) ht
 			rt.local(w, r, next)
 			return
 		}
-		t, ok := rt.keys.parse(id)
+		t, ok := rt.keys.Load().parse(id)
 		if !ok {
 			if strings.Contains(id, Sep) {
 				rt.log.Warn("session id with a route token that fails its check: served as unknown", "path", r.URL.Path)
@@ -396,37 +419,43 @@ func writeForwardFailed(w http.ResponseWriter, node string) {
 }
 
 // forwardedValue is the ForwardedHeader of a request forwarded at t on
-// behalf of peer: "peer;unix-seconds;mac". The MAC binds the request line,
-// so a header seen on one request cannot be moved to another.
+// behalf of peer: "peer;unix-seconds;mac", under the signing key. The MAC
+// binds the request line, so a header seen on one request cannot be moved
+// to another.
 func (rt *Router) forwardedValue(peer string, t time.Time, method, path string) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	mac := rt.keys.mac(fwdDomain, []byte(peer), []byte{0}, []byte(ts), []byte{0}, []byte(method), []byte{0}, []byte(path))
+	mac := rt.keys.Load().mac(fwdDomain, forwardedParts(peer, ts, method, path)...)
 	return peer + ";" + ts + ";" + base64.RawURLEncoding.EncodeToString(mac[:macLen])
 }
 
+func forwardedParts(peer, ts, method, path string) [][]byte {
+	return [][]byte{[]byte(peer), {0}, []byte(ts), {0}, []byte(method), {0}, []byte(path)}
+}
+
 // ForwardedPeer reports whether r was forwarded by a daemon of the fleet
-// (its ForwardedHeader holds, and is recent), and the caller's address that
-// daemon resolved. A header that does not hold is ignored: a caller cannot
-// claim another address, nor keep its request from being routed.
+// (its ForwardedHeader holds under one of the accepted keys, and is
+// recent), and the caller's address that daemon resolved. A header that
+// does not hold is ignored: a caller cannot claim another address, nor
+// keep its request from being routed.
 func (rt *Router) ForwardedPeer(r *http.Request) (string, bool) {
 	v := r.Header.Get(ForwardedHeader)
 	if v == "" {
 		return "", false
 	}
-	rest, _, ok1 := cutLast(v, ";")
+	rest, enc, ok1 := cutLast(v, ";")
 	peer, ts, ok2 := cutLast(rest, ";")
-	if !ok1 || !ok2 {
+	if !ok1 || !ok2 || len(enc) != base64.RawURLEncoding.EncodedLen(macLen) {
 		return "", false
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
+	if err != nil || strconv.FormatInt(sec, 10) != ts { // one spelling per time: "+5", "05" are not it
 		return "", false
 	}
 	if d := time.Since(time.Unix(sec, 0)); d > forwardedSkew || d < -forwardedSkew {
 		return "", false
 	}
-	want := rt.forwardedValue(peer, time.Unix(sec, 0), r.Method, r.URL.Path)
-	if subtle.ConstantTimeCompare([]byte(want), []byte(v)) != 1 {
+	sum, err := base64.RawURLEncoding.Strict().DecodeString(enc)
+	if err != nil || !rt.keys.Load().verify(sum, fwdDomain, forwardedParts(peer, ts, r.Method, r.URL.Path)...) {
 		return "", false
 	}
 	return peer, true

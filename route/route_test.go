@@ -37,7 +37,7 @@ func TestIDs(t *testing.T) {
 		if len(id) > 128 || url.PathEscape(id) != id || strings.Contains(id, "/") {
 			t.Errorf("%s: id %q: longer than 128 or not path safe", addr, id)
 		}
-		tok, ok := rt.keys.parse(id)
+		tok, ok := rt.keys.Load().parse(id)
 		if !ok || tok != rt.self {
 			t.Errorf("%s: Parse(%q) = %v %v, want %v", addr, id, tok, ok, rt.self)
 		}
@@ -68,7 +68,7 @@ func TestIDs(t *testing.T) {
 		{"padded", tok + "=" + id[len(tok):]},
 		{"no separator", tok},
 	} {
-		if got, ok := rt.keys.parse(tt.id); ok {
+		if got, ok := rt.keys.Load().parse(tt.id); ok {
 			t.Errorf("%s: Parse(%q) = %v, want no token", tt.name, tt.id, got)
 		}
 	}

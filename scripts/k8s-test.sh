@@ -102,7 +102,8 @@ check "helm lint --strict" "$HELM" lint --strict "$CHART"
 check "helm lint --strict (StatefulSet, HPA, every option on)" "$HELM" lint --strict "$CHART" \
 	--set kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,namespace.name=jaild-lint,policy.configMap=jaild-policy \
 	--set monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true \
-	--set tls.certManager.enabled=true,tls.certManager.issuerRef.name=ca
+	--set tls.certManager.enabled=true,tls.certManager.issuerRef.name=ca \
+	--set 'fleetKey.acceptSecrets[0].name=jaild-fleet-key,fleetKey.acceptSecrets[0].key=next'
 
 # The renders: name, then helm's --set values. Each renders into the
 # namespace v-NAME, made below, or the one it creates (namespace.create).
@@ -115,7 +116,8 @@ variants=(
 	"cert-manager|tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca"
 	"namespace|namespace.create=true,namespace.name=jaild-ns"
 	"policy|policy.configMap=jaild-policy"
-	"everything|kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,namespace.name=jaild-everything,policy.configMap=jaild-policy,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true,tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca"
+	"fleet-accept|fleetKey.acceptSecrets[0].name=jaild-fleet-key,fleetKey.acceptSecrets[0].key=next,fleetKey.acceptSecrets[1].name=jaild-fleet-key-old"
+	"everything|kind=StatefulSet,autoscaling.enabled=true,namespace.create=true,namespace.name=jaild-everything,policy.configMap=jaild-policy,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.grafanaDashboard.enabled=true,tls.certManager.enabled=true,tls.certManager.issuerRef.name=jaild-ca,fleetKey.acceptSecrets[0].name=jaild-fleet-key,fleetKey.acceptSecrets[0].key=next"
 )
 # The kinds each render must hold, sorted.
 declare -A kinds=(
@@ -127,6 +129,7 @@ declare -A kinds=(
 	[cert-manager]="Certificate DaemonSet Service Service"
 	[namespace]="DaemonSet Namespace Service Service"
 	[policy]="DaemonSet Service Service"
+	[fleet-accept]="DaemonSet Service Service"
 	[everything]="Certificate ConfigMap HorizontalPodAutoscaler Namespace PodDisruptionBudget PrometheusRule Service Service ServiceMonitor StatefulSet"
 )
 mkdir -p "$WORK/render"
@@ -161,6 +164,8 @@ check "cert-manager: the Certificate writes the Secret the pods mount" \
 	eval 'has cert-manager "secretName: jaild-tls" && has cert-manager "issuerRef:"'
 check "policy: --policy-dir from the ConfigMap" \
 	eval 'has policy --policy-dir=/etc/jaild/policy && has policy "name: jaild-policy"'
+check "fleet-accept: --fleet-key-accept per accepted key, each its Secret's key mounted" \
+	eval 'has fleet-accept --fleet-key-accept=/etc/jaild/fleet-accept/0/next && has fleet-accept --fleet-key-accept=/etc/jaild/fleet-accept/1/key && has fleet-accept "secretName: jaild-fleet-key-old" && hasnt daemonset --fleet-key-accept'
 check "namespace: PodSecurity enforce=privileged" \
 	eval 'has namespace "pod-security.kubernetes.io/enforce: privileged"'
 
@@ -173,6 +178,10 @@ refuse "guard: kind Deployment" 'kind "Deployment": DaemonSet or StatefulSet' \
 	"$HELM" template jaild "$CHART" --set kind=Deployment
 refuse "guard: cert-manager without an issuer" "tls.certManager.issuerRef.name is required" \
 	"$HELM" template jaild "$CHART" --set tls.certManager.enabled=true
+refuse "guard: the signing key also accepted" "is the signing key (fleetKey.existingSecret)" \
+	"$HELM" template jaild "$CHART" --set 'fleetKey.acceptSecrets[0].name=jaild-fleet-key'
+refuse "guard: an accepted key without its Secret's name" "each needs the name of its Secret" \
+	"$HELM" template jaild "$CHART" --set 'fleetKey.acceptSecrets[0].key=next'
 refuse "guard: a drain timeout in days" 'duration "2d"' \
 	"$HELM" template jaild "$CHART" --set serve.drainTimeout=2d
 
@@ -366,6 +375,26 @@ refuse "create --validate=strict: StatefulSet with podManagementPolicies" 'unkno
 	typo_create statefulset StatefulSet 'podManagementPolicy:' 'podManagementPolicies:'
 refuse "create --validate=strict: Certificate with dnsName" 'unknown field "spec.dnsName"' \
 	typo_create cert-manager Certificate 'dnsNames:' 'dnsName:'
+
+# ---------------------------------------------------------------- fleet key
+# docs/kubernetes.md's rotation commands, against the server: the Secret's
+# keys are what each step says, and each is a key jaild loads (at least 32
+# bytes once the white space around it is trimmed).
+say "fleet key rotation"
+fk() { k -n v-fleet-accept get secret jaild-fleet-key -o jsonpath="{.data.$1}"; }
+fkok() { [ "$(fk "$1" | base64 -d | tr -d ' \t\n\r\v\f' | wc -c)" -ge 32 ]; }
+fkpatch() { k -n v-fleet-accept patch secret jaild-fleet-key -p "$1" > /dev/null; }
+check "fleet key Secret made as docs/kubernetes.md says" eval \
+	'k -n v-fleet-accept create secret generic jaild-fleet-key --from-file=key=<(head -c32 /dev/urandom | base64) > /dev/null && fkok key'
+check "step 1: a standing next key" eval \
+	'fkpatch "{\"stringData\":{\"next\":\"$(head -c32 /dev/urandom | base64)\"}}" && fkok next && [ "$(fk next)" != "$(fk key)" ]'
+fk_old=$(fk key) fk_new=$(fk next)
+check "step 2: sign with the next key, accept the old one" eval \
+	'key=$(fk key) next=$(fk next) && fkpatch "{\"data\":{\"key\":\"$next\",\"next\":\"$key\"}}" &&
+	[ "$(fk key)" = "$fk_new" ] && [ "$(fk next)" = "$fk_old" ]'
+check "step 3: the old key dropped for a fresh next one" eval \
+	'fkpatch "{\"stringData\":{\"next\":\"$(head -c32 /dev/urandom | base64)\"}}" && fkok next &&
+	[ "$(fk key)" = "$fk_new" ] && [ "$(fk next)" != "$fk_old" ] && [ "$(fk next)" != "$fk_new" ]'
 
 # ---------------------------------------------------------------- helm install
 # Helm itself against the server: install (the release stored as a

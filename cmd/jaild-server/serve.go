@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -145,6 +146,9 @@ type serveConfig struct {
 	server server.Options
 	files  files.Options
 	drain  server.DrainOptions
+	// fleetKeys, in a fleet, are the key files reloaded into
+	// server.Fleet while the daemon serves.
+	fleetKeys *fleetKeys
 }
 
 // readServeConfig reads serve's own flags. The fleet's and the MCP
@@ -161,7 +165,7 @@ func readServeConfig(c *cli.Context, d *daemonConfig) (serveConfig, error) {
 		return sc, err
 	}
 	if fleet != nil {
-		d.sessions.NewID = fleet.NewID
+		d.sessions.NewID = fleet.router.NewID
 	}
 	mcpIdle, err := mcpSessionLimits(c, &d.sessions)
 	if err != nil {
@@ -174,7 +178,7 @@ func readServeConfig(c *cli.Context, d *daemonConfig) (serveConfig, error) {
 		d.mcp.SessionIdle = mcpIdle
 		d.mcp.AllowedOrigins = c.StringSlice("allowed-origin")
 		if fleet != nil {
-			d.mcp.SessionID = fleet.NewID
+			d.mcp.SessionID = fleet.router.NewID
 		}
 	} else {
 		d.mcp = nil
@@ -183,7 +187,10 @@ func readServeConfig(c *cli.Context, d *daemonConfig) (serveConfig, error) {
 		return sc, err
 	}
 	sc.server.Logger, sc.server.MaxBodyBytes = d.log, maxBody
-	sc.server.Fleet, sc.server.TrustedProxies = fleet, trustedProxies
+	sc.server.TrustedProxies = trustedProxies
+	if fleet != nil {
+		sc.server.Fleet, sc.fleetKeys = fleet.router, fleet.keys
+	}
 	if c.Duration("drain-timeout") < 0 || c.Duration("drain-idle") < 0 {
 		return sc, command.UsageError("--drain-timeout and --drain-idle must not be negative")
 	}
@@ -230,8 +237,9 @@ func readHTTPOptions(c *cli.Context) (server.Options, error) {
 
 // serveHTTP serves d with sc on ln until the first stop signal (then a
 // drain and a graceful shutdown) or jaild drain, and returns when every
-// run it started has ended. The fleet's loads are polled until then, the
-// drain included: a draining daemon sends new work to its peers.
+// run it started has ended. The fleet's loads are polled, and its key files
+// watched, until then, the drain included: a draining daemon sends new work
+// to its peers, and its sessions are still reached through them.
 func serveHTTP(d *daemon, sc serveConfig, ln net.Listener) error {
 	d.Server = sc.server
 	d.Server.Health = runnerHealth(d.worker)
@@ -241,16 +249,14 @@ func serveHTTP(d *daemon, sc serveConfig, ln net.Listener) error {
 	d.Drain = sc.drain
 	d.Drain.Start = drain
 	pollCtx, stopPoll := context.WithCancel(context.Background())
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		if fleet := sc.server.Fleet; fleet != nil {
-			fleet.Poll(pollCtx)
-		}
-	}()
+	var polls sync.WaitGroup
+	if fleet := sc.server.Fleet; fleet != nil {
+		polls.Go(func() { fleet.Poll(pollCtx) })
+		polls.Go(func() { sc.fleetKeys.watch(pollCtx, fleet) })
+	}
 	err := d.Run(ctx, kill, ln)
 	stopPoll()
-	<-polled
+	polls.Wait()
 	if err != nil {
 		return command.ExitError(fmt.Errorf("serve: %w", err))
 	}
