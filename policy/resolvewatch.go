@@ -128,7 +128,6 @@ func (w *watcher) event(wd int32, mask uint32, name string) {
 			delete(w.byPath, x.path)
 		}
 		delete(w.byWD, wd)
-		w.gen++
 	}
 }
 
@@ -177,13 +176,23 @@ func (w *watcher) add(deps []dep) bool {
 // watchPath watches p as a dep, or as the ancestor of a watched path
 // through its entry next. A new watch, or one that now counts more of its
 // events, starts a new generation.
+//
+// The watch is asked for again even if p has one: inotify watches the
+// inode p names now (returning the descriptor it already has, if it is
+// watched), and p may name another inode than when it was first watched
+// (a directory renamed over it; the old one, still watched, may live on
+// elsewhere).
 func (w *watcher) watchPath(p string, dep bool, next string) bool {
+	wd, err := unix.InotifyAddWatch(w.ifd, p, watchMask)
+	if err != nil {
+		return false
+	}
 	x := w.byPath[p]
+	if x != nil && x.wd != int32(wd) {
+		w.unwatch(x)
+		x = nil
+	}
 	if x == nil {
-		wd, err := unix.InotifyAddWatch(w.ifd, p, watchMask)
-		if err != nil {
-			return false
-		}
 		x = &watch{wd: int32(wd), path: p, next: map[string]bool{}, ok: watchable(p, dep)}
 		w.byPath[p] = x
 		w.byWD[x.wd] = append(w.byWD[x.wd], x)
@@ -198,6 +207,24 @@ func (w *watcher) watchPath(p string, dep bool, next string) bool {
 		w.gen++
 	}
 	return x.ok
+}
+
+// unwatch forgets x, whose path names another inode now, and removes its
+// inode's watch if no other path names it.
+func (w *watcher) unwatch(x *watch) {
+	delete(w.byPath, x.path)
+	ws := w.byWD[x.wd][:0]
+	for _, y := range w.byWD[x.wd] {
+		if y != x {
+			ws = append(ws, y)
+		}
+	}
+	if len(ws) > 0 {
+		w.byWD[x.wd] = ws
+		return
+	}
+	delete(w.byWD, x.wd)
+	_, _ = unix.InotifyRmWatch(w.ifd, uint32(x.wd))
 }
 
 // watchable reports whether inotify sees every change of p: p is on a

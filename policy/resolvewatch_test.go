@@ -13,9 +13,10 @@ import (
 // TestResolveWatch: once a cached resolution has been checked with its
 // paths watched, it is trusted without reading them (one poll), and a
 // change the watch must see still makes the lookup turn out anew: a file
-// created earlier in PATH, a directory's mode, a directory swapped by
-// rename, and a mount over a PATH directory, which inotify does not see
-// and the poll of the mount table does.
+// created earlier in PATH, a file's mode, directories swapped by rename
+// (usr, a PATH directory, the root itself), and a mount over a PATH
+// directory, which inotify does not see and the poll of the mount table
+// does.
 func TestResolveWatch(t *testing.T) {
 	root := fakeRoot(t)
 	r := NewRoot(root)
@@ -93,6 +94,24 @@ func TestResolveWatch(t *testing.T) {
 	must(t, unix.Renameat2(unix.AT_FDCWD, alt, unix.AT_FDCWD, filepath.Join(root, "usr"), unix.RENAME_EXCHANGE))
 	want("usr swapped", "/usr/local/bin/date")
 	must(t, unix.Renameat2(unix.AT_FDCWD, alt, unix.AT_FDCWD, filepath.Join(root, "usr"), unix.RENAME_EXCHANGE))
+	settle()
+	if !trusted() {
+		t.Fatal("not trusted again after a change")
+	}
+
+	// A PATH directory replaced by another, and left so: the watch must
+	// follow the path to the directory now there, not the one it watched
+	// first (which lives on, renamed).
+	must(t, os.Mkdir(filepath.Join(root, "usr/local/bin.new"), 0o755))
+	must(t, unix.Renameat2(unix.AT_FDCWD, filepath.Join(root, "usr/local/bin.new"), unix.AT_FDCWD, filepath.Join(root, "usr/local/bin"), unix.RENAME_EXCHANGE))
+	want("PATH directory replaced", "/usr/bin/date")
+	settle()
+	if !trusted() {
+		t.Fatal("not trusted again after a change")
+	}
+	must(t, os.WriteFile(filepath.Join(root, "usr/local/bin/date"), []byte("#!/bin/true new dir\n"), 0o755))
+	want("created in the replaced PATH directory", "/usr/local/bin/date")
+	must(t, os.Remove(filepath.Join(root, "usr/local/bin/date")))
 	settle()
 	if !trusted() {
 		t.Fatal("not trusted again after a change")
