@@ -34,7 +34,12 @@ import (
 // inotify_add_watch) leave their answers checked by lstat every time.
 
 // watchMask is the events of a watched path: its entries' and its own.
-const watchMask = unix.IN_ATTRIB | unix.IN_MODIFY | unix.IN_CREATE | unix.IN_DELETE |
+// A write through a shared mapping queues no event (though it changes
+// the file's mtime, which an lstat would see): IN_CLOSE_WRITE sees its
+// writer close the file, if after the write. What the cache depends on is
+// root's to write (the sandboxes' root, the host's bound directories),
+// whose tools write() or write a new file and rename it.
+const watchMask = unix.IN_ATTRIB | unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_CREATE | unix.IN_DELETE |
 	unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
 	unix.IN_DONT_FOLLOW
 
