@@ -28,7 +28,9 @@ import (
 // start a new one. A cached answer is trusted without an lstat only in the
 // generation it was last checked by lstat in (its deps' watches were all in
 // place before that generation began, or it would have ended); otherwise
-// it is checked by lstat as before, and then trusted until the next.
+// it is checked by lstat as before, and then trusted until the next. Each
+// such check asks for its paths' watches again: a path renamed over names
+// another inode than the one watched first, and is watched anew.
 // Paths the watch cannot follow (a filesystem whose changes inotify may
 // miss, such as a network one; a symlink among the ancestors; a failed
 // inotify_add_watch) leave their answers checked by lstat every time.
