@@ -136,16 +136,20 @@ func (r *Root) Resolve(name, pathEnv, cwd string) (string, string, error) {
 // nothing they depend on changes (see resolvecache.go); one that depends
 // on a ViewMount is never cached.
 func (r *Root) ResolveIn(workspace, name, pathEnv, cwd string) (Resolution, error) {
-	return r.resolveCached(workspace, name, pathEnv, cwd, nil)
+	return r.resolveCached(workspace, name, pathEnv, cwd, watched.current(), nil)
 }
 
-// resolveCached is ResolveIn with the identities seen so far by the batch
+// resolveCached is ResolveIn with the watch's generation gen, read before
+// anything else of the lookup, and the identities seen so far by the batch
 // it is part of (nil: none, see batch). The workspace is not part of the
 // key: an answer that looked at it is not cached.
-func (r *Root) resolveCached(workspace, name, pathEnv, cwd string, seen *idSet) (Resolution, error) {
+func (r *Root) resolveCached(workspace, name, pathEnv, cwd string, gen uint64, seen *idSet) (Resolution, error) {
 	k := resolveKey{name: name, pathEnv: pathEnv, cwd: cwd}
 	if res := r.cache.get(k); res != nil {
-		if res.valid(seen) {
+		if res.fresh(gen) {
+			return Resolution{Path: res.path, Hash: res.hash}, res.err
+		}
+		if res.recheck(gen, seen) {
 			return Resolution{Path: res.path, Hash: res.hash}, res.err
 		}
 		r.cache.drop(k)
@@ -153,7 +157,10 @@ func (r *Root) resolveCached(workspace, name, pathEnv, cwd string, seen *idSet) 
 	rec := newRecorder()
 	p, h, err := r.resolve(workspace, name, pathEnv, cwd, rec)
 	if rec.cacheable(time.Now(), r.racy) {
-		r.cache.put(k, &resolution{path: p, hash: h, err: err, deps: rec.deps})
+		res := &resolution{path: p, hash: h, err: err, deps: rec.deps}
+		res.watched.Store(watched.add(rec.deps))
+		res.checked.Store(gen) // stale if add watched anything new
+		r.cache.put(k, res)
 	}
 	return Resolution{Path: p, Hash: h, Writable: rec.writable}, err
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +18,9 @@ import (
 // the cache keeps, with each answer, those directories' and files'
 // identities (dev, inode, mode, size, mtime, ctime), and a hit is one
 // lstat of each (8 for "date") that must all match. Anything that would
-// make the walk turn out differently changes one of them.
+// make the walk turn out differently changes one of them. While nothing
+// they depend on changes, the watch (resolvewatch.go) spares even those
+// lstats: one poll tells a decision that nothing changed.
 //
 // A timestamp is only as fine as the kernel's clock tick, so a change in
 // the tick in which the cache read the directory could leave its mtime as
@@ -40,6 +43,17 @@ type resolution struct {
 	path, hash string
 	err        error
 	deps       []dep
+	// watched: the watch sees every change of deps. checked is the
+	// watch's generation in which deps were last found as recorded.
+	watched atomic.Bool
+	checked atomic.Uint64
+}
+
+// fresh reports whether res holds without reading its deps: the watch
+// has seen no change since they were last read. gen is the watch's
+// generation, read before any of res's deps.
+func (res *resolution) fresh(gen uint64) bool {
+	return gen != 0 && res.checked.Load() == gen && res.watched.Load()
 }
 
 // dep is a host path and its identity when the resolution read it.
@@ -125,6 +139,19 @@ func before(a, b unix.Timespec) bool {
 	return a.Sec < b.Sec || a.Sec == b.Sec && a.Nsec < b.Nsec
 }
 
+// recheck reports whether every dep of res is as it was (valid), and if
+// so trusts res for the generation gen, read before: the watch's
+// generation moves on if it has to watch any of res's deps again (after
+// its reset), so that res is read once more with its watches in place.
+func (res *resolution) recheck(gen uint64, seen *idSet) bool {
+	if !res.valid(seen) {
+		return false
+	}
+	res.watched.Store(watched.add(res.deps))
+	res.checked.Store(gen)
+	return true
+}
+
 // valid reports whether every dep of res is as it was. seen, if not nil,
 // holds the identities the same batch already read, and gets those this
 // check reads: the commands of one decision share most of their deps (the
@@ -174,20 +201,22 @@ func (s *idSet) put(host string, id statID) {
 // that each path a cached answer depends on is read once for them all.
 // The decision sees the tree as it was at one moment either way; it is
 // not to be kept for later decisions.
+// The watch's generation is read once for them all, first.
 func (r *Root) batch() ViewResolver {
-	b := &rootBatch{r: r}
+	b := &rootBatch{r: r, gen: watched.current()}
 	b.seen.deps = b.buf[:0]
 	return b
 }
 
 type rootBatch struct {
 	r    *Root
+	gen  uint64
 	seen idSet
 	buf  [16]dep // room for a decision's identities without growing
 }
 
 func (b *rootBatch) ResolveIn(workspace, name, pathEnv, cwd string) (Resolution, error) {
-	return b.r.resolveCached(workspace, name, pathEnv, cwd, &b.seen)
+	return b.r.resolveCached(workspace, name, pathEnv, cwd, b.gen, &b.seen)
 }
 
 // batcher is a Resolver that can resolve the commands of one decision

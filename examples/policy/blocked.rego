@@ -5,15 +5,13 @@
 # it. Each reason names what matched.
 package sandbox.main.blocked
 
-commands := input.shell.commands if input.shell
+commands := input.shell.commands if input.shell else := [input]
 
-commands := [input] if not input.shell
-
-# The base names of the commands, each computed once (a name without a
-# slash is its own): every rule on commands first looks up the names it
-# is about here, so a string that names none of them costs a set lookup
-# per rule.
-bases := {c.command | some c in commands; not contains(c.command, "/")} | {base(c.command) | some c in commands; contains(c.command, "/")}
+# The base names of the commands (what follows the last slash), each
+# computed once: every rule on commands first looks up the names it is
+# about here, so a string that names none of them costs a set lookup per
+# rule.
+bases := {regex.replace(c.command, `^.*/`, "") | some c in commands}
 
 # rm -rf / (any spelling of the recursive flag, / or /*).
 reasons contains "rm -rf /" if {
@@ -123,9 +121,7 @@ reasons contains sprintf("reads credentials or history: %s", [trim(m, ` "'<>;|&(
 	some m in regex.find_n(p, w, -1)
 }
 
-words := [input.shell.source] if input.shell
-
-words := input.args if not input.shell
+words := [input.shell.source] if input.shell else := input.args
 
 secrets := [
 	`(^|[\s"'<>;|&()=])([^\s"'<>;|&()=]*/)?\.((bash|zsh|sh|python|mysql|psql|node_repl|sqlite|rediscli)_history|history|lesshst|netrc|git-credentials|pgpass|ssh|gnupg|aws/credentials|aws/config|docker/config\.json|kube/config|config/gh/hosts\.yml)(/[^\s"'<>;|&()]*)?($|[\s"'<>;|&()])`,
@@ -135,4 +131,4 @@ secrets := [
 # A literal that every match of secrets[i] holds, looked for first.
 needs := [".", "/etc/"]
 
-base(p) := parts[count(parts) - 1] if parts := split(p, "/")
+base(p) := regex.replace(p, `^.*/`, "")

@@ -21,17 +21,12 @@ allow if {
 	input.shell
 	not input.shell.dynamic
 	count(input.shell.commands) > 0
-	every i, _ in input.shell.commands {
-		shell_command_allowed(shell_commands[i])
+	every c in input.shell.commands {
+		shell_command_allowed(c)
 	}
 	env_allowed
 	count(data.sandbox.main.blocked.reasons) == 0
 }
-
-# The commands of a shell string as their packages see them, by their
-# keys in input.shell.commands: the request with the command's fields
-# over it, made once per evaluation.
-shell_commands := {i: object.union(input, c) | some i, c in input.shell.commands}
 
 # The command's package decides, and the file that runs must bear the
 # command's name (input.path has every symlink resolved): a symlink named
@@ -46,16 +41,11 @@ command_allowed(c) if {
 	named_as_command(c)
 }
 
-# file_name(c) == c.command, written out: every allowed command comes
-# this way, one call fewer.
-named_as_command(c) if {
-	parts := split(c.path, "/")
-	parts[count(parts) - 1] == c.command
-}
+named_as_command(c) if file_name(c) == c.command
 
 named_as_command(c) if data.sandbox[c.command].binaries[file_name(c)]
 
-file_name(c) := parts[count(parts) - 1] if parts := split(c.path, "/")
+file_name(c) := regex.replace(c.path, `^.*/`, "")
 
 # Builtins that change nothing outside the shell run without a package.
 builtins := {"cd", "true", "false", ":", "pwd"}
@@ -65,7 +55,9 @@ shell_command_allowed(c) if {
 	count(c.via) == 0
 }
 
-shell_command_allowed(c) if command_allowed(c)
+# A command's package sees the request with the command's fields over it
+# (input.args are the command's, input.env the request's).
+shell_command_allowed(c) if command_allowed(object.union(input, c))
 
 env_allowed if input.env == {}
 
@@ -81,8 +73,8 @@ reasons contains refusal(input) if {
 	not command_allowed(input)
 }
 
-reasons contains refusal(c) if {
-	some c in shell_commands
+reasons contains refusal(object.union(input, c)) if {
+	some c in input.shell.commands
 	not shell_command_allowed(c)
 }
 
