@@ -16,6 +16,11 @@ func EgressNetNS(m *Manager, id string) string { return egressNetNS(m.containers
 // id before they destroy it (nil: no hook). Set it before any run.
 func SetTeardownHook(m *Manager, f func(id string)) { m.teardowns.hook = f }
 
+// SetHandoverHook makes m call f once a waiting sandbox's command is
+// handed over, before the rest of its pins are taken (nil: no hook). Set it
+// before any run.
+func SetHandoverHook(m *Manager, f func()) { m.handoverHook = f }
+
 // SetLimitsHook makes every setting of a started sandbox's limits on m
 // call f first and fail with its error (nil: no hook). Set it before any
 // run.

@@ -97,6 +97,9 @@ type Manager struct {
 	dog        *watchdog
 	teardowns  *teardowns
 	log        *slog.Logger
+	// handoverHook, if set (by tests), runs once a waiting sandbox's
+	// command is handed over, before the rest of its pins are taken.
+	handoverHook func()
 	// limitsHook, if set (by tests), runs before a started sandbox's
 	// limits are set; its error fails the setting.
 	limitsHook func() error

@@ -368,6 +368,9 @@ func TestNamespacePins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	// The command has its own executable by the time the pins after the
+	// hand-over are taken: the sealed one must have been pinned before.
+	jail.SetHandoverHook(m, func() { time.Sleep(50 * time.Millisecond) })
 	p, err := m.NewPool(1, box.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -376,38 +379,13 @@ func TestNamespacePins(t *testing.T) {
 	waitReady(t, p)
 	noPins(t, "for a waiting sandbox")
 	// While the command runs (until its stdin ends), its sandbox is
-	// pinned.
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inR.Close()
-	defer inW.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer outR.Close()
-	done := make(chan error, 1)
-	go func() {
-		spec := sh("echo started; read x")
-		spec.Stdin, spec.Stdout = inR, outW
-		_, err := p.Run(context.Background(), spec)
-		outW.Close()
-		done <- err
-	}()
-	if _, err := bufio.NewReader(outR).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	kinds := pinFDs(t)
-	for _, k := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup", "exe"} {
-		if kinds[k] == 0 {
-			t.Errorf("no %s pinned for the running sandbox (open: %v)", k, kinds)
-		}
-	}
-	inW.Close()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	// pinned: its sealed executable too, which only a pin taken before the
+	// command's exec can hold (after, the init's executable is the
+	// command's).
+	for range 2 {
+		waitReady(t, p)
+		noPins(t, "before a run") // the last run's are gone with its sandbox
+		pinnedWhileRunning(t, p)
 	}
 	if res, err := m.Run(context.Background(), sh("true")); err != nil || res.ExitCode != 0 {
 		t.Fatalf("cold run: %v %+v", err, res)
@@ -460,4 +438,43 @@ func pinFDs(t *testing.T) map[string]int {
 		}
 	}
 	return kinds
+}
+
+// pinnedWhileRunning runs a command on p that waits for its stdin and
+// checks, while it waits, that its sandbox's namespaces and sealed
+// executable are pinned.
+func pinnedWhileRunning(t *testing.T, p *jail.Pool) {
+	t.Helper()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inR.Close()
+	defer inW.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	done := make(chan error, 1)
+	go func() {
+		spec := sh("echo started; read x")
+		spec.Stdin, spec.Stdout = inR, outW
+		_, err := p.Run(context.Background(), spec)
+		outW.Close()
+		done <- err
+	}()
+	if _, err := bufio.NewReader(outR).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	kinds := pinFDs(t)
+	for _, k := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup", "exe"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s pinned for the running sandbox (open: %v)", k, kinds)
+		}
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

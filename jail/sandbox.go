@@ -243,11 +243,16 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader, pin bool) 
 	return r, nil
 }
 
-// pinInit pins the namespaces of the sandbox's init, once (see pin).
-func (s *sandbox) pinInit() { s.pin(s.procDir()) }
+// pinInit pins the namespaces and the executable of the sandbox's init,
+// once (see pin).
+func (s *sandbox) pinInit() {
+	dir := s.procDir()
+	s.pinExe(dir)
+	s.pinNamespaces(dir)
+}
 
-// procDir opens the /proc directory of the sandbox's init, for pin, or
-// returns -1 if it is pinned already or cannot be opened. The directory
+// procDir opens the /proc directory of the sandbox's init, for the pins,
+// or returns -1 if it is pinned already or cannot be opened. The directory
 // stands for that process: should it end and its pid be taken by
 // another, what is opened in it fails rather than find the other's.
 func (s *sandbox) procDir() int {
@@ -265,10 +270,9 @@ func (s *sandbox) procDir() int {
 	return fd
 }
 
-// pin opens the namespaces and the executable of the sandbox's init in
-// its /proc directory dir (procDir; pin closes it), and keeps them until
-// Destroy, so that the kernel's work of ending them happens there, after
-// the answer (see teardown.go), rather than on the way to it
+// The pins hold the namespaces and the executable of the sandbox's init
+// open until Destroy, so that the kernel's work of ending them happens
+// there, after the answer (see teardown.go), rather than on the way to it
 // (docs/performance.md has the figures):
 //
 //   - A namespace ends when its last reference goes: unpinned, when the
@@ -279,28 +283,40 @@ func (s *sandbox) procDir() int {
 //     mount that only the init's executable holds, against CVE-2019-5736).
 //     Unpinned, the command's exec drops it, and the command's first return
 //     to user space then tears the overlay down, waiting out an expedited
-//     RCU grace period in uninterruptible sleep.
+//     RCU grace period in uninterruptible sleep. So the executable is
+//     pinned before the command is handed over (after, the init may have
+//     exec'd it already); the namespaces may be pinned while it starts,
+//     as they end only with the command.
 //
 // Best effort: what cannot be opened (the init has ended) ends as it would
 // have. The pins are bare descriptors: nothing reads them, and an *os.File
 // would cost each a round with Go's poller.
-func (s *sandbox) pin(dir int) {
+
+// pinExe pins the executable of the init whose /proc directory is dir.
+func (s *sandbox) pinExe(dir int) { s.pinAt(dir, "exe") }
+
+// pinNamespaces pins the namespaces of the init whose /proc directory is
+// dir, and closes dir.
+func (s *sandbox) pinNamespaces(dir int) {
 	if dir < 0 {
 		return
 	}
 	defer unix.Close(dir)
-	open := func(path string) {
-		if fd, err := unix.Openat(dir, path, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
-			s.pins = append(s.pins, fd)
-		}
-	}
 	for _, ns := range s.c.Config().Namespaces {
-		if ns.Path != "" {
-			continue // joined, not the sandbox's own
+		if ns.Path == "" { // the sandbox's own, not one it joined
+			s.pinAt(dir, "ns/"+configs.NsName(ns.Type))
 		}
-		open("ns/" + configs.NsName(ns.Type))
 	}
-	open("exe")
+}
+
+// pinAt opens name in dir, if it can, as a pin.
+func (s *sandbox) pinAt(dir int, name string) {
+	if dir < 0 {
+		return
+	}
+	if fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+		s.pins = append(s.pins, fd)
+	}
 }
 
 // unpin closes the pins.

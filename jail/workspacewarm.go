@@ -402,16 +402,19 @@ func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File)
 		defer relay.Close()
 		files = 1
 	}
-	// Pinned (see pin) while the init execs the command, off the way to
-	// the answer: a command that ends first only leaves the work of its
-	// end where it would be unpinned.
+	// The executable pinned before the hand-over, the namespaces while
+	// the init execs the command, off the way to the answer (see pinExe).
 	proc := w.sb.procDir()
+	w.sb.pinExe(proc)
 	w.r.started = time.Now()
 	_, err := w.ctl.Write(poolMessage(cmd, files, w.sb.m.workDir))
 	if err == nil {
 		err = shutdownWrite(w.ctl)
 	}
-	w.sb.pin(proc)
+	if h := w.sb.m.handoverHook; h != nil {
+		h()
+	}
+	w.sb.pinNamespaces(proc)
 	if err != nil {
 		w.closePipes()
 		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)
