@@ -48,7 +48,7 @@ type sandbox struct {
 	// (see wsJoin); nil otherwise.
 	join *wsJoin
 	// pins hold the namespaces and the executable of the sandbox's init
-	// open from its command's start until Destroy (see pin).
+	// open from its command's start until Destroy (see pinInit).
 	pins []int
 	// init is the process started in the sandbox, nil until one is.
 	init *initProc
@@ -167,7 +167,7 @@ type running struct {
 
 // startProcess starts p in the sandbox with fresh output pipes and stdin
 // from in (nil: /dev/null; an *os.File is handed over as it is). With pin,
-// the sandbox's namespaces are pinned at once (see pin); a waiting init's
+// the sandbox's namespaces are pinned at once (see pinInit); a waiting init's
 // are pinned when it gets its command, so that an idle one holds no
 // descriptors for them.
 func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader, pin bool) (_ *running, retErr error) {
@@ -244,7 +244,26 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader, pin bool) 
 }
 
 // pinInit pins the namespaces and the executable of the sandbox's init,
-// once (see pin).
+// once: it holds them open until Destroy, so that the kernel's work of
+// ending them happens there, after the answer (see teardown.go), rather
+// than on the way to it (docs/performance.md has the figures):
+//
+//   - A namespace ends when its last reference goes: unpinned, when the
+//     command exits, and the exit of the container's pid 1 (unmounting the
+//     sandbox's mount tree, ...) delays its parent's wait, between the exit
+//     and the SIGCHLD.
+//   - libcontainer runs the init from a sealed copy of jaild (an overlayfs
+//     mount that only the init's executable holds, against CVE-2019-5736).
+//     Unpinned, the command's exec drops it, and the command's first return
+//     to user space then tears the overlay down, waiting out an expedited
+//     RCU grace period in uninterruptible sleep. So the executable is
+//     pinned before the command is handed over (after, the init may have
+//     exec'd it already); the namespaces may be pinned while it starts,
+//     as they end only with the command.
+//
+// Best effort: what cannot be opened (the init has ended) ends as it would
+// have. The pins are bare descriptors: nothing reads them, and an *os.File
+// would cost each a round with Go's poller.
 func (s *sandbox) pinInit() {
 	dir := s.procDir()
 	s.pinExe(dir)
@@ -269,28 +288,6 @@ func (s *sandbox) procDir() int {
 	}
 	return fd
 }
-
-// The pins hold the namespaces and the executable of the sandbox's init
-// open until Destroy, so that the kernel's work of ending them happens
-// there, after the answer (see teardown.go), rather than on the way to it
-// (docs/performance.md has the figures):
-//
-//   - A namespace ends when its last reference goes: unpinned, when the
-//     command exits, and the exit of the container's pid 1 (unmounting the
-//     sandbox's mount tree, ...) delays its parent's wait, between the exit
-//     and the SIGCHLD.
-//   - libcontainer runs the init from a sealed copy of jaild (an overlayfs
-//     mount that only the init's executable holds, against CVE-2019-5736).
-//     Unpinned, the command's exec drops it, and the command's first return
-//     to user space then tears the overlay down, waiting out an expedited
-//     RCU grace period in uninterruptible sleep. So the executable is
-//     pinned before the command is handed over (after, the init may have
-//     exec'd it already); the namespaces may be pinned while it starts,
-//     as they end only with the command.
-//
-// Best effort: what cannot be opened (the init has ended) ends as it would
-// have. The pins are bare descriptors: nothing reads them, and an *os.File
-// would cost each a round with Go's poller.
 
 // pinExe pins the executable of the init whose /proc directory is dir.
 func (s *sandbox) pinExe(dir int) { s.pinAt(dir, "exe") }

@@ -403,7 +403,7 @@ func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File)
 		files = 1
 	}
 	// The executable pinned before the hand-over, the namespaces while
-	// the init execs the command, off the way to the answer (see pinExe).
+	// the init execs the command, off the way to the answer (see pinInit).
 	proc := w.sb.procDir()
 	w.sb.pinExe(proc)
 	w.r.started = time.Now()
