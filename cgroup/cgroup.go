@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -208,32 +209,19 @@ func (g *Group) v1File(ctrl, file string) string {
 	return ""
 }
 
-// readSmall reads a cgroup file of a few lines, with bare system calls:
-// os.ReadFile would register the file with Go's poller (cgroupfs files
-// can be polled), a round of calls each, and a run's answer waits for
-// four of them (Read).
+// readSmall reads a cgroup file of a few lines without Go's poller:
+// os.ReadFile would register the file with it (cgroupfs files can be
+// polled), a round of calls each, and a run's answer waits for four of
+// them (Read). A blocking descriptor that os.NewFile wraps is never
+// registered.
 func readSmall(file string) ([]byte, error) {
 	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: file, Err: err}
 	}
-	defer unix.Close(fd)
-	buf := make([]byte, 0, 512)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, &os.PathError{Op: "read", Path: file, Err: err}
-		case n == 0:
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
+	f := os.NewFile(uintptr(fd), file)
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // readUint reads a cgroup file holding one unsigned number.
