@@ -56,7 +56,7 @@ func newFleetKeys(sign string, accept []string, log *slog.Logger) (*fleetKeys, e
 // refuses one key held in two files, which is a rotation step gone wrong
 // (the new key copied over the old one, a Secret named twice).
 func (k *fleetKeys) load() (sign []byte, accept [][]byte, err error) {
-	files := append([]string{k.sign}, k.accept...)
+	files := k.files()
 	// Stamped before reading: a file changed while it is read is read
 	// again at the next look.
 	k.seen = k.stamps()
@@ -78,11 +78,14 @@ func (k *fleetKeys) load() (sign []byte, accept [][]byte, err error) {
 	return keys[0], keys[1:], nil
 }
 
+// files are the key files, the signing key's first.
+func (k *fleetKeys) files() []string { return append([]string{k.sign}, k.accept...) }
+
 // stamps are the files' stamps now; a file that cannot be stat'ed has the
 // zero stamp.
 func (k *fleetKeys) stamps() []fileStamp {
 	var out []fileStamp
-	for _, f := range append([]string{k.sign}, k.accept...) {
+	for _, f := range k.files() {
 		var s fileStamp
 		if fi, err := os.Stat(f); err == nil {
 			s = stampOf(fi)
