@@ -116,7 +116,7 @@ func (w *watcher) drain() bool {
 			if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
 				return false
 			}
-			w.event(ev.Wd, ev.Mask, cstring(name))
+			w.event(ev.Wd, ev.Mask, unix.ByteSliceToString(name))
 		}
 	}
 }
@@ -136,15 +136,6 @@ func (w *watcher) event(wd int32, mask uint32, name string) {
 		}
 		delete(w.byWD, wd)
 	}
-}
-
-func cstring(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }
 
 // add watches deps' paths and their ancestors. It reports whether every
