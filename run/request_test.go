@@ -32,10 +32,27 @@ func (j specsJail) NewWorkspace(context.Context, int64, bool, *box.Limits) (sess
 	return j.ws, nil
 }
 
-type specsWorkspace struct {
-	dir   string
+// specLog notes the specs that reach the end of the chain.
+type specLog struct {
 	mu    sync.Mutex
 	specs []jail.Spec
+}
+
+func (l *specLog) note(s *jail.Spec) {
+	l.mu.Lock()
+	l.specs = append(l.specs, *s)
+	l.mu.Unlock()
+}
+
+func (l *specLog) last() jail.Spec {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.specs[len(l.specs)-1]
+}
+
+type specsWorkspace struct {
+	dir string
+	specLog
 }
 
 func (w *specsWorkspace) Dir() string                   { return w.dir }
@@ -46,35 +63,16 @@ func (*specsWorkspace) Close() error                    { return nil }
 func (*specsWorkspace) Lost() <-chan struct{}           { return nil }
 func (*specsWorkspace) TakeProxyListener() net.Listener { return nil }
 func (w *specsWorkspace) Run(_ context.Context, s *jail.Spec) (*box.Result, error) {
-	w.mu.Lock()
-	w.specs = append(w.specs, *s)
-	w.mu.Unlock()
+	w.note(s)
 	return &box.Result{ID: "ws"}, nil
 }
 
-func (w *specsWorkspace) last() jail.Spec {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.specs[len(w.specs)-1]
-}
-
 // specsBase is the jail of one-shot runs: it notes the specs it is given.
-type specsBase struct {
-	mu    sync.Mutex
-	specs []jail.Spec
-}
+type specsBase struct{ specLog }
 
 func (b *specsBase) Run(_ context.Context, s *jail.Spec) (*box.Result, error) {
-	b.mu.Lock()
-	b.specs = append(b.specs, *s)
-	b.mu.Unlock()
+	b.note(s)
 	return &box.Result{ID: "base"}, nil
-}
-
-func (b *specsBase) last() jail.Spec {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.specs[len(b.specs)-1]
 }
 
 // requestChain is a chain with every link that fills something in: the
