@@ -3,6 +3,8 @@ package jail
 import (
 	"context"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jaild/jaild/box"
 )
 
@@ -29,7 +31,7 @@ func SetLimitsHook(m *Manager, f func() error) { m.limitsHook = f }
 // RunKept runs cmd in a fresh sandbox with default limits and returns the
 // sandbox's Destroy instead of calling it, for BenchmarkDestroy.
 func RunKept(m *Manager, cmd *box.Command) (destroy func() error, err error) {
-	sb, err := m.create(context.Background(), box.Limits{}, nil, false)
+	sb, err := m.create(context.Background(), box.Limits{}, nil, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -139,4 +141,26 @@ func PrestartState(w *Workspace) (building int, closed bool) {
 	w.pre.mu.Lock()
 	defer w.pre.mu.Unlock()
 	return w.pre.building, w.pre.closed
+}
+
+// SkipFilterProbe makes m's waiting sandboxes keep the seccomp profile in
+// libcontainer's config, as where the probe fails. Set it before any run.
+func SkipFilterProbe(m *Manager) { m.noFilterProbe = true }
+
+// SetFilterFrameHook makes the inits of m's waiting sandboxes read
+// f(frame) in place of their filter's frame. Set it before any run.
+func SetFilterFrameHook(m *Manager, f func(frame []byte) []byte) { m.filterFrameHook = f }
+
+// WaitingFilter reports whether m's waiting sandboxes load their filter
+// themselves (the probe worked).
+func WaitingFilter(m *Manager) bool { return m.waitingFilter() != nil }
+
+// ReadFilter reads the newest seccomp filter of thread tid, which must be
+// asleep (in a read, say), and its flags.
+func ReadFilter(tid int) ([]unix.SockFilter, uint32, error) {
+	p, err := readFilter(tid)
+	if err != nil {
+		return nil, 0, err
+	}
+	return p.insns, p.flags, nil
 }

@@ -120,6 +120,16 @@ type Manager struct {
 	// dev is the shared /dev that every sandbox binds (see devdir.go),
 	// or nil: each sandbox's init makes a /dev of its own.
 	dev *os.File
+	// filter is the seccomp program that waiting sandboxes load
+	// themselves, probed at the first one's build (see
+	// seccompprobe.go); nil after filterOnce: they keep the profile in
+	// libcontainer's config. noFilterProbe (tests) skips the probe.
+	filterOnce    sync.Once
+	filter        *seccompProgram
+	noFilterProbe bool
+	// filterFrameHook, if set (by tests), replaces the filter's frame
+	// that a waiting sandbox's init reads.
+	filterFrameHook func([]byte) []byte
 
 	mu     sync.Mutex
 	closed bool
@@ -340,7 +350,7 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	if err := m.validate(spec); err != nil {
 		return nil, err
 	}
-	sb, err := m.create(ctx, spec.Limits, spec.Workspace, spec.Egress != nil)
+	sb, err := m.create(ctx, spec.Limits, spec.Workspace, spec.Egress != nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +398,11 @@ func (m *Manager) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 // can create sandboxes ahead of time. With egress, its network namespace is
 // made here with a proxy listener in it (see [Egress]). The caller must
 // Destroy it.
-func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egress bool) (*sandbox, error) {
+//
+// With ownFilter, the sandbox's init loads the seccomp filter itself (a
+// waiting sandbox's, see seccompprobe.go), and libcontainer's config leaves
+// it out.
+func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egress, ownFilter bool) (*sandbox, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -414,7 +428,11 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	if sb.join != nil {
 		work, netns = sb.join.dir, sb.join.netns
 	}
-	c, err := libcontainer.Create(m.containers, id, m.containerConfig(id, sb.hostID, l, work, netns))
+	cfg := m.containerConfig(id, sb.hostID, l, work, netns)
+	if ownFilter {
+		cfg.Seccomp = nil
+	}
+	c, err := libcontainer.Create(m.containers, id, cfg)
 	if err != nil {
 		m.unreserve(sb)
 		m.live.Done()

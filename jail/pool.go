@@ -78,7 +78,32 @@ const idleFDs = 6
 // request time, and reports a command it cannot run on fd 4, which the
 // command never gets, so the command cannot forge that report. Both are
 // the one end of a socket pair whose other end is the warm's ctl.
-var poolInit = []string{"/proc/self/exe", "pool-wait"}
+//
+// poolInitFilter is the same init that first loads the sandbox's seccomp
+// filter, which the control socket carries before the command (see
+// seccompprobe.go); it refuses to go on without one.
+var (
+	poolInit       = []string{"/proc/self/exe", "pool-wait"}
+	poolInitFilter = []string{"/proc/self/exe", "pool-wait", "seccomp"}
+)
+
+// waitingFilter is the filter waiting sandboxes load themselves, probed
+// once, at the first one's build; nil: they keep it in libcontainer's
+// config, and why was logged.
+func (m *Manager) waitingFilter() *seccompProgram {
+	m.filterOnce.Do(func() {
+		if m.noFilterProbe {
+			return
+		}
+		p, err := probeSeccomp()
+		if err != nil {
+			m.log.Warn("waiting sandboxes compile their seccomp filter in each init", "err", err)
+			return
+		}
+		m.filter = p
+	})
+	return m.filter
+}
 
 // NewPool starts a pool that keeps size sandboxes with limits l ready. Close
 // it before closing m.
@@ -147,7 +172,8 @@ func (p *Pool) prestart() (*warm, error) {
 // command's fd 3 if the message asks for it (see poolMessage), else closes
 // it.
 func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm, retErr error) {
-	sb, err := m.create(context.Background(), l, ws, false)
+	filter := m.waitingFilter()
+	sb, err := m.create(context.Background(), l, ws, false, filter != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +195,19 @@ func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm
 		return nil, err
 	}
 	closers = append(closers, ctl, ctlChild)
+	args := poolInit
+	if filter != nil {
+		// The socket's buffer takes the program whole: it is there
+		// when the init starts reading.
+		frame := filter.frame()
+		if m.filterFrameHook != nil {
+			frame = m.filterFrameHook(frame)
+		}
+		if _, err := ctl.Write(frame); err != nil {
+			return nil, fmt.Errorf("send the seccomp filter: %w", err)
+		}
+		args = poolInitFilter
+	}
 	files := []*os.File{ctlChild, ctlChild}
 	var extraR *os.File
 	if extra {
@@ -180,7 +219,7 @@ func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm
 		files = append(files, extraW)
 	}
 	proc := &libcontainer.Process{
-		Args:       poolInit,
+		Args:       args,
 		Env:        environ(nil, m.workDir),
 		Cwd:        m.workDir,
 		UID:        SandboxUID,
@@ -253,6 +292,13 @@ func (w *warm) closePipes() {
 
 // Run implements the same contract as [Manager.Run], on a pooled sandbox
 // when one is ready and can serve spec, else on a fresh one.
+//
+// A run the pool serves but finds no sandbox ready for (a miss) gets one
+// built for it in the same waiting init, with its limits, and handed its
+// command at once: that init loads the seccomp filter the Manager compiled
+// once, where a fresh sandbox whose init is the command has libcontainer
+// compile it (see seccompprobe.go). Where the filter could not be probed,
+// a miss runs in a fresh sandbox.
 func (p *Pool) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	if err := p.m.validate(spec); err != nil {
 		return nil, err
@@ -266,7 +312,10 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 		defer replaceLater(func() { p.room <- struct{}{} })()
 	default:
 		p.misses.Add(1)
-		return p.m.Run(ctx, spec)
+		if p.m.waitingFilter() == nil {
+			return p.m.Run(ctx, spec)
+		}
+		return p.runBuilt(ctx, spec)
 	}
 	if l := spec.Limits.WithDefaults(); l != w.sb.limits {
 		if err := w.sb.setLimits(l); err != nil {
@@ -284,6 +333,22 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	}
 	// The caller has its answer; the teardown need not delay it (see
 	// teardown.go).
+	if derr := p.m.release(w.sb); err == nil {
+		err = derr
+	}
+	return res, err
+}
+
+// runBuilt runs spec on a waiting sandbox built for it (a miss, see Run).
+func (p *Pool) runBuilt(ctx context.Context, spec *Spec) (*box.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w, err := p.m.startWaiting(spec.Limits, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := w.runCommand(ctx, &spec.Command, nil)
 	if derr := p.m.release(w.sb); err == nil {
 		err = derr
 	}

@@ -232,7 +232,7 @@ func TestPoolSize(t *testing.T) {
 		waitFor(t, 10*time.Second, "the ready sandboxes' inits to wait in pool-wait", func() bool {
 			procs = testenv.ProcsInCgroup(filepath.Base(env.Parent))
 			for _, pr := range procs {
-				if !strings.Contains(pr, `"/proc/self/exe pool-wait "`) {
+				if !strings.Contains(pr, `"/proc/self/exe pool-wait seccomp "`) {
 					return false
 				}
 			}

@@ -21,10 +21,12 @@ import (
 // clone3 to clone, fchmodat2 and statx emulations, and so on). Below that
 // number, a syscall left out gets EPERM, as a capability check would give.
 //
-// libseccomp compiles the filter in every sandbox's init, just before the
-// command is executed, and the init itself (Go runtime, runc) makes a few
-// dozen ordinary syscalls after the filter is in place: everything it needs
-// is in the list below.
+// libseccomp compiles the filter in every fresh sandbox's init, just before
+// the command is executed, and the init itself (Go runtime, runc) makes a
+// few dozen ordinary syscalls after the filter is in place: everything it
+// needs is in the list below. A waiting sandbox's init (pool-wait) loads
+// the same program, compiled once per Manager (see seccompprobe.go), and
+// then needs read, close, fcntl, chdir, stat, access and execve.
 
 // allowedSyscalls may be called with any arguments. Names this libseccomp
 // does not know are skipped by runc, so a list newer than the library is

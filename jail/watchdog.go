@@ -62,8 +62,9 @@ var dispatching atomic.Bool
 var errNoDispatch = errors.New("jail: this binary does not dispatch its watchdog: call jail.MaybeWatchdog first thing (internal/inithook does)")
 
 // MaybeWatchdog turns this process into a Manager's watchdog, and never
-// returns, if it was started as one (os.Args[1] is WatchdogArg); otherwise
-// it returns at once. Like libcontainer.Init for "init", it is an explicit
+// returns, if it was started as one (os.Args[1] is WatchdogArg), or into
+// its seccomp probe (SeccompProbeArg, see seccompprobe.go); otherwise it
+// returns at once. Like libcontainer.Init for "init", it is an explicit
 // step of every binary that creates a Manager, taken before the binary does
 // anything else: jaild's binaries and test binaries take it by importing
 // internal/inithook, whose init calls it. A Manager in a binary that has not
@@ -75,6 +76,9 @@ func MaybeWatchdog() {
 		// threads and let those threads die.
 		runtime.LockOSThread()
 		runWatchdog()
+	}
+	if len(os.Args) > 1 && os.Args[1] == SeccompProbeArg {
+		runSeccompProbe()
 	}
 	dispatching.Store(true)
 }

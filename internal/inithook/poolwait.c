@@ -1,10 +1,12 @@
 // poolwait: the init of a pooled sandbox (see jail/pool.go). libcontainer
 // starts it as the container's pid 1, "/proc/self/exe pool-wait", with the
-// sandbox fully built (namespaces, mounts, cgroup, seccomp, no capabilities,
-// the sandbox user). It blocks reading its command from fd 3, which the pool
-// writes and ends (EOF) at request time, then execs the command directly:
-// the command is pid 1, nothing of this program is left. jail gives fd 3 and
-// fd 4 as one end of a socket pair (see jail/pool.go).
+// sandbox fully built (namespaces, mounts, cgroup, no capabilities,
+// no_new_privs, the sandbox user) and its seccomp filter loaded, by
+// libcontainer or, as "pool-wait seccomp", here first (see below). It
+// blocks reading its command from fd 3, which the pool writes and ends
+// (EOF) at request time, then execs the command directly: the command is
+// pid 1, nothing of this program is left. jail gives fd 3 and fd 4 as one
+// end of a socket pair (see jail/pool.go).
 //
 // It runs as a C constructor, before the Go runtime starts, so that a
 // pooled sandbox's wait costs no more than a shell's (less: no parsing, no
@@ -18,6 +20,15 @@
 // command's fd 3; with 0 it is closed, and the command gets no fd 3, as in a
 // fresh sandbox.
 //
+// Started as "<binary> pool-wait seccomp", it first loads the sandbox's
+// seccomp filter, which fd 3 carries ahead of the message (see
+// jail/seccompprobe.go): two native-endian uint32, the filter flags and
+// the instruction count, then the instructions as struct sock_filter. It
+// loads it before it reads its command, and goes no further without it: a
+// short read, a count out of range, an unknown flag or a refused load ends
+// it with a report on fd 4 ("error <errno>"). libcontainer has set
+// no_new_privs.
+//
 // PATH is where a command name without a slash is looked for, as a fresh
 // sandbox's init does (a regular, executable file). A command that cannot
 // run is reported on fd 4 as "notfound" or "notexec" (exit 127 or 126),
@@ -27,10 +38,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 // glibc calls constructors with (argc, argv, envp); other C libraries may
@@ -84,6 +99,43 @@ static const char *lookup(const char *name, const char *path, char *buf, size_t 
 			return NULL;
 		p = end + 1;
 	}
+}
+
+// read_full reads exactly size bytes from fd, or reports why not.
+static void read_full(int fd, void *buf, size_t size)
+{
+	char *p = buf;
+	while (size > 0) {
+		ssize_t n = read(fd, p, size);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			report_errno(errno);
+		if (n == 0)
+			report_errno(EPROTO);
+		p += n;
+		size -= n;
+	}
+}
+
+// load_filter loads the filter fd 3 starts with (see the top).
+static void load_filter(void)
+{
+	uint32_t hdr[2];
+	read_full(MSG_FD, hdr, sizeof hdr);
+	uint32_t flags = hdr[0], count = hdr[1];
+	if (count == 0 || count > BPF_MAXINSNS)
+		report_errno(EINVAL);
+	if (flags & ~(uint32_t)(SECCOMP_FILTER_FLAG_LOG | SECCOMP_FILTER_FLAG_SPEC_ALLOW))
+		report_errno(EINVAL);
+	struct sock_filter *insns = calloc(count, sizeof *insns);
+	if (!insns)
+		report_errno(ENOMEM);
+	read_full(MSG_FD, insns, count * sizeof *insns);
+	struct sock_fprog prog = { .len = (unsigned short)count, .filter = insns };
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog) < 0)
+		report_errno(errno);
+	free(insns);
 }
 
 static void poolwait(void)
@@ -178,9 +230,11 @@ __attribute__((constructor)) static void poolwait_init(int argc, char **argv, ch
 	(void)envp;
 	if (argc < 2 || strcmp(argv[1], "pool-wait") != 0)
 		return;
-	if (getpid() != 1) {
+	if (getpid() != 1 || argc > 3 || (argc == 3 && strcmp(argv[2], "seccomp") != 0)) {
 		fprintf(stderr, "pool-wait is the init of a pooled jaild sandbox, started by jaild itself\n");
 		_exit(2);
 	}
+	if (argc == 3)
+		load_filter();
 	poolwait();
 }
