@@ -164,3 +164,12 @@ func ReadFilter(tid int) ([]unix.SockFilter, uint32, error) {
 	}
 	return p.insns, p.flags, nil
 }
+
+// RunMiss runs spec on p as a run that finds no sandbox ready does: on one
+// built for it (p's Manager must have probed its filter).
+func RunMiss(p *Pool, ctx context.Context, spec *Spec) (*box.Result, error) {
+	if p.m.waitingFilter() == nil {
+		panic("RunMiss: no waiting filter")
+	}
+	return p.runBuilt(ctx, spec)
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,6 +48,17 @@ func waitReady(t *testing.T, p *jail.Pool) {
 }
 
 // runPooled runs spec and fails t unless a pooled sandbox served it.
+// runWays runs f with the two ways a pool serves a run: a sandbox ready in
+// the pool (runPooled), and one built for the run, a miss (jail.RunMiss).
+func runWays(t *testing.T, p *jail.Pool, f func(t *testing.T, run func(*jail.Spec) (*box.Result, error))) {
+	t.Run("pooled", func(t *testing.T) {
+		f(t, func(spec *jail.Spec) (*box.Result, error) { return runPooled(t, p, spec) })
+	})
+	t.Run("miss", func(t *testing.T) {
+		f(t, func(spec *jail.Spec) (*box.Result, error) { return jail.RunMiss(p, context.Background(), spec) })
+	})
+}
+
 func runPooled(t *testing.T, p *jail.Pool, spec *jail.Spec) (*box.Result, error) {
 	t.Helper()
 	waitReady(t, p)
@@ -82,19 +94,24 @@ func TestPoolBehaviour(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := runPooled(t, p, tt.spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if (tt.wantOut != "" || tt.wantCode == 0) && res.Stdout != tt.wantOut {
-				t.Errorf("stdout %q, want %q", res.Stdout, tt.wantOut)
-			}
-			if tt.wantErr != "" && res.Stderr != tt.wantErr {
-				t.Errorf("stderr %q, want %q", res.Stderr, tt.wantErr)
-			}
-			if res.ExitCode != tt.wantCode {
-				t.Errorf("exit %d, want %d (stderr %q)", res.ExitCode, tt.wantCode, res.Stderr)
-			}
+			runWays(t, p, func(t *testing.T, run func(*jail.Spec) (*box.Result, error)) {
+				if r, ok := tt.spec.Stdin.(*strings.Reader); ok {
+					r.Seek(0, io.SeekStart) // the other way read it
+				}
+				res, err := run(tt.spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (tt.wantOut != "" || tt.wantCode == 0) && res.Stdout != tt.wantOut {
+					t.Errorf("stdout %q, want %q", res.Stdout, tt.wantOut)
+				}
+				if tt.wantErr != "" && res.Stderr != tt.wantErr {
+					t.Errorf("stderr %q, want %q", res.Stderr, tt.wantErr)
+				}
+				if res.ExitCode != tt.wantCode {
+					t.Errorf("exit %d, want %d (stderr %q)", res.ExitCode, tt.wantCode, res.Stderr)
+				}
+			})
 		})
 	}
 }
@@ -120,10 +137,12 @@ func TestPoolStartErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := runPooled(t, p, tt.spec)
-			if !errors.Is(err, tt.want) {
-				t.Errorf("err %v, want %v; result %+v", err, tt.want, res)
-			}
+			runWays(t, p, func(t *testing.T, run func(*jail.Spec) (*box.Result, error)) {
+				res, err := run(tt.spec)
+				if !errors.Is(err, tt.want) {
+					t.Errorf("err %v, want %v; result %+v", err, tt.want, res)
+				}
+			})
 		})
 	}
 	// The command has no fd 4 to write a fake report to.
@@ -344,13 +363,15 @@ func TestPoolLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := runPooled(t, p, tt.spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !tt.check(res) {
-				t.Errorf("limits not as asked: %+v", res)
-			}
+			runWays(t, p, func(t *testing.T, run func(*jail.Spec) (*box.Result, error)) {
+				res, err := run(tt.spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !tt.check(res) {
+					t.Errorf("limits not as asked: %+v", res)
+				}
+			})
 		})
 	}
 }
