@@ -77,6 +77,11 @@ func Check() []Finding {
 		add("seccomp", false, true, "the kernel has no seccomp filter support")
 	default:
 		add("seccomp", true, true, "compiled in, kernel actions: %s", strings.TrimSpace(string(kseccomp)))
+		if _, err := probeSeccomp(); err != nil {
+			add("seccomp probe", false, false, "waiting sandboxes have libcontainer compile the filter in each init: %v", err)
+		} else {
+			add("seccomp probe", true, false, "waiting sandboxes load the filter libcontainer compiled once, read back with ptrace")
+		}
 	}
 	return fs
 }

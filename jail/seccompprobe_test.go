@@ -165,3 +165,18 @@ func TestWaitingInitRefusesBadFilter(t *testing.T) {
 		})
 	}
 }
+
+// TestDoctorSeesTheProbe: doctor says whether waiting sandboxes load the
+// filter compiled once; on the hosts jaild is tested on, they do.
+func TestDoctorSeesTheProbe(t *testing.T) {
+	requireHost(t)
+	for _, f := range jail.Check() {
+		if f.Name == "seccomp probe" {
+			if !f.OK {
+				t.Fatalf("doctor: %+v", f)
+			}
+			return
+		}
+	}
+	t.Fatal("doctor has no finding on the seccomp probe")
+}
