@@ -32,7 +32,7 @@ func (d *decider) Run(ctx context.Context, req Request) (*box.Result, error) {
 	if req.SessionID == "" {
 		dec := d.engine.Decide(ctx, req.RequestID, policyInput(req, false, req.Spec, ""))
 		if !dec.Allow {
-			return nil, deniedError(&dec)
+			return nil, Refusal(ctx, &dec)
 		}
 	}
 	return d.next.Run(ctx, req)
@@ -54,15 +54,21 @@ func sessionCheck(e *policy.Engine, req Request, background bool) func(context.C
 	return func(ctx context.Context, spec *jail.Spec, workspace string) error {
 		dec := e.Decide(ctx, req.RequestID, policyInput(req, background, spec, workspace))
 		if !dec.Allow {
-			return deniedError(&dec)
+			return Refusal(ctx, &dec)
 		}
 		return nil
 	}
 }
 
-// deniedError is the refusal of a denied decision, with what the policy
-// said of it.
-func deniedError(d *policy.Decision) error {
+// Refusal is the error of a decision d that did not allow a request whose
+// context is ctx: the denial, with what the policy said of it, or ctx's
+// error if the request ended meanwhile. An evaluation cut short by its
+// caller's end decided nothing, and a request its caller gave up is
+// canceled, not denied, in its answer, metrics and audit record.
+func Refusal(ctx context.Context, d *policy.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return &api.DeniedError{Message: d.Message, Reasons: d.Reasons, DeniedCommand: d.DeniedCommand}
 }
 

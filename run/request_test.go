@@ -79,15 +79,19 @@ func (b *specsBase) Run(_ context.Context, s *jail.Spec) (*box.Result, error) {
 // maxima (limits, timeout, output cap), egress by default, sessions (their
 // limits, a job's timeout), admission, audit, metrics and a policy that
 // allows a call in a session only as a background start or in /tmp, so
-// that what the policy is told of the path shows.
+// that what the policy is told of the path shows, and denies every change
+// of a session's environment.
 type requestChain struct {
 	r        run.Runner
 	base     *specsBase
 	ws       *specsWorkspace
 	sessions *session.Manager
 	sess     *session.Session
-	mu       sync.Mutex // guards audit, which the chain writes to
-	audit    bytes.Buffer
+	// policy and log are the chain's, for run.Sessions beside it.
+	policy *policy.Engine
+	log    *run.AuditLog
+	mu     sync.Mutex // guards audit, which the chain writes to
+	audit  bytes.Buffer
 }
 
 func (c *requestChain) Write(p []byte) (int, error) {
@@ -102,7 +106,7 @@ func (c *requestChain) records(t *testing.T) []api.AuditRecord {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var recs []api.AuditRecord
-	for line := range strings.SplitSeq(strings.TrimSpace(c.audit.String()), "\n") {
+	for line := range strings.Lines(c.audit.String()) {
 		var rec api.AuditRecord
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("audit line %q: %v", line, err)
@@ -131,7 +135,8 @@ func newRequestChain(t *testing.T) *requestChain {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	rules := "package sandbox.main\n\nallow if not input.session_id\n\nallow if input.background == true\n\nallow if input.cwd == \"/tmp\"\n"
+	rules := "package sandbox.main\n\nallow if not input.session_id\n\nallow if input.background == true\n\nallow if input.cwd == \"/tmp\"\n" +
+		"\ndefault allow_action := false\n\nallow_action if input.action != \"session.env\"\n"
 	if err := os.WriteFile(filepath.Join(dir, "main.rego"), []byte(rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +145,11 @@ func newRequestChain(t *testing.T) *requestChain {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pol.Close() })
+	c.policy, c.log = pol, run.NewAuditLog(c, run.AuditOptions{})
 	c.r, err = run.Chain(c.base, run.ChainOptions{
 		Max:       run.Maxima{Limits: box.Limits{Memory: 64 << 20}, Timeout: time.Minute},
 		Admission: run.AdmitOptions{MaxConcurrent: 4, MaxQueue: 64, MaxWait: time.Minute},
-		Audit:     run.NewAuditLog(c, run.AuditOptions{}),
+		Audit:     c.log,
 		Policy:    pol,
 		Metrics:   run.NewMetrics(),
 		Sessions:  m,
@@ -311,5 +317,48 @@ func TestChainRequestReuse(t *testing.T) {
 	}
 	if len(c.base.specs) != 8 || len(c.ws.specs) != 8 {
 		t.Errorf("%d runs and %d jobs reached the end of the chain, want 8 each", len(c.base.specs), len(c.ws.specs))
+	}
+}
+
+// TestPolicyCanceled: a request whose caller is gone when the policy
+// decides is canceled, not denied: the evaluation it cut short decided
+// nothing. A run says so in its error and audit record, nothing is built
+// for it; a session's environment change is not audited as a refusal. The
+// same requests with their callers there are denied.
+func TestPolicyCanceled(t *testing.T) {
+	c := newRequestChain(t)
+	var hold run.OutputHold
+	defer hold.Release()
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	// The policy allows this one-shot; its caller is gone.
+	if _, err := c.r.Run(canceled, c.request("", &hold)); !errors.Is(err, context.Canceled) || errors.Is(err, api.ErrDenied) {
+		t.Fatalf("Run: %v, want canceled", err)
+	}
+	recs := c.records(t)
+	if len(recs) != 1 || recs[0].Verdict != api.VerdictCanceled {
+		t.Fatalf("audit records %+v, want one canceled", recs)
+	}
+	if n := len(c.base.specs); n != 0 {
+		t.Fatalf("the jail got %d runs", n)
+	}
+
+	// The policy denies every change of a session's environment.
+	s := &run.Sessions{Manager: c.sessions, Audit: c.log, Policy: c.policy}
+	env := func() *run.SessionEnvRequest {
+		return &run.SessionEnvRequest{Caller: "a", RequestID: "r2", Session: c.sess, Set: map[string]string{"X": "1"}}
+	}
+	if err := s.SetEnv(canceled, env()); !errors.Is(err, context.Canceled) || errors.Is(err, api.ErrDenied) {
+		t.Fatalf("SetEnv: %v, want canceled", err)
+	}
+	if recs := c.records(t); len(recs) != 1 {
+		t.Fatalf("audit records %+v: the canceled change was recorded", recs)
+	}
+	if err := s.SetEnv(context.Background(), env()); !errors.Is(err, api.ErrDenied) {
+		t.Fatalf("SetEnv: %v, want denied", err)
+	}
+	if recs := c.records(t); len(recs) != 2 || recs[1].Verdict == api.VerdictCanceled {
+		t.Fatalf("audit records %+v, want the denial recorded", recs)
 	}
 }

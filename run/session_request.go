@@ -167,7 +167,7 @@ func decided(ctx context.Context, p *policy.Engine, requestID string, in policy.
 	if d.Allow {
 		return nil
 	}
-	return deniedError(&d)
+	return Refusal(ctx, &d)
 }
 
 // refusedSession writes the record of a session creation refused.
@@ -186,7 +186,7 @@ func (s *Sessions) refusedSession(req *SessionRequest, err error) {
 // refusedEnv writes the record of a change of a session's environment
 // refused.
 func (s *Sessions) refusedEnv(req *SessionEnvRequest, err error) {
-	if s.Audit == nil {
+	if s.Audit == nil || errors.Is(err, context.Canceled) {
 		return
 	}
 	rec := s.Audit.actionRecord(policy.ActionSessionEnv, req.Caller, req.RequestID, err)

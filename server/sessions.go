@@ -63,7 +63,7 @@ func (s *Server) allowed(w http.ResponseWriter, r *http.Request, in policy.Input
 	if d.Allow {
 		return true
 	}
-	s.writeRunError(w, r, &api.DeniedError{Message: d.Message, Reasons: d.Reasons, DeniedCommand: d.DeniedCommand}, false)
+	s.writeRunError(w, r, run.Refusal(r.Context(), &d), false)
 	return false
 }
 
