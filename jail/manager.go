@@ -264,8 +264,13 @@ func (m *Manager) startWatchdog() {
 // HostRoot is the generated root that sandboxes get without a prepared
 // one (rootfs.Host under stateDir, with the working directory workDir),
 // made if it is not there yet: what their "/" holds, for those that must
-// see what a sandbox sees (the policy's resolver).
+// see what a sandbox sees (the policy's resolver). The state dir is checked
+// and made as New makes it.
 func HostRoot(stateDir, workDir string) (*rootfs.Root, error) {
+	stateDir, err := makeTrustedDir("state dir", stateDir, 0o711)
+	if err != nil {
+		return nil, err
+	}
 	r, err := rootfs.Host(stateDir, sandboxUser, workDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", box.ErrRootfs, err)

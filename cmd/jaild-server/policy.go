@@ -146,7 +146,7 @@ func sandboxResolver(rootfs, stateDir, workDir string) (*policy.Root, error) {
 	}
 	r, err := jail.HostRoot(abs, workDir)
 	if err != nil {
-		return nil, cli.Exit(fmt.Sprintf("the policy resolves commands in the sandboxes' root: %v", err), api.ExitRootfs)
+		return nil, cli.Exit(fmt.Sprintf("the policy resolves commands in the sandboxes' root (--rootfs / for this host's own): %v", err), api.ExitRootfs)
 	}
 	return policy.NewRoot(r.Dir, r.Binds()...).WithWorkDir(workDir), nil
 }

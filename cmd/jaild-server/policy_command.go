@@ -13,6 +13,7 @@ import (
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/internal/command"
+	"github.com/jaild/jaild/jail"
 	"github.com/jaild/jaild/policy"
 )
 
@@ -77,7 +78,8 @@ var policyEvalCommand = &cli.Command{
 	Usage:     "decide one input document with the policy set under DIR and print the decision",
 	ArgsUsage: "DIR --input FILE|-",
 	Description: `Reads an input document (JSON) from FILE or stdin, completes it as the daemon
-does (resolves the command on this host, hashes it, parses a shell string) and
+does (resolves the command in the sandboxes' root, hashes it, parses a shell
+string) and
 evaluates data.sandbox.main.allow. Prints the decision as JSON: allow, result
 (allow, deny, deny_all, eval_error, resolve_error, parse_error), the message a
 caller would get with the policy's reasons (data.sandbox.main.reasons and
@@ -90,12 +92,19 @@ either the command line or {"source": "..."}. Example:
   echo '{"command":"git","args":["status"]}' | jaild policy eval examples/policy --input -
   echo '{"shell":"git status | grep x"}' | jaild policy eval examples/policy --input -
 
+The command is resolved where the daemon resolves it: in the sandboxes' root,
+--rootfs and --state-dir as the daemon's ("host": the template under the state
+dir, made there if missing, over the host's /usr; that needs root). --rootfs /
+resolves on this host's own root instead, as any user may.
+
 Exit status: 0 allowed; 1 denied (whatever the reason); 2 the set does not
 load; 125 usage error (no input, input not JSON).`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "input", Aliases: []string{"i"}, Usage: `file holding the input document, "-" for stdin (required; may follow DIR)`},
 		policyShellModeFlag,
 		command.SandboxWorkDirFlag,
+		&cli.StringFlag{Name: "rootfs", Value: "host", EnvVars: []string{"JAILD_ROOTFS"}, Usage: `the sandboxes' root, as the daemon's: "host" (the template over the host's /usr) or a prepared DIR; / for this host's own root`},
+		&cli.StringFlag{Name: "state-dir", Value: jail.DefaultStateDir, EnvVars: []string{"JAILD_STATE_DIR"}, Usage: "the daemon's state dir, where the template lives"},
 	},
 	Action:       policyEvalAction,
 	OnUsageError: command.OnUsageError,
@@ -125,7 +134,11 @@ func policyEvalAction(c *cli.Context) error {
 	if err != nil {
 		return command.UsageError("--policy-shell-mode: %v", err)
 	}
-	e, err := policy.Open(policy.Options{Dir: dir, Shell: shell, NoWatch: true, Resolver: policy.NewRoot("/").WithWorkDir(workDir)})
+	root, err := sandboxResolver(c.String("rootfs"), c.String("state-dir"), workDir)
+	if err != nil {
+		return err
+	}
+	e, err := policy.Open(policy.Options{Dir: dir, Shell: shell, NoWatch: true, Resolver: root})
 	if err != nil {
 		return command.UsageError("%v", err)
 	}

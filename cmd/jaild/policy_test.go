@@ -88,15 +88,23 @@ test_with_args if data.sandbox.main.allow with input as {"command": "date", "arg
 }
 
 // TestPolicyEval decides input documents with jaild policy eval: the exit
-// status is the decision, and the printed input carries the resolution and
-// the shell parse.
+// status is the decision, and the printed input carries the resolution (in
+// the sandboxes' root, as the daemon's) and the shell parse.
 func TestPolicyEval(t *testing.T) {
+	in := newInstall(t)
 	dir := writePolicy(t, map[string]string{"main.rego": testRouter, "date.rego": testDate})
 	noLoad := writePolicy(t, map[string]string{"main.rego": "package sandbox.other\n"})
 	inputFile := filepath.Join(t.TempDir(), "in.json")
 	if err := os.WriteFile(inputFile, []byte(`{"command":"date"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A program on this host that no sandbox has, in a directory only
+	// root may change (the resolution marks others' as writable).
+	hostOnly := filepath.Join(in.StateDir, "host-only-tool")
+	if err := os.WriteFile(hostOnly, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hostOnlyInput := `{"command":"` + hostOnly + `"}`
 	tests := []struct {
 		name       string
 		args       []string
@@ -135,6 +143,13 @@ func TestPolicyEval(t *testing.T) {
 		{name: "shell each denied", args: []string{dir, "--input", "-"}, stdin: `{"shell":"date; rm -rf /"}`, wantCode: 1, wantResult: "deny", wantOut: `"denied_command": "rm -rf /"`},
 		{name: "shell whole", args: []string{"--policy-shell-mode", "whole", dir, "--input", "-"}, stdin: `{"shell":"date"}`, wantCode: 1, wantResult: "deny", wantOut: `"shell_mode": "whole"`},
 		{name: "unresolvable", args: []string{dir, "--input", "-"}, stdin: `{"command":"no-such-command-jaild"}`, wantCode: 1, wantResult: "resolve_error"},
+		{name: "on the host only", args: []string{dir, "--input", "-"}, stdin: hostOnlyInput, wantCode: 1, wantResult: "resolve_error"},
+		{name: "on the host only, resolved on the host's root", args: []string{"--rootfs", "/", dir, "--input", "-"}, stdin: hostOnlyInput, wantCode: 1, wantResult: "deny",
+			check: func(t *testing.T, in map[string]any) {
+				if p, _ := in["path"].(string); p != hostOnly {
+					t.Errorf("path %q, want %q", p, hostOnly)
+				}
+			}},
 		{name: "set does not load", args: []string{noLoad, "--input", "-"}, stdin: `{"command":"date"}`, wantCode: 2, wantResult: "deny_all"},
 		{name: "no input", args: []string{dir}, wantCode: api.ExitUsage},
 		{name: "not JSON", args: []string{dir, "--input", "-"}, stdin: `date`, wantCode: api.ExitUsage},
@@ -142,7 +157,7 @@ func TestPolicyEval(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(jaildBin, append([]string{"policy", "eval"}, tt.args...)...)
+			cmd := exec.Command(jaildBin, append([]string{"policy", "eval", "--state-dir", in.StateDir}, tt.args...)...)
 			cmd.Stdin = strings.NewReader(tt.stdin)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
