@@ -2,12 +2,16 @@ package jail_test
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
@@ -277,5 +281,59 @@ func snapshotLeftovers(env *testenv.Install) func() []string {
 	before := state()
 	return func() []string {
 		return slices.DeleteFunc(state(), func(s string) bool { return slices.Contains(before, s) })
+	}
+}
+
+// TestWorkspaceDormantMiss: the first run on a dormant workspace (a miss)
+// runs on a waiting sandbox built for it, which serves what a prestarted
+// one serves: its fd 3, a pipe of its own (a fresh sandbox would get the
+// run's pipe itself), relayed to the run's pipe. One whose directory is
+// missing still runs, on a fresh sandbox, and counts as one miss.
+func TestWorkspaceDormantMiss(t *testing.T) {
+	m, _ := newIdleManager(t, dormantIdle)
+	ws := newWorkspace(t, m, 0, jail.WithPrestart(box.Limits{}))
+	waitPrestarted(t, ws)
+
+	waitDormant(t, ws)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	got := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(r); got <- string(b) }()
+	spec := sh(`echo report >&3; readlink /proc/self/fd/3`)
+	spec.ExtraFiles = []*os.File{w}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(w.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	hits, misses := jail.PrestartStats(ws)
+	res := wsRun(t, ws, spec)
+	w.Close()
+	if res.Prestarted || res.ExitCode != 0 {
+		t.Errorf("the first run on a dormant workspace: prestarted %v, exit %d, %q %q", res.Prestarted, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if res.Stdout == fmt.Sprintf("pipe:[%d]\n", st.Ino) || !strings.HasPrefix(res.Stdout, "pipe:[") {
+		t.Errorf("the command's fd 3 is %q, the run's pipe is %d: want a pipe of the sandbox's own", res.Stdout, st.Ino)
+	}
+	if extra := <-got; extra != "report\n" {
+		t.Errorf("fd 3 gave %q, want %q", extra, "report\n")
+	}
+	if h, mi := jail.PrestartStats(ws); h != hits || mi != misses+1 {
+		t.Errorf("hits %d -> %d, misses %d -> %d: want one miss", hits, h, misses, mi)
+	}
+
+	waitDormant(t, ws)
+	spec = sh(`pwd`)
+	spec.Dir = "/work/made/by/a/fresh/init"
+	hits, misses = jail.PrestartStats(ws)
+	res = wsRun(t, ws, spec)
+	if res.Prestarted || res.Stdout != spec.Dir+"\n" {
+		t.Errorf("a missing directory: prestarted %v, %q %q", res.Prestarted, res.Stdout, res.Stderr)
+	}
+	if h, mi := jail.PrestartStats(ws); h != hits || mi != misses+1 {
+		t.Errorf("hits %d -> %d, misses %d -> %d: want one miss", hits, h, misses, mi)
 	}
 }

@@ -334,9 +334,16 @@ func relayTo(f *os.File) *os.File {
 }
 
 // run runs spec (its Workspace is p.w) on the waiting sandbox w, or, if
-// the sandbox cannot take it after all, on a fresh one.
-func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.File) (*box.Result, error) {
+// the sandbox cannot take it after all, on a fresh one. built: w was built
+// for this run, a miss already counted (see runBuilt), not a prestarted
+// one.
+func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.File, built bool) (*box.Result, error) {
 	m := p.w.m
+	miss := func() {
+		if !built {
+			p.misses.Add(1)
+		}
+	}
 	if l := spec.Limits.WithDefaults(); l != w.sb.limits {
 		if err := w.sb.setLimits(l); err != nil {
 			m.log.Warn("a prestarted sandbox could not take a run's limits; running it cold", "err", err)
@@ -344,7 +351,7 @@ func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.Fil
 				relay.Close()
 			}
 			w.destroy()
-			p.misses.Add(1)
+			miss()
 			return m.Run(ctx, spec)
 		}
 	}
@@ -358,12 +365,14 @@ func (p *prestarted) run(ctx context.Context, w *warm, spec *Spec, relay *os.Fil
 		// The command never ran; a fresh sandbox's init creates a
 		// missing directory, or enters one as its root.
 		w.destroy()
-		p.misses.Add(1)
+		miss()
 		return m.Run(ctx, spec)
 	}
-	p.hits.Add(1)
-	if res != nil {
-		res.Prestarted = true
+	if !built {
+		p.hits.Add(1)
+		if res != nil {
+			res.Prestarted = true
+		}
 	}
 	if err != nil {
 		// Not known to be over: destroyed before the answer, as
@@ -478,21 +487,45 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *box.Resul
 	sb, woke := p.take()
 	defer p.done()
 	if sb == nil {
-		if relay != nil {
-			relay.Close()
-		}
 		p.misses.Add(1)
 		if woke {
-			// The fresh sandbox is built first: the one the workspace
+			// The run's sandbox is built first: the one the workspace
 			// keeps again starts as a taken one's replacement would.
 			defer replaceLater(p.replace)()
 		}
-		res, err := w.m.Run(ctx, spec)
+		res, err := p.runBuilt(ctx, spec, relay)
 		return res, err, true
 	}
 	defer replaceLater(p.replace)()
-	res, err := p.run(ctx, sb, spec, relay)
+	res, err := p.run(ctx, sb, spec, relay, false)
 	return res, err, true
+}
+
+// runBuilt runs spec (a miss) on a waiting sandbox built for it, as a
+// pool's miss does (see Pool.Run): its init loads the filter compiled once.
+// Where the filter could not be probed, it runs in a fresh sandbox.
+func (p *prestarted) runBuilt(ctx context.Context, spec *Spec, relay *os.File) (*box.Result, error) {
+	m := p.w.m
+	if m.waitingFilter() == nil {
+		if relay != nil {
+			relay.Close() // a fresh sandbox gets the extra file itself
+		}
+		return m.Run(ctx, spec)
+	}
+	if err := ctx.Err(); err != nil {
+		if relay != nil {
+			relay.Close()
+		}
+		return nil, err
+	}
+	w, err := m.startWaiting(spec.Limits, p.w, true)
+	if err != nil {
+		if relay != nil {
+			relay.Close()
+		}
+		return nil, err
+	}
+	return p.run(ctx, w, spec, relay, true)
 }
 
 // Prestarted reports whether a sandbox waits for the workspace's next run
