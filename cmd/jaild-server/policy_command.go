@@ -79,8 +79,7 @@ var policyEvalCommand = &cli.Command{
 	ArgsUsage: "DIR --input FILE|-",
 	Description: `Reads an input document (JSON) from FILE or stdin, completes it as the daemon
 does (resolves the command in the sandboxes' root, hashes it, parses a shell
-string) and
-evaluates data.sandbox.main.allow. Prints the decision as JSON: allow, result
+string) and evaluates data.sandbox.main.allow. Prints the decision as JSON: allow, result
 (allow, deny, deny_all, eval_error, resolve_error, parse_error), the message a
 caller would get with the policy's reasons (data.sandbox.main.reasons and
 deny) and, for a shell string, the command refused, the set's revision, and
