@@ -121,11 +121,11 @@ type Manager struct {
 	// or nil: each sandbox's init makes a /dev of its own.
 	dev *os.File
 	// filter is the seccomp program that waiting sandboxes load
-	// themselves, probed at the first one's build (see
+	// themselves, as its frame, probed at the first one's build (see
 	// seccompprobe.go); nil after filterOnce: they keep the profile in
 	// libcontainer's config. noFilterProbe (tests) skips the probe.
 	filterOnce    sync.Once
-	filter        *seccompProgram
+	filter        []byte
 	noFilterProbe bool
 	// filterFrameHook, if set (by tests), replaces the filter's frame
 	// that a waiting sandbox's init reads.

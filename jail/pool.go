@@ -87,10 +87,10 @@ var (
 	poolInitFilter = []string{"/proc/self/exe", "pool-wait", "seccomp"}
 )
 
-// waitingFilter is the filter waiting sandboxes load themselves, probed
-// once, at the first one's build; nil: they keep it in libcontainer's
-// config, and why was logged.
-func (m *Manager) waitingFilter() *seccompProgram {
+// waitingFilter is the frame of the filter waiting sandboxes load
+// themselves, probed once, at the first one's build; nil: they keep it in
+// libcontainer's config, and why was logged.
+func (m *Manager) waitingFilter() []byte {
 	m.filterOnce.Do(func() {
 		if m.noFilterProbe {
 			return
@@ -100,7 +100,7 @@ func (m *Manager) waitingFilter() *seccompProgram {
 			m.log.Warn("waiting sandboxes compile their seccomp filter in each init", "err", err)
 			return
 		}
-		m.filter = p
+		m.filter = p.frame()
 	})
 	return m.filter
 }
@@ -163,17 +163,17 @@ func (p *Pool) refill() {
 
 // prestart builds a sandbox and starts its waiting init.
 func (p *Pool) prestart() (*warm, error) {
-	return p.m.startWaiting(p.limits, nil, false)
+	return p.m.startWaiting(context.Background(), p.limits, nil, false)
 }
 
 // startWaiting builds a sandbox with limits l (on ws if not nil) and starts
-// its waiting init. With extra, the init also holds the write end of a pipe
-// at fd 5, whose read end is the warm's extra: the init makes it the
-// command's fd 3 if the message asks for it (see poolMessage), else closes
-// it.
-func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm, retErr error) {
+// its waiting init, unless ctx has ended. With extra, the init also holds
+// the write end of a pipe at fd 5, whose read end is the warm's extra: the
+// init makes it the command's fd 3 if the message asks for it (see
+// poolMessage), else closes it.
+func (m *Manager) startWaiting(ctx context.Context, l box.Limits, ws *Workspace, extra bool) (_ *warm, retErr error) {
 	filter := m.waitingFilter()
-	sb, err := m.create(context.Background(), l, ws, false, filter != nil)
+	sb, err := m.create(ctx, l, ws, false, filter != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -199,11 +199,10 @@ func (m *Manager) startWaiting(l box.Limits, ws *Workspace, extra bool) (_ *warm
 	if filter != nil {
 		// The socket's buffer takes the program whole: it is there
 		// when the init starts reading.
-		frame := filter.frame()
 		if m.filterFrameHook != nil {
-			frame = m.filterFrameHook(frame)
+			filter = m.filterFrameHook(filter)
 		}
-		if _, err := ctl.Write(frame); err != nil {
+		if _, err := ctl.Write(filter); err != nil {
 			return nil, fmt.Errorf("send the seccomp filter: %w", err)
 		}
 		args = poolInitFilter
@@ -312,9 +311,6 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 		defer replaceLater(func() { p.room <- struct{}{} })()
 	default:
 		p.misses.Add(1)
-		if p.m.waitingFilter() == nil {
-			return p.m.Run(ctx, spec)
-		}
 		return p.runBuilt(ctx, spec)
 	}
 	if l := spec.Limits.WithDefaults(); l != w.sb.limits {
@@ -339,12 +335,13 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	return res, err
 }
 
-// runBuilt runs spec on a waiting sandbox built for it (a miss, see Run).
+// runBuilt runs spec (a miss) on a waiting sandbox built for it, or,
+// where the filter could not be probed, on a fresh one (see Run).
 func (p *Pool) runBuilt(ctx context.Context, spec *Spec) (*box.Result, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	if p.m.waitingFilter() == nil {
+		return p.m.Run(ctx, spec)
 	}
-	w, err := p.m.startWaiting(spec.Limits, nil, false)
+	w, err := p.m.startWaiting(ctx, spec.Limits, nil, false)
 	if err != nil {
 		return nil, err
 	}

@@ -99,23 +99,27 @@ func probeSeccomp() (_ *seccompProgram, retErr error) {
 	cmd.Env = []string{"GOMAXPROCS=1"}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
 	out, stdoutW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	defer out.Close()
 	cmd.Stdout = stdoutW
-	if err := cmd.Start(); err != nil {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		stdoutW.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil { // Start closes the stdin pipe
 		stdoutW.Close()
 		return nil, fmt.Errorf("start seccomp probe: %w", err)
 	}
 	stdoutW.Close()
 	defer func() {
 		stdin.Close() // the helper exits
+		if retErr != nil {
+			_ = cmd.Process.Kill() // whatever it is doing: the probe has failed
+		}
 		if err := cmd.Wait(); err != nil && retErr == nil {
 			retErr = fmt.Errorf("seccomp probe: %w (%s)", err, strings.TrimSpace(stderr.String()))
 		}

@@ -116,7 +116,7 @@ func (p *prestarted) build() {
 	if h := p.w.m.prestartHook; h != nil {
 		h()
 	}
-	w, err := p.w.m.startWaiting(p.limits, p.w, true)
+	w, err := p.w.m.startWaiting(context.Background(), p.limits, p.w, true)
 	p.mu.Lock()
 	p.building--
 	close(p.built)
@@ -506,26 +506,20 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *box.Resul
 // Where the filter could not be probed, it runs in a fresh sandbox.
 func (p *prestarted) runBuilt(ctx context.Context, spec *Spec, relay *os.File) (*box.Result, error) {
 	m := p.w.m
-	if m.waitingFilter() == nil {
-		if relay != nil {
-			relay.Close() // a fresh sandbox gets the extra file itself
+	if m.waitingFilter() != nil {
+		w, err := m.startWaiting(ctx, spec.Limits, p.w, true)
+		if err == nil {
+			return p.run(ctx, w, spec, relay, true)
 		}
-		return m.Run(ctx, spec)
-	}
-	if err := ctx.Err(); err != nil {
 		if relay != nil {
 			relay.Close()
 		}
 		return nil, err
 	}
-	w, err := m.startWaiting(spec.Limits, p.w, true)
-	if err != nil {
-		if relay != nil {
-			relay.Close()
-		}
-		return nil, err
+	if relay != nil {
+		relay.Close() // a fresh sandbox gets the extra file itself
 	}
-	return p.run(ctx, w, spec, relay, true)
+	return m.Run(ctx, spec)
 }
 
 // Prestarted reports whether a sandbox waits for the workspace's next run
