@@ -59,7 +59,10 @@
 // it keeps sandboxes started (their init jaild's minimal "pool-wait",
 // blocked reading its command from a pipe, which it then execs), so that a
 // run does not wait for a sandbox to be built; see its doc for what it can
-// and cannot serve. The replacement of a sandbox a run took is built once
+// and cannot serve. A waiting init loads the seccomp filter itself, one
+// program compiled once per Manager by libcontainer's own code (see
+// seccompprobe.go), so a run that finds none ready gets one built for it
+// too. The replacement of a sandbox a run took is built once
 // that run ends (or 50 ms into it), not beside the command it replaces.
 //
 // # Workspaces
@@ -96,8 +99,9 @@
 // container: a program using this package must call libcontainer.Init from
 // an init function when os.Args[1] is "init", before anything else (see
 // internal/inithook), and lock its main goroutine to the main thread. Each
-// Manager re-executes it as "<binary> watchdog" too: the program must call
-// [MaybeWatchdog] as early (internal/inithook does both); importing this
+// Manager re-executes it as "<binary> watchdog" and "<binary>
+// seccomp-probe" too: the program must call [MaybeWatchdog] as early
+// (internal/inithook does both); importing this
 // package alone changes nothing in a process.
 // Building needs cgo and, for seccomp, the seccomp build tag and
 // libseccomp-dev; without the tag every sandbox start fails rather than run
