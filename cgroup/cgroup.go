@@ -1,11 +1,8 @@
 package cgroup
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -126,114 +123,6 @@ func v1DirsOf(hs []hierarchy, rel string) []string {
 func isDir(d string) bool {
 	fi, err := os.Stat(d)
 	return err == nil && fi.IsDir()
-}
-
-// readKey returns the value of key in a flat "key value" cgroup file.
-func readKey(file, key string) (uint64, error) {
-	if file == "" {
-		return 0, os.ErrNotExist
-	}
-	data, err := readSmall(file)
-	if err != nil {
-		return 0, err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if ok && k == key {
-			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return 0, nil
-}
-
-// Usage is what a sandbox consumed, read after its processes are gone and
-// before its cgroup is destroyed.
-type Usage struct {
-	CPU        time.Duration // user + system
-	MemoryPeak int64         // bytes
-	OOMKills   uint64        // processes the OOM killer killed
-	PidsMax    uint64        // forks refused by the pids limit
-}
-
-// Read returns the usage recorded in g. It reads the four files that hold
-// the four figures, no more: containerd's Stat reads every counter of each
-// controller (11 files on v1 for these three controllers, more on v2), and
-// this read sits between a command's exit and its caller's answer.
-// pids.events is optional (a hierarchy without the pids controller, an old
-// kernel); the others are not, except memory.peak, which v2 has since
-// Linux 5.19.
-func (g *Group) Read() (Usage, error) {
-	var u Usage
-	var err error
-	var peak, oom, pids string
-	if g.Mode == V2 {
-		d := g.Dirs[0]
-		var usec uint64
-		usec, err = readKey(filepath.Join(d, "cpu.stat"), "usage_usec")
-		u.CPU = time.Duration(usec) * time.Microsecond
-		peak, oom, pids = filepath.Join(d, "memory.peak"), filepath.Join(d, "memory.events"), filepath.Join(d, "pids.events")
-	} else {
-		var ns uint64
-		ns, err = readUint(g.v1File("cpuacct", "cpuacct.usage"))
-		u.CPU = time.Duration(ns)
-		peak, oom, pids = g.v1File("memory", "memory.max_usage_in_bytes"), g.v1File("memory", "memory.oom_control"), g.v1File("pids", "pids.events")
-	}
-	if err != nil {
-		return Usage{}, fmt.Errorf("read cgroup %s: %w", g.Path, err)
-	}
-	p, err := readUint(peak)
-	if err != nil && !(g.Mode == V2 && errors.Is(err, os.ErrNotExist)) {
-		return Usage{}, fmt.Errorf("read cgroup %s: %w", g.Path, err)
-	}
-	u.MemoryPeak = int64(p)
-	if u.OOMKills, err = readKey(oom, "oom_kill"); err != nil {
-		return Usage{}, fmt.Errorf("read cgroup %s: %w", g.Path, err)
-	}
-	u.PidsMax, _ = readKey(pids, "max")
-	return u, nil
-}
-
-// v1File is the path of file in g's directory of the v1 hierarchy that
-// holds controller ctrl ("cpuacct" is in "cpu,cpuacct"), or "" if none
-// does, which reads as a missing file.
-func (g *Group) v1File(ctrl, file string) string {
-	for _, d := range g.Dirs {
-		ctrls, _, _ := strings.Cut(strings.TrimPrefix(d, Root+"/"), "/")
-		for _, c := range strings.Split(ctrls, ",") {
-			if c == ctrl {
-				return filepath.Join(d, file)
-			}
-		}
-	}
-	return ""
-}
-
-// readSmall reads a cgroup file of a few lines without Go's poller:
-// os.ReadFile would register the file with it (cgroupfs files can be
-// polled), a round of calls each, and a run's answer waits for four of
-// them (Read). A blocking descriptor that os.NewFile wraps is never
-// registered.
-func readSmall(file string) ([]byte, error) {
-	fd, err := unix.Open(file, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: file, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), file)
-	defer f.Close()
-	return io.ReadAll(f)
-}
-
-// readUint reads a cgroup file holding one unsigned number.
-func readUint(file string) (uint64, error) {
-	if file == "" {
-		return 0, os.ErrNotExist
-	}
-	data, err := readSmall(file)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
 }
 
 // Remove kills every process left in g and removes its directories. It is

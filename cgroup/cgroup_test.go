@@ -109,21 +109,43 @@ func TestRemoveOrphan(t *testing.T) {
 	}
 }
 
-// TestReadUsage reads the counters of a cgroup a process ran in.
+// TestReadUsage reads the counters of a cgroup a process ran in, through
+// counter files opened before it ran (as a sandbox does) and afresh.
 func TestReadUsage(t *testing.T) {
 	p := testParent(t)
 	g := mkGroup(t, p, "usage")
+	c, err := g.OpenCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before, err := c.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.CPU != 0 || before.MemoryPeak != 0 {
+		t.Errorf("usage of an unused cgroup %+v, want none", before)
+	}
 	// A shell that moves itself into the cgroup, then burns a little CPU.
 	script := "for f in " + joinProcs(g.Dirs) + "; do echo $$ > $f; done; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"
 	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	u, err := g.Read()
+	// The files opened before are read from their start again: what they
+	// say now, not what they said at the first read.
+	u, err := c.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if u.CPU <= 0 || u.MemoryPeak <= 0 || u.OOMKills != 0 || u.PidsMax != 0 {
 		t.Errorf("usage %+v: want CPU and memory used, no OOM kill, no refused fork", u)
+	}
+	fresh, err := g.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh != u {
+		t.Errorf("read through new files %+v, through the open ones %+v", fresh, u)
 	}
 	// A cgroup that is not there is an error, not a zero usage.
 	if u, err := p.Child("absent").Read(); err == nil {

@@ -50,6 +50,9 @@ type sandbox struct {
 	// pins hold the namespaces and the executable of the sandbox's init
 	// open from its command's start until Destroy (see pinInit).
 	pins []int
+	// counters are the cgroup's counter files, opened while the command
+	// runs (see openCounters); nil until then.
+	counters *cgroup.Counters
 	// init is the process started in the sandbox, nil until one is.
 	init *initProc
 }
@@ -268,6 +271,20 @@ func (s *sandbox) pinInit() {
 	dir := s.procDir()
 	s.pinExe(dir)
 	s.pinNamespaces(dir)
+	s.openCounters()
+}
+
+// openCounters opens the cgroup's counter files for collect's readUsage,
+// off the way from the command's exit to the answer: they are opened while
+// the command starts and closed with the pins. Best effort: readUsage
+// opens them itself if this failed.
+func (s *sandbox) openCounters() {
+	if s.counters != nil {
+		return
+	}
+	if c, err := s.group.OpenCounters(); err == nil {
+		s.counters = c
+	}
 }
 
 // procDir opens the /proc directory of the sandbox's init, for the pins,
@@ -316,12 +333,16 @@ func (s *sandbox) pinAt(dir int, name string) {
 	}
 }
 
-// unpin closes the pins.
+// unpin closes the pins and the counter files.
 func (s *sandbox) unpin() {
 	for _, fd := range s.pins {
 		unix.Close(fd)
 	}
 	s.pins = nil
+	if s.counters != nil {
+		s.counters.Close()
+		s.counters = nil
+	}
 }
 
 // collect waits for a started command under cmd's timeout, drains its
@@ -437,7 +458,13 @@ func setExitStatus(res *box.Result, ps *os.ProcessState) {
 
 // readUsage puts the sandbox cgroup's counters in res.
 func (s *sandbox) readUsage(res *box.Result) {
-	u, err := s.group.Read()
+	var u cgroup.Usage
+	var err error
+	if s.counters != nil {
+		u, err = s.counters.Read()
+	} else {
+		u, err = s.group.Read()
+	}
 	if err != nil {
 		s.m.log.Warn("reading sandbox usage", "id", s.id, "err", err)
 		return

@@ -411,8 +411,9 @@ func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File)
 		defer relay.Close()
 		files = 1
 	}
-	// The executable pinned before the hand-over, the namespaces while
-	// the init execs the command, off the way to the answer (see pinInit).
+	// The executable pinned before the hand-over, the namespaces (and the
+	// counter files opened) while the init execs the command, off the way
+	// to the answer (see pinInit).
 	proc := w.sb.procDir()
 	w.sb.pinExe(proc)
 	w.r.started = time.Now()
@@ -424,6 +425,7 @@ func (w *warm) runCommand(ctx context.Context, cmd *box.Command, relay *os.File)
 		h()
 	}
 	w.sb.pinNamespaces(proc)
+	w.sb.openCounters()
 	if err != nil {
 		w.closePipes()
 		return nil, fmt.Errorf("hand command to sandbox %s: %w", w.sb.id, err)
