@@ -303,3 +303,56 @@ func TestExtraFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkspaceStore: a workspace's tmpfs, network namespace and slot lock
+// are in the descriptor store, and its Dir goes through it; with no store
+// (one that could not start), a workspace holds them in the process's file
+// table and works the same: its files persist, a server in one of its
+// sandboxes answers the next.
+func TestWorkspaceStore(t *testing.T) {
+	for _, stored := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stored=%v", stored), func(t *testing.T) {
+			m := newManager(t)
+			if !stored {
+				jail.NoFDStore(m)
+			}
+			ws := newWorkspace(t, m, 0)
+			want := -1
+			if stored {
+				want = jail.StoredWorkspaceFDs
+				if !jail.DetachedWorkspaces(m) {
+					want-- // its tmpfs is mounted in the workspace root
+				}
+			}
+			if n := jail.StoreFDs(m); n != want {
+				t.Errorf("the store holds %d descriptors, want %d", n, want)
+			}
+			if jail.DetachedWorkspaces(m) && strings.Contains(ws.Dir(), "/task/") != stored {
+				t.Errorf("Dir %s", ws.Dir())
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				spec := inWS(ws, "echo served > /work/index.html && cd /work && exec python3 -m http.server --bind 127.0.0.1 8000")
+				spec.Timeout = time.Minute
+				_, err := m.Run(ctx, spec)
+				done <- err
+			}()
+			defer func() { cancel(); <-done }()
+			fetch := "python3 -c 'import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8000/index.html\", timeout=2).read().decode())'"
+			var res *box.Result
+			for range 100 {
+				if res = run(t, m, inWS(ws, fetch)); res.ExitCode == 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if res.Stdout != "served\n" {
+				t.Fatalf("the server in the workspace: %+v", res)
+			}
+			if data, err := os.ReadFile(filepath.Join(ws.Dir(), "index.html")); err != nil || string(data) != "served\n" {
+				t.Errorf("the host reads %q, %v through Dir", data, err)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jaild/jaild/api"
 	"github.com/jaild/jaild/client"
+	"golang.org/x/sys/unix"
 )
 
 // densityOpts are the -density mode's settings.
@@ -158,15 +159,36 @@ func dormantCalls(ctx context.Context, c *client.Client, ids []string, idle time
 	return rows, nil
 }
 
+// kcmpFiles is kcmp(2)'s KCMP_FILES: do two tasks share a file table?
+const kcmpFiles = 2
+
 // procCounts is the number of lines of pid's mountinfo and of its open
-// descriptors (-1 each if unknown).
+// descriptors (-1 each if unknown): those of the process's file table and
+// of any thread's table of its own (the worker's descriptor store, which
+// keeps the sessions' descriptors out of the table that sandbox starts
+// copy), told apart with kcmp(KCMP_FILES).
 func procCounts(pid int) (mounts, fds int) {
 	mounts, fds = -1, -1
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid)); err == nil {
 		mounts = strings.Count(string(b), "\n")
 	}
-	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
-		fds = len(ents)
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return mounts, fds
+	}
+	fds = len(ents)
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil || tid == pid {
+			continue
+		}
+		if same, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(pid), uintptr(tid), kcmpFiles, 0, 0, 0); errno != 0 || same == 0 {
+			continue
+		}
+		if own, err := os.ReadDir(fmt.Sprintf("/proc/%d/task/%d/fd", pid, tid)); err == nil {
+			fds += len(own)
+		}
 	}
 	return mounts, fds
 }
