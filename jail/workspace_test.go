@@ -97,28 +97,7 @@ func TestWorkspaceNetwork(t *testing.T) {
 	m := newManager(t)
 	a := newWorkspace(t, m, 0)
 	b := newWorkspace(t, m, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		spec := inWS(a, "echo served > /work/index.html && cd /work && exec python3 -m http.server --bind 127.0.0.1 8000")
-		spec.Timeout = time.Minute
-		_, err := m.Run(ctx, spec)
-		done <- err
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-
-	fetch := "python3 -c 'import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8000/index.html\", timeout=2).read().decode())'"
-	var res *box.Result
-	for i := 0; i < 100; i++ {
-		res = run(t, m, inWS(a, fetch))
-		if res.ExitCode == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if res.Stdout != "served\n" {
-		t.Fatalf("server in the same workspace not reachable: %+v", res)
-	}
+	fetch := serveInWorkspace(t, m, a)
 	for name, spec := range map[string]*jail.Spec{"other workspace": inWS(b, fetch), "one-shot": sh(fetch)} {
 		if res := run(t, m, spec); res.ExitCode == 0 || !strings.Contains(res.Stderr, "Connection refused") {
 			t.Errorf("%s reached the server: exit %d, %q %q", name, res.ExitCode, res.Stdout, res.Stderr)
@@ -126,7 +105,7 @@ func TestWorkspaceNetwork(t *testing.T) {
 	}
 	// The shared namespace is loopback only, and its root cannot change
 	// that.
-	res = run(t, m, inWS(a, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; ip link add dummy0 type dummy 2>&1 || echo refused"))
+	res := run(t, m, inWS(a, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; ip link add dummy0 type dummy 2>&1 || echo refused"))
 	if !strings.HasPrefix(res.Stdout, "lo\n") || !strings.Contains(res.Stdout, "refused") || strings.Count(res.Stdout, "\n") != 3 {
 		t.Errorf("interfaces: %q", res.Stdout)
 	}
@@ -330,29 +309,38 @@ func TestWorkspaceStore(t *testing.T) {
 			if jail.DetachedWorkspaces(m) && strings.Contains(ws.Dir(), "/task/") != stored {
 				t.Errorf("Dir %s", ws.Dir())
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				spec := inWS(ws, "echo served > /work/index.html && cd /work && exec python3 -m http.server --bind 127.0.0.1 8000")
-				spec.Timeout = time.Minute
-				_, err := m.Run(ctx, spec)
-				done <- err
-			}()
-			defer func() { cancel(); <-done }()
-			fetch := "python3 -c 'import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8000/index.html\", timeout=2).read().decode())'"
-			var res *box.Result
-			for range 100 {
-				if res = run(t, m, inWS(ws, fetch)); res.ExitCode == 0 {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if res.Stdout != "served\n" {
-				t.Fatalf("the server in the workspace: %+v", res)
-			}
+			serveInWorkspace(t, m, ws)
 			if data, err := os.ReadFile(filepath.Join(ws.Dir(), "index.html")); err != nil || string(data) != "served\n" {
 				t.Errorf("the host reads %q, %v through Dir", data, err)
 			}
 		})
 	}
+}
+
+// serveInWorkspace starts an HTTP server serving "served\n" at
+// /index.html in a sandbox on ws, stopped at cleanup, waits until another
+// sandbox on ws fetches it, and returns the command that fetches it.
+func serveInWorkspace(t *testing.T, m *jail.Manager, ws *jail.Workspace) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		spec := inWS(ws, "echo served > /work/index.html && cd /work && exec python3 -m http.server --bind 127.0.0.1 8000")
+		spec.Timeout = time.Minute
+		_, err := m.Run(ctx, spec)
+		done <- err
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	fetch := "python3 -c 'import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8000/index.html\", timeout=2).read().decode())'"
+	var res *box.Result
+	for range 100 {
+		if res = run(t, m, inWS(ws, fetch)); res.ExitCode == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if res.Stdout != "served\n" {
+		t.Fatalf("a server in the workspace not reachable: %+v", res)
+	}
+	return fetch
 }
