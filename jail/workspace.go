@@ -342,27 +342,14 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 		return 0, nil, box.ErrClosed
 	}
 	j := &wsJoin{dir: w.dir}
+	var err error
 	if w.nsN >= 0 {
-		if err := j.dupStored(w.m.fds, w.nsN, w.mntN); err != nil {
-			return 0, nil, fmt.Errorf("workspace %s: %w", w.id, err)
-		}
+		err = j.dupStored(w.m.fds, w.nsN, w.mntN)
+	} else {
+		err = j.dupFiles(w.ns, w.mnt)
 	}
-	for _, f := range []*os.File{w.ns, w.mnt} {
-		if f == nil {
-			continue
-		}
-		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			j.close()
-			return 0, nil, fmt.Errorf("workspace %s: %w", w.id, err)
-		}
-		j.files = append(j.files, os.NewFile(uintptr(fd), f.Name()))
-	}
-	if w.ns != nil {
-		j.netns = procFD(j.files[0])
-		if len(j.files) > 1 {
-			j.dir = procFD(j.files[1])
-		}
+	if err != nil {
+		return 0, nil, fmt.Errorf("workspace %s: %w", w.id, err)
 	}
 	w.rec.Sandboxes = append(w.rec.Sandboxes, member{ID: id, Cgroup: g})
 	if err := w.slot.rewrite(&w.rec); err != nil {
@@ -371,6 +358,28 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 		return 0, nil, err
 	}
 	return w.slot.hostID(), j, nil
+}
+
+// dupFiles makes the join's own duplicates of the network namespace ns
+// and, unless nil, the tmpfs mnt in the process's table, and the paths
+// through them.
+func (j *wsJoin) dupFiles(ns, mnt *os.File) error {
+	for _, f := range []*os.File{ns, mnt} {
+		if f == nil {
+			continue
+		}
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			j.close()
+			return err
+		}
+		j.files = append(j.files, os.NewFile(uintptr(fd), f.Name()))
+	}
+	j.netns = procFD(j.files[0])
+	if len(j.files) > 1 {
+		j.dir = procFD(j.files[1])
+	}
+	return nil
 }
 
 // dupStored makes the join's own duplicates of the stowed network
