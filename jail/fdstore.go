@@ -41,10 +41,9 @@ type fdStore struct {
 }
 
 // An fdReq is one operation of the store's goroutine: put receives the
-// descriptors waiting on its socket, dup duplicates fd, close closes fds.
+// descriptors waiting on its socket, dup duplicates fds, close closes fds.
 type fdReq struct {
 	op    int
-	fd    int
 	fds   []int
 	reply chan fdReply
 }
@@ -112,8 +111,7 @@ func (s *fdStore) serve(recv int, started chan<- error) {
 		case fdPut:
 			rep.fds, rep.err = receiveFDs(0)
 		case fdDup:
-			fd, err := unix.FcntlInt(uintptr(r.fd), unix.F_DUPFD_CLOEXEC, 1)
-			rep.fds, rep.err = []int{fd}, err
+			rep.fds, rep.err = dupAll(r.fds)
 		case fdClose:
 			for _, fd := range r.fds {
 				if fd > 0 {
@@ -123,6 +121,23 @@ func (s *fdStore) serve(recv int, started chan<- error) {
 		}
 		r.reply <- rep
 	}
+}
+
+// dupAll duplicates fds (close-on-exec, never at 0, the store's socket) and
+// returns the copies; on an error it closes those it made.
+func dupAll(fds []int) ([]int, error) {
+	var dups []int
+	for _, fd := range fds {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 1)
+		if err != nil {
+			for _, d := range dups {
+				unix.Close(d)
+			}
+			return nil, err
+		}
+		dups = append(dups, d)
+	}
+	return dups, nil
 }
 
 // receiveFDs reads one message of the socket sock and returns the
@@ -184,17 +199,17 @@ func (s *fdStore) put(fds ...int) ([]int, error) {
 	return got, err
 }
 
-// dup duplicates the stored n and returns the copy's number: a path
-// through it stays that of the same file until the copy is closed, however
-// the original's number is reused.
-func (s *fdStore) dup(n int) (int, error) {
+// dup duplicates the stored ns, in one round with the store's thread, and
+// returns the copies' numbers: a path through one stays that of the same
+// file until the copy is closed, however the original's number is reused.
+func (s *fdStore) dup(ns ...int) ([]int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	got, err := s.do(fdReq{op: fdDup, fd: n})
+	got, err := s.do(fdReq{op: fdDup, fds: ns})
 	if err != nil {
-		return -1, fmt.Errorf("descriptor store: dup: %w", err)
+		return nil, fmt.Errorf("descriptor store: dup: %w", err)
 	}
-	return got[0], nil
+	return got, nil
 }
 
 // close closes the stored ns; negative numbers are skipped.

@@ -58,10 +58,11 @@ func TestFDStore(t *testing.T) {
 		}
 	}
 	write(st.path(n))
-	d, err := st.dup(n)
-	if err != nil || d == n {
-		t.Fatalf("dup: %d, %v", d, err)
+	ds, err := st.dup(n)
+	if err != nil || len(ds) != 1 || ds[0] == n {
+		t.Fatalf("dup: %v, %v", ds, err)
 	}
+	d := ds[0]
 	st.close(n)
 	write(st.path(d)) // the duplicate outlives the original
 	if eof(t, r, 50*time.Millisecond) {

@@ -386,21 +386,18 @@ func (j *wsJoin) dupFiles(ns, mnt *os.File) error {
 // namespace ns and, unless negative, tmpfs mnt in the store st, and the
 // paths through them.
 func (j *wsJoin) dupStored(st *fdStore, ns, mnt int) error {
-	j.store = st
-	for _, n := range []int{ns, mnt} {
-		if n < 0 {
-			continue
-		}
-		d, err := st.dup(n)
-		if err != nil {
-			j.close()
-			return err
-		}
-		j.stored = append(j.stored, d)
+	stored := []int{ns}
+	if mnt >= 0 {
+		stored = append(stored, mnt)
 	}
-	j.netns = st.path(j.stored[0])
-	if len(j.stored) > 1 {
-		j.dir = st.path(j.stored[1])
+	dups, err := st.dup(stored...)
+	if err != nil {
+		return err
+	}
+	j.store, j.stored = st, dups
+	j.netns = st.path(dups[0])
+	if len(dups) > 1 {
+		j.dir = st.path(dups[1])
 	}
 	return nil
 }
