@@ -2,7 +2,9 @@
 // sandbox and carries the aggregate budget (through
 // github.com/containerd/cgroups/v3), the usage readings taken from a
 // sandbox's cgroup after its command ends (the four files that hold them,
-// read directly: they sit between the command's exit and the answer), and
+// read directly: they sit between the command's exit and the answer;
+// [Counters] opens them beforehand, while the command runs, and reads each
+// with one pread), and
 // the removal of cgroups a crashed jaild left behind.
 //
 // libcontainer creates, limits and destroys each sandbox's own cgroup; this
