@@ -482,6 +482,12 @@ $(cat "$T/sessionbench.err")
 the daemon's log: $(grep -v 'level=INFO' "$T/serve-density.log" | tail -c 1500)" >&2
   stop_daemon
   if [ -n "$MEMCG" ]; then
+    # The daemon removes its parent cgroup as it stops: whatever is left
+    # under its memory cgroup is a sandbox or parent it leaked, which the
+    # removal below would otherwise hide.
+    if left=$(find "$MEMCG" -mindepth 1 -type d 2> /dev/null) && [ -n "$left" ]; then
+      echo "bench: the density daemon left cgroups behind: $(tr '\n' ' ' <<< "$left")" >&2
+    fi
     for _ in 1 2 3 4 5 6 7 8 9 10; do
       find "$MEMCG" -depth -type d -exec rmdir {} + 2> /dev/null || true
       [ -d "$MEMCG" ] || break
