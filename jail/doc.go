@@ -73,11 +73,7 @@
 // only loopback that they all join, and the uid range they all map, so
 // that files one writes are the next one's. Neither is mounted in jaild's
 // mount namespace, which every new sandbox's starts as a copy of: however
-// many sessions live, a sandbox's start costs the same. Nor are the
-// descriptors jaild holds for them (tmpfs, namespace, slot lock) in the
-// file table that every sandbox's fork copies: they are in a descriptor
-// store, a thread's table of its own (see fdstore.go). Every other
-// namespace, limit and filter stays each sandbox's own.
+// many sessions live, a sandbox's start costs the same. Every other namespace, limit and filter stays each sandbox's own.
 // The workspace's slot record lists its live sandboxes, so a sweep after a
 // crash removes them, and a tmpfs mounted on the host. A workspace made
 // [WithPrestart] keeps one sandbox started for its next run, waiting in the

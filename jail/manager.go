@@ -131,13 +131,6 @@ type Manager struct {
 	// that a waiting sandbox's init reads.
 	filterFrameHook func([]byte) []byte
 
-	// fds keeps what workspaces hold for their life out of the
-	// process's file table (see fdstore.go), started by the first
-	// workspace; nil if it could not start (they then hold it in the
-	// table).
-	fdsOnce sync.Once
-	fds     *fdStore
-
 	mu     sync.Mutex
 	closed bool
 	live   sync.WaitGroup
@@ -671,9 +664,6 @@ func (m *Manager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	m.live.Wait()
-	if m.fds != nil {
-		m.fds.shut()
-	}
 	m.closeDev()
 	// The watchdog has nothing left to guard; it dies while the parent
 	// is removed.
@@ -683,20 +673,6 @@ func (m *Manager) Close() error {
 	made, failed := m.parent.WarmStats()
 	m.log.Debug("closed", "cgroup_warmups", made, "cgroup_warmups_failed", failed)
 	return err
-}
-
-// fdStore returns the Manager's descriptor store, starting it at the first
-// call; nil if it cannot start.
-func (m *Manager) fdStore() *fdStore {
-	m.fdsOnce.Do(func() {
-		st, err := newFDStore()
-		if err != nil {
-			m.log.Warn("workspaces hold their descriptors in the process's file table", "err", err)
-			return
-		}
-		m.fds = st
-	})
-	return m.fds
 }
 
 // closeDev releases the shared /dev; the kernel frees it once no sandbox

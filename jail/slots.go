@@ -73,18 +73,6 @@ type slot struct {
 	dir  string
 	path string
 	f    *os.File
-	// store holds the flock's descriptor instead of f, number lock, for
-	// a workspace's slot (see stow); nil otherwise.
-	store *fdStore
-	lock  int
-}
-
-// stow hands the slot's locked file to the descriptor store st, where it
-// is number n (st already holds it), and closes f: the flock belongs to
-// the open file description, which the store's copy keeps.
-func (s *slot) stow(st *fdStore, n int) {
-	s.f.Close()
-	s.f, s.store, s.lock = nil, st, n
 }
 
 // held marks the slots this process holds, per slot dir. Another open of a
@@ -220,28 +208,14 @@ func (s *slot) rewrite(rec *record) error {
 	if err != nil {
 		return err
 	}
-	f := s.f
-	if f == nil && s.store != nil {
-		// The lock is in the store; the file is this slot's while it
-		// holds it (only the holder unlinks it).
-		fd, err := unix.Open(s.path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("rewrite slot %d: %w", s.n, err)
-		}
-		f = os.NewFile(uintptr(fd), s.path)
-		defer f.Close()
-	}
-	if f == nil {
-		return fmt.Errorf("rewrite slot %d: not held", s.n)
-	}
-	fi, err := f.Stat()
+	fi, err := s.f.Stat()
 	if err != nil {
 		return fmt.Errorf("rewrite slot %d: %w", s.n, err)
 	}
 	if old := int(fi.Size()); old > len(data) {
 		data = append(data, bytes.Repeat([]byte{' '}, old-len(data))...)
 	}
-	if _, err := f.WriteAt(data, 0); err != nil {
+	if _, err := s.f.WriteAt(data, 0); err != nil {
 		return fmt.Errorf("rewrite slot %d: %w", s.n, err)
 	}
 	return nil
@@ -249,7 +223,7 @@ func (s *slot) rewrite(rec *record) error {
 
 // release unlinks the slot file, then drops the lock.
 func (s *slot) release() {
-	if s.f == nil && s.store == nil {
+	if s.f == nil {
 		return
 	}
 	_ = os.Remove(s.path)
@@ -260,16 +234,11 @@ func (s *slot) release() {
 // the next sweep (or a slot allocation that needs the range) tears down
 // what the record names.
 func (s *slot) keep() {
-	switch {
-	case s.f != nil:
-		s.f.Close()
-		s.f = nil
-	case s.store != nil:
-		s.store.close(s.lock)
-		s.store = nil
-	default:
+	if s.f == nil {
 		return
 	}
+	s.f.Close()
+	s.f = nil
 	markHeld(s.dir, s.n, false)
 }
 
