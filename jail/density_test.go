@@ -89,17 +89,26 @@ func TestWorkspaceMountsFlat(t *testing.T) {
 }
 
 // TestWorkspaceFDs: an idle workspace with its waiting sandbox holds at
-// most jail.IdleWorkspaceFDs descriptors of jaild's: its slot lock, tmpfs
-// and network namespace, and what a waiting sandbox holds (see warm). The
-// namespaces of the waiting sandbox are pinned only when its command comes.
+// most jail.IdleWorkspaceFDs descriptors in jaild's file table, what a
+// waiting sandbox holds (see warm); its slot lock, tmpfs and network
+// namespace are in the descriptor store, out of the table that each
+// sandbox start copies. The namespaces of the waiting sandbox are pinned
+// only when its command comes.
 func TestWorkspaceFDs(t *testing.T) {
 	m, _ := newDensityManager(t)
 	// One first, so that what jaild opens once (the watchdog, cgroup
-	// files) is not counted.
+	// files, the store) is not counted.
 	idleWorkspaces(t, m, 1)
 	m.WaitTeardowns()
-	before := openFDs(t)
+	before, storedBefore := openFDs(t), jail.StoreFDs(m)
 	wss := idleWorkspaces(t, m, densityWorkspaces)
+	each := jail.StoredWorkspaceFDs
+	if !jail.DetachedWorkspaces(m) {
+		each-- // the tmpfs is mounted in the workspace root
+	}
+	if stored := jail.StoreFDs(m) - storedBefore; stored != len(wss)*each {
+		t.Errorf("%d workspaces put %d descriptors in the store, want %d each", len(wss), stored, each)
+	}
 	// Idle: libcontainer's mount source thread closes a started
 	// sandbox's mount namespace descriptor a moment after its start has
 	// returned, so the count may take that moment to settle.

@@ -2,6 +2,8 @@ package jail
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -115,8 +117,31 @@ func UnshareDev(m *Manager) bool {
 	return shared
 }
 
-// DormantWorkspaceFDs bounds the descriptors of a dormant workspace.
+// DormantWorkspaceFDs bounds the descriptors of a dormant workspace in
+// the process's file table.
 const DormantWorkspaceFDs = dormantWorkspaceFDs
+
+// StoredWorkspaceFDs is how many descriptors a workspace keeps in m's
+// descriptor store.
+const StoredWorkspaceFDs = storedWorkspaceFDs
+
+// NoFDStore makes m's workspaces hold their descriptors in the process's
+// file table, as when the store cannot start. Call it before the first
+// workspace.
+func NoFDStore(m *Manager) { m.fdsOnce.Do(func() {}) }
+
+// StoreFDs counts the descriptors in m's descriptor store, its own socket
+// left out; -1 if m has no store.
+func StoreFDs(m *Manager) int {
+	if m.fds == nil {
+		return -1
+	}
+	ents, err := os.ReadDir(filepath.Dir(m.fds.Path(0)))
+	if err != nil {
+		return -1
+	}
+	return len(ents) - 1
+}
 
 // SetPrestartHook makes every build of a workspace's prestarted sandbox on
 // m call f first (nil: no hook). Set it before any workspace is made.

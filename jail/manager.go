@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/fdstore"
 	"github.com/jaild/jaild/rootfs"
 	"github.com/opencontainers/cgroups"
 	devices "github.com/opencontainers/cgroups/devices/config"
@@ -130,6 +131,13 @@ type Manager struct {
 	// filterFrameHook, if set (by tests), replaces the filter's frame
 	// that a waiting sandbox's init reads.
 	filterFrameHook func([]byte) []byte
+
+	// fds keeps what workspaces hold for their life out of the
+	// process's file table (see package fdstore), started by the first
+	// workspace; nil if it could not start (they then hold it in the
+	// table).
+	fdsOnce sync.Once
+	fds     *fdstore.Store
 
 	mu     sync.Mutex
 	closed bool
@@ -664,6 +672,11 @@ func (m *Manager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	m.live.Wait()
+	if m.fds != nil {
+		if err := m.fds.Shut(); err != nil {
+			m.log.Warn("shutting the descriptor store", "err", err)
+		}
+	}
 	m.closeDev()
 	// The watchdog has nothing left to guard; it dies while the parent
 	// is removed.
@@ -673,6 +686,20 @@ func (m *Manager) Close() error {
 	made, failed := m.parent.WarmStats()
 	m.log.Debug("closed", "cgroup_warmups", made, "cgroup_warmups_failed", failed)
 	return err
+}
+
+// fdStore returns the Manager's descriptor store, starting it at the first
+// call; nil if it cannot start.
+func (m *Manager) fdStore() *fdstore.Store {
+	m.fdsOnce.Do(func() {
+		st, err := fdstore.Start()
+		if err != nil {
+			m.log.Warn("workspaces hold their descriptors in the process's file table", "err", err)
+			return
+		}
+		m.fds = st
+	})
+	return m.fds
 }
 
 // closeDev releases the shared /dev; the kernel frees it once no sandbox

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/fdstore"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,6 +74,18 @@ type slot struct {
 	dir  string
 	path string
 	f    *os.File
+	// store holds the flock's descriptor instead of f, number lock, for
+	// a workspace's slot (see stow); nil otherwise.
+	store *fdstore.Store
+	lock  int
+}
+
+// stow hands the slot's locked file to the descriptor store st, where it
+// is number n (st already holds it), and closes f: the flock belongs to
+// the open file description, which the store's copy keeps.
+func (s *slot) stow(st *fdstore.Store, n int) {
+	s.f.Close()
+	s.f, s.store, s.lock = nil, st, n
 }
 
 // held marks the slots this process holds, per slot dir. Another open of a
@@ -208,14 +221,28 @@ func (s *slot) rewrite(rec *record) error {
 	if err != nil {
 		return err
 	}
-	fi, err := s.f.Stat()
+	f := s.f
+	if f == nil && s.store != nil {
+		// The lock is in the store; the file is this slot's while it
+		// holds it (only the holder unlinks it).
+		fd, err := unix.Open(s.path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("rewrite slot %d: %w", s.n, err)
+		}
+		f = os.NewFile(uintptr(fd), s.path)
+		defer f.Close()
+	}
+	if f == nil {
+		return fmt.Errorf("rewrite slot %d: not held", s.n)
+	}
+	fi, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("rewrite slot %d: %w", s.n, err)
 	}
 	if old := int(fi.Size()); old > len(data) {
 		data = append(data, bytes.Repeat([]byte{' '}, old-len(data))...)
 	}
-	if _, err := s.f.WriteAt(data, 0); err != nil {
+	if _, err := f.WriteAt(data, 0); err != nil {
 		return fmt.Errorf("rewrite slot %d: %w", s.n, err)
 	}
 	return nil
@@ -223,7 +250,7 @@ func (s *slot) rewrite(rec *record) error {
 
 // release unlinks the slot file, then drops the lock.
 func (s *slot) release() {
-	if s.f == nil {
+	if s.f == nil && s.store == nil {
 		return
 	}
 	_ = os.Remove(s.path)
@@ -234,11 +261,17 @@ func (s *slot) release() {
 // the next sweep (or a slot allocation that needs the range) tears down
 // what the record names.
 func (s *slot) keep() {
-	if s.f == nil {
+	switch {
+	case s.f != nil:
+		s.f.Close()
+		s.f = nil
+	case s.store != nil:
+		// Fails only on a shut store, whose end closed the lock.
+		_ = s.store.Close(s.lock)
+		s.store = nil
+	default:
 		return
 	}
-	s.f.Close()
-	s.f = nil
 	markHeld(s.dir, s.n, false)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/cgroup"
+	"github.com/jaild/jaild/fdstore"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,13 +56,16 @@ const minWorkspaceSize = 4096
 // into the teardown of those sandboxes, the tmpfs and the network
 // namespace. A workspace does not survive its jaild.
 type Workspace struct {
-	m    *Manager
-	id   string
-	dir  string   // host path of the tmpfs (see Dir)
-	mnt  *os.File // the detached tmpfs; nil if mounted at dir
-	ns   *os.File // the network namespace
-	size int64
-	slot *slot
+	m   *Manager
+	id  string
+	dir string   // host path of the tmpfs (see Dir)
+	mnt *os.File // the detached tmpfs; nil if mounted at dir, or stowed
+	ns  *os.File // the network namespace; nil if stowed
+	// mntN and nsN are mnt's and ns's numbers in the Manager's
+	// descriptor store once stowed there (see stow), -1 otherwise.
+	mntN, nsN int
+	size      int64
+	slot      *slot
 	// proxied: made WithProxy, its sandboxes get the proxy variables.
 	proxied bool
 	pre     *prestarted // made WithPrestart; nil otherwise
@@ -156,10 +160,45 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	if err != nil {
 		return nil, err
 	}
+	if err := w.stow(); err != nil {
+		return nil, err
+	}
 	if o.prestart != nil {
 		w.pre = newPrestarted(w, *o.prestart)
 	}
 	return w, nil
+}
+
+// stow moves what the workspace holds for its life (its network
+// namespace, its slot's lock and its detached tmpfs) into the Manager's
+// descriptor store, out of the file table that every sandbox start copies
+// (see package fdstore). Where there is no store, or the move fails, they stay
+// in the process's table, as they work there too.
+func (w *Workspace) stow() error {
+	st := w.m.fdStore()
+	if st == nil {
+		return nil
+	}
+	fds := []int{int(w.ns.Fd()), int(w.slot.f.Fd())}
+	if w.mnt != nil {
+		fds = append(fds, int(w.mnt.Fd()))
+	}
+	got, err := st.Put(fds...)
+	if err != nil {
+		w.m.log.Warn("workspace keeps its descriptors in the process's table", "id", w.id, "err", err)
+		return nil
+	}
+	w.ns.Close()
+	w.ns, w.nsN = nil, got[0]
+	w.slot.stow(st, got[1])
+	if w.mnt == nil {
+		return nil
+	}
+	w.mnt.Close()
+	w.mnt, w.mntN = nil, got[2]
+	w.dir = st.Path(w.mntN) + "/."
+	w.rec.Dir = w.dir
+	return w.slot.rewrite(&w.rec)
 }
 
 // recordWorkspace returns a new workspace of size bytes holding a uid slot
@@ -167,7 +206,7 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 // sweep removes what the record's paths hold.
 func (m *Manager) recordWorkspace(size int64) (*Workspace, error) {
 	id := uuid.NewString()
-	w := &Workspace{m: m, id: id, size: size}
+	w := &Workspace{m: m, id: id, size: size, mntN: -1, nsN: -1}
 	w.rec = record{ID: id, StateRoot: m.containers, Owner: os.Getpid(), Workspace: true, Detached: m.detached}
 	if !m.detached {
 		w.dir = filepath.Join(m.workspaces, id)
@@ -223,10 +262,11 @@ func (w *Workspace) ID() string { return w.id }
 // Size is the workspace's capacity in bytes.
 func (w *Workspace) Size() int64 { return w.size }
 
-// Dir is the host path of the workspace's tmpfs: <workspace root>/<ID>,
-// or, for a detached one, /proc/<jaild's pid>/fd/<n>/., a path that every
-// process of the host allowed to read jaild's descriptors (root) walks,
-// while the workspace is open. Everything below it was
+// Dir is the host path of the workspace's tmpfs: <workspace root>/<ID>, or,
+// for a detached one, /proc/<jaild's pid>/task/<tid>/fd/<n>/. (the
+// descriptor store's, see package fdstore) or /proc/<jaild's pid>/fd/<n>/., a
+// path that every process of the host allowed to read jaild's descriptors
+// (root) walks, while the workspace is open. Everything below it was
 // written by sandboxed code: never resolve a path below it with ordinary
 // path walks as root (a symlink would lead out of it); use openat2 with
 // RESOLVE_IN_ROOT on a descriptor of Dir, or do the I/O in a sandbox.
@@ -295,20 +335,14 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 		return 0, nil, box.ErrClosed
 	}
 	j := &wsJoin{dir: w.dir}
-	for _, f := range []*os.File{w.ns, w.mnt} {
-		if f == nil {
-			continue
-		}
-		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			j.close()
-			return 0, nil, fmt.Errorf("workspace %s: %w", w.id, err)
-		}
-		j.files = append(j.files, os.NewFile(uintptr(fd), f.Name()))
+	var err error
+	if w.nsN >= 0 {
+		err = j.openStored(w.m.fds, w.nsN, w.mntN)
+	} else {
+		err = j.dupFiles(w.ns, w.mnt)
 	}
-	j.netns = procFD(j.files[0])
-	if len(j.files) > 1 {
-		j.dir = procFD(j.files[1])
+	if err != nil {
+		return 0, nil, fmt.Errorf("workspace %s: %w", w.id, err)
 	}
 	w.rec.Sandboxes = append(w.rec.Sandboxes, member{ID: id, Cgroup: g})
 	if err := w.slot.rewrite(&w.rec); err != nil {
@@ -317,6 +351,52 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 		return 0, nil, err
 	}
 	return w.slot.hostID(), j, nil
+}
+
+// dupFiles makes the join's own duplicates of the network namespace ns
+// and, unless nil, the tmpfs mnt in the process's table, and the paths
+// through them.
+func (j *wsJoin) dupFiles(ns, mnt *os.File) error {
+	for _, f := range []*os.File{ns, mnt} {
+		if f == nil {
+			continue
+		}
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			j.close()
+			return err
+		}
+		j.files = append(j.files, os.NewFile(uintptr(fd), f.Name()))
+	}
+	j.netns = procFD(j.files[0])
+	if len(j.files) > 1 {
+		j.dir = procFD(j.files[1])
+	}
+	return nil
+}
+
+// openStored opens the join's own files on the stowed network namespace
+// ns and, unless negative, tmpfs mnt in the store st (the same files, as
+// the store checks), and makes the paths through them. The workspace is
+// open, so the numbers hold its files: they are closed only once it is
+// closed.
+func (j *wsJoin) openStored(st *fdstore.Store, ns, mnt int) error {
+	f, err := st.Open(ns, unix.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	j.files = append(j.files, f)
+	j.netns = procFD(f)
+	if mnt < 0 {
+		return nil
+	}
+	if f, err = st.Open(mnt, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+		j.close()
+		return err
+	}
+	j.files = append(j.files, f)
+	j.dir = procFD(f)
+	return nil
 }
 
 // remove forgets a sandbox that was destroyed.
@@ -372,6 +452,12 @@ func (w *Workspace) closeFiles() {
 		if f != nil {
 			f.Close()
 		}
+	}
+	if w.nsN >= 0 {
+		if err := w.m.fds.Close(w.mntN, w.nsN); err != nil {
+			w.m.log.Warn("closing workspace descriptors", "id", w.id, "err", err)
+		}
+		w.mntN, w.nsN = -1, -1
 	}
 }
 

@@ -97,28 +97,7 @@ func TestWorkspaceNetwork(t *testing.T) {
 	m := newManager(t)
 	a := newWorkspace(t, m, 0)
 	b := newWorkspace(t, m, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		spec := inWS(a, "echo served > /work/index.html && cd /work && exec python3 -m http.server --bind 127.0.0.1 8000")
-		spec.Timeout = time.Minute
-		_, err := m.Run(ctx, spec)
-		done <- err
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-
-	fetch := "python3 -c 'import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8000/index.html\", timeout=2).read().decode())'"
-	var res *box.Result
-	for i := 0; i < 100; i++ {
-		res = run(t, m, inWS(a, fetch))
-		if res.ExitCode == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if res.Stdout != "served\n" {
-		t.Fatalf("server in the same workspace not reachable: %+v", res)
-	}
+	fetch := serveInWorkspace(t, m, a)
 	for name, spec := range map[string]*jail.Spec{"other workspace": inWS(b, fetch), "one-shot": sh(fetch)} {
 		if res := run(t, m, spec); res.ExitCode == 0 || !strings.Contains(res.Stderr, "Connection refused") {
 			t.Errorf("%s reached the server: exit %d, %q %q", name, res.ExitCode, res.Stdout, res.Stderr)
@@ -126,7 +105,7 @@ func TestWorkspaceNetwork(t *testing.T) {
 	}
 	// The shared namespace is loopback only, and its root cannot change
 	// that.
-	res = run(t, m, inWS(a, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; ip link add dummy0 type dummy 2>&1 || echo refused"))
+	res := run(t, m, inWS(a, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; ip link add dummy0 type dummy 2>&1 || echo refused"))
 	if !strings.HasPrefix(res.Stdout, "lo\n") || !strings.Contains(res.Stdout, "refused") || strings.Count(res.Stdout, "\n") != 3 {
 		t.Errorf("interfaces: %q", res.Stdout)
 	}
@@ -302,4 +281,66 @@ func TestExtraFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWorkspaceStore: a workspace's tmpfs, network namespace and slot lock
+// are in the descriptor store, and its Dir goes through it; with no store
+// (one that could not start), a workspace holds them in the process's file
+// table and works the same: its files persist, a server in one of its
+// sandboxes answers the next.
+func TestWorkspaceStore(t *testing.T) {
+	for _, stored := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stored=%v", stored), func(t *testing.T) {
+			m := newManager(t)
+			if !stored {
+				jail.NoFDStore(m)
+			}
+			ws := newWorkspace(t, m, 0)
+			want := -1
+			if stored {
+				want = jail.StoredWorkspaceFDs
+				if !jail.DetachedWorkspaces(m) {
+					want-- // its tmpfs is mounted in the workspace root
+				}
+			}
+			if n := jail.StoreFDs(m); n != want {
+				t.Errorf("the store holds %d descriptors, want %d", n, want)
+			}
+			if jail.DetachedWorkspaces(m) && strings.Contains(ws.Dir(), "/task/") != stored {
+				t.Errorf("Dir %s", ws.Dir())
+			}
+			serveInWorkspace(t, m, ws)
+			if data, err := os.ReadFile(filepath.Join(ws.Dir(), "index.html")); err != nil || string(data) != "served\n" {
+				t.Errorf("the host reads %q, %v through Dir", data, err)
+			}
+		})
+	}
+}
+
+// serveInWorkspace starts an HTTP server serving "served\n" at
+// /index.html in a sandbox on ws, stopped at cleanup, waits until another
+// sandbox on ws fetches it, and returns the command that fetches it.
+func serveInWorkspace(t *testing.T, m *jail.Manager, ws *jail.Workspace) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		spec := inWS(ws, "echo served > /work/index.html && cd /work && exec python3 -m http.server --bind 127.0.0.1 8000")
+		spec.Timeout = time.Minute
+		_, err := m.Run(ctx, spec)
+		done <- err
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	fetch := "python3 -c 'import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:8000/index.html\", timeout=2).read().decode())'"
+	var res *box.Result
+	for range 100 {
+		if res = run(t, m, inWS(ws, fetch)); res.ExitCode == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if res.Stdout != "served\n" {
+		t.Fatalf("a server in the workspace not reachable: %+v", res)
+	}
+	return fetch
 }

@@ -56,12 +56,14 @@ const (
 	hotWindow   = 2 * time.Second
 )
 
-// idleWorkspaceFDs bounds the descriptors jaild holds for an idle
-// workspace made WithPrestart: its slot lock, its tmpfs and network
-// namespace (dormantWorkspaceFDs), and its one waiting sandbox's
-// (idleFDs).
+// Descriptors of a workspace made WithPrestart. Its slot lock, tmpfs and
+// network namespace (storedWorkspaceFDs) are in the Manager's descriptor
+// store (see package fdstore), out of the file table that every sandbox start
+// copies; in that table, a dormant workspace holds none
+// (dormantWorkspaceFDs) and an idle one its waiting sandbox's (idleFDs).
 const (
-	dormantWorkspaceFDs = 3
+	storedWorkspaceFDs  = 3
+	dormantWorkspaceFDs = 0
 	idleWorkspaceFDs    = dormantWorkspaceFDs + idleFDs
 )
 

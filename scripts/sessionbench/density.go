@@ -164,8 +164,9 @@ const kcmpFiles = 2
 
 // procCounts is the number of lines of pid's mountinfo and of its open
 // descriptors (-1 each if unknown): those of the process's file table and
-// of any thread's table of its own (one that unshared CLONE_FILES), told
-// apart with kcmp(KCMP_FILES), so that no descriptor goes uncounted.
+// of any thread's table of its own (the worker's descriptor store, which
+// keeps the sessions' descriptors out of the table that sandbox starts
+// copy), told apart with kcmp(KCMP_FILES).
 func procCounts(pid int) (mounts, fds int) {
 	mounts, fds = -1, -1
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid)); err == nil {
