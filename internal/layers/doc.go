@@ -9,7 +9,7 @@
 //	policy     policy, egress
 //	session    session, session/files
 //	jail       jail, internal/worker
-//	host       rootfs, cgroup
+//	host       rootfs, cgroup, fdstore
 //	leaf       box, api, caller, internal/fdpass, internal/pidfile,
 //	           internal/sibling, internal/benchstat, internal/doclinks,
 //	           internal/layers

@@ -26,7 +26,7 @@ var layers = []struct {
 	{"policy", []string{"policy", "egress"}},
 	{"session", []string{"session", "session/files"}},
 	{"jail", []string{"jail", "internal/worker"}},
-	{"host", []string{"rootfs", "cgroup"}},
+	{"host", []string{"rootfs", "cgroup", "fdstore"}},
 	{"leaf", []string{"box", "api", "caller", "internal/fdpass", "internal/pidfile",
 		"internal/sibling", "internal/benchstat", "internal/doclinks", "internal/layers"}},
 }
