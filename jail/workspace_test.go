@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -199,10 +200,45 @@ func TestWorkspaceCrashSweep(t *testing.T) {
 // the workspace, its netns and its sandboxes.
 func TestWorkspaceWatchdogSweep(t *testing.T) {
 	env, owner := startWorkspaceHelper(t)
+	// Its slot lock, tmpfs and namespace are in the descriptor store's
+	// table, which dies with the process as its own table does.
+	want := jail.StoredWorkspaceFDs
+	if !jail.DetachedMountsWork() {
+		want-- // its tmpfs is mounted
+	}
+	if n := storeThreadFDs(t, owner.Process.Pid); n != want {
+		t.Errorf("the helper's descriptor store holds %d descriptors, want %d", n, want)
+	}
 	_ = owner.Process.Signal(syscall.SIGKILL)
 	_ = owner.Wait()
 	waitFor(t, 20*time.Second, "the watchdog to sweep and exit", func() bool { return len(testenv.Watchdogs(env.StateDir)) == 0 })
 	// testenv's check at cleanup: nothing left, without another jaild.
+}
+
+// storeThreadFDs counts the descriptors of pid's threads that are not in
+// the process's own table: those of a thread whose table holds fewer than
+// the main thread's (the descriptor store's, its socket left out); -1 if
+// no thread has one.
+func storeThreadFDs(t *testing.T, pid int) int {
+	t.Helper()
+	count := func(tid string) int {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task/%s/fd", pid, tid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := count(strconv.Itoa(pid))
+	for _, task := range tasks {
+		if n := count(task.Name()); n < main {
+			return n - 1
+		}
+	}
+	return -1
 }
 
 // startWorkspaceHelper starts helperWorkspace on a private installation
