@@ -77,8 +77,16 @@ func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]R
 		// built: let them settle, as idle sessions would, and, with
 		// o.idle, go dormant (a sandbox waits o.idle once built).
 		settle(ctx, 2*time.Second)
+		var quiet time.Duration
 		if o.idle > 0 {
 			settle(ctx, o.idle+time.Second)
+			// Going dormant, every session's waiting sandbox is torn
+			// down, a few at a time: at 2,000 sessions that takes tens
+			// of seconds, and measuring during it would charge those
+			// teardowns to the idle sessions.
+			if len(o.pids) > 1 {
+				quiet = waitQuiet(ctx, o.pids[1])
+			}
 		}
 		mem := memUsage(o.memcg, o.pids)
 		if li == 0 {
@@ -102,6 +110,10 @@ func runDensity(ctx context.Context, base, tokenFile string, o densityOpts) ([]R
 		if n := level - prevLevel(o.levels, li); n > 0 {
 			r = append(r, Row{Name: pre + "fill: sessions/s (" + strconv.Itoa(n) + ")", Calls: n,
 				Mean: float64(n) / fill.Seconds()})
+		}
+		if quiet > 0 {
+			r = append(r, Row{Name: pre + "dormant, sandboxes torn down: s after the idle time", Calls: level,
+				Mean: quiet.Seconds()})
 		}
 		if level > 0 && mem > 0 {
 			r = append(r, Row{Name: pre + "memory per idle session, KiB", Calls: level,
@@ -209,6 +221,40 @@ func prevLevel(levels []int, i int) int {
 		return 0
 	}
 	return levels[i-1]
+}
+
+// waitQuiet waits until the worker's number of child processes (its
+// sandboxes' inits, its watchdog) has not changed for 3 s, at most 3
+// minutes, and returns how long it waited.
+func waitQuiet(ctx context.Context, worker int) time.Duration {
+	t0 := time.Now()
+	last, since := -1, time.Now()
+	for time.Since(t0) < 3*time.Minute && ctx.Err() == nil {
+		if n := children(worker); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= 3*time.Second {
+			break
+		}
+		settle(ctx, 250*time.Millisecond)
+	}
+	return time.Since(t0)
+}
+
+// children counts pid's child processes; -1 if unknown.
+func children(pid int) int {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			return -1
+		}
+		n += len(strings.Fields(string(b)))
+	}
+	return n
 }
 
 func settle(ctx context.Context, d time.Duration) {
