@@ -181,6 +181,11 @@ func (p *prestarted) take() (_ *warm, woke bool) {
 	var w *warm
 	if n := len(p.ready); n > 0 {
 		w = p.ready[n-1]
+		// Cleared, not only cut off: the array would otherwise keep
+		// the sandbox, its config and files, until the slot is reused,
+		// which a workspace that goes dormant never does (see
+		// TestWorkspaceDormantHeap).
+		p.ready[n-1] = nil
 		p.ready = p.ready[:n-1]
 	}
 	if w == nil && !woke {
@@ -254,6 +259,7 @@ func (p *prestarted) lower() {
 		p.want = want
 		if len(p.ready) > want {
 			surplus = append(surplus, p.ready[want:]...)
+			clear(p.ready[want:]) // as in take
 			p.ready = p.ready[:want]
 		}
 		if want == 0 {
