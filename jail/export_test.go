@@ -77,6 +77,21 @@ func PrestartCounts(w *Workspace) (ready, want int) {
 	return len(w.pre.ready), w.pre.want
 }
 
+// PrestartKept counts the sandboxes w's list of ready ones still points
+// to beyond its length: taken or destroyed, and kept from the garbage
+// collector.
+func PrestartKept(w *Workspace) int {
+	w.pre.mu.Lock()
+	defer w.pre.mu.Unlock()
+	n := 0
+	for _, x := range w.pre.ready[len(w.pre.ready):cap(w.pre.ready)] {
+		if x != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // HotWindow is how long a hot workspace keeps its extra sandboxes.
 const HotWindow = hotWindow
 

@@ -340,10 +340,12 @@ func TestWorkspaceDormantMiss(t *testing.T) {
 }
 
 // TestWorkspaceDormantHeap: a dormant workspace keeps nothing of the
-// sandboxes it destroyed. Each kept its sandboxes' configs, files and
-// libcontainer objects (about 12 KiB) in the unused tail of its list of
-// ready ones, so 2,000 dormant sessions held 23 MB of the worker's heap,
-// which every garbage collection marked.
+// sandboxes it took or destroyed. Each kept them (their configs, files
+// and libcontainer objects, about 12 KiB) in the unused tail of its list
+// of ready ones, so 2,000 dormant sessions held 23 MB of the worker's
+// heap, which every garbage collection marked. The heap per workspace is
+// logged, not held to a bound: on a slow machine the runtime's own
+// threads, made while the sandboxes are built, weigh in.
 func TestWorkspaceDormantHeap(t *testing.T) {
 	m, _ := newIdleManager(t, dormantIdle)
 	const n = 40
@@ -371,15 +373,16 @@ func TestWorkspaceDormantHeap(t *testing.T) {
 	for _, ws := range wss[:n/2] {
 		run(t, m, inWS(ws, "true"))
 	}
+	kept := 0
 	for _, ws := range wss {
 		waitDormant(t, ws)
+		kept += jail.PrestartKept(ws)
+	}
+	if kept > 0 {
+		t.Errorf("%d dormant workspaces still point to %d of their sandboxes", n, kept)
 	}
 	m.WaitTeardowns()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
-	t.Logf("%d B of heap per dormant workspace", per)
-	if per > 4<<10 {
-		t.Errorf("a dormant workspace holds %d B of heap, want at most 4 KiB (about 1 KiB of its own)", per)
-	}
+	t.Logf("%d B of heap per dormant workspace", (int64(after.HeapAlloc)-int64(before.HeapAlloc))/n)
 }
