@@ -102,10 +102,7 @@ func TestWorkspaceFDs(t *testing.T) {
 	m.WaitTeardowns()
 	before, storedBefore := openFDs(t), jail.StoreFDs(m)
 	wss := idleWorkspaces(t, m, densityWorkspaces)
-	each := jail.StoredWorkspaceFDs
-	if !jail.DetachedWorkspaces(m) {
-		each-- // the tmpfs is mounted in the workspace root
-	}
+	each := jail.StoredWorkspaceFDs(jail.DetachedWorkspaces(m))
 	if stored := jail.StoreFDs(m) - storedBefore; stored != len(wss)*each {
 		t.Errorf("%d workspaces put %d descriptors in the store, want %d each", len(wss), stored, each)
 	}

@@ -136,9 +136,15 @@ func UnshareDev(m *Manager) bool {
 // the process's file table.
 const DormantWorkspaceFDs = dormantWorkspaceFDs
 
-// StoredWorkspaceFDs is how many descriptors a workspace keeps in m's
-// descriptor store.
-const StoredWorkspaceFDs = storedWorkspaceFDs
+// StoredWorkspaceFDs is how many descriptors a workspace keeps in its
+// Manager's descriptor store: its tmpfs's only if detached (otherwise the
+// tmpfs is mounted in the workspace root).
+func StoredWorkspaceFDs(detached bool) int {
+	if detached {
+		return storedWorkspaceFDs
+	}
+	return storedWorkspaceFDs - 1
+}
 
 // NoFDStore makes m's workspaces hold their descriptors in the process's
 // file table, as when the store cannot start. Call it before the first

@@ -172,8 +172,8 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 // stow moves what the workspace holds for its life (its network
 // namespace, its slot's lock and its detached tmpfs) into the Manager's
 // descriptor store, out of the file table that every sandbox start copies
-// (see package fdstore). Where there is no store, or the move fails, they stay
-// in the process's table, as they work there too.
+// (see package fdstore). Where there is no store, or the move fails, they
+// stay in the process's table, as they work there too.
 func (w *Workspace) stow() error {
 	st := w.m.fdStore()
 	if st == nil {
@@ -264,9 +264,9 @@ func (w *Workspace) Size() int64 { return w.size }
 
 // Dir is the host path of the workspace's tmpfs: <workspace root>/<ID>, or,
 // for a detached one, /proc/<jaild's pid>/task/<tid>/fd/<n>/. (the
-// descriptor store's, see package fdstore) or /proc/<jaild's pid>/fd/<n>/., a
-// path that every process of the host allowed to read jaild's descriptors
-// (root) walks, while the workspace is open. Everything below it was
+// descriptor store's, see package fdstore) or /proc/<jaild's pid>/fd/<n>/.,
+// a path that every process of the host allowed to read jaild's
+// descriptors (root) walks, while the workspace is open. Everything below it was
 // written by sandboxed code: never resolve a path below it with ordinary
 // path walks as root (a symlink would lead out of it); use openat2 with
 // RESOLVE_IN_ROOT on a descriptor of Dir, or do the I/O in a sandbox.

@@ -202,10 +202,7 @@ func TestWorkspaceWatchdogSweep(t *testing.T) {
 	env, owner := startWorkspaceHelper(t)
 	// Its slot lock, tmpfs and namespace are in the descriptor store's
 	// table, which dies with the process as its own table does.
-	want := jail.StoredWorkspaceFDs
-	if !jail.DetachedMountsWork() {
-		want-- // its tmpfs is mounted
-	}
+	want := jail.StoredWorkspaceFDs(jail.DetachedMountsWork())
 	if n := storeThreadFDs(t, owner.Process.Pid); n != want {
 		t.Errorf("the helper's descriptor store holds %d descriptors, want %d", n, want)
 	}
@@ -334,10 +331,7 @@ func TestWorkspaceStore(t *testing.T) {
 			ws := newWorkspace(t, m, 0)
 			want := -1
 			if stored {
-				want = jail.StoredWorkspaceFDs
-				if !jail.DetachedWorkspaces(m) {
-					want-- // its tmpfs is mounted in the workspace root
-				}
+				want = jail.StoredWorkspaceFDs(jail.DetachedWorkspaces(m))
 			}
 			if n := jail.StoreFDs(m); n != want {
 				t.Errorf("the store holds %d descriptors, want %d", n, want)

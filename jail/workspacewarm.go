@@ -58,8 +58,8 @@ const (
 
 // Descriptors of a workspace made WithPrestart. Its slot lock, tmpfs and
 // network namespace (storedWorkspaceFDs) are in the Manager's descriptor
-// store (see package fdstore), out of the file table that every sandbox start
-// copies; in that table, a dormant workspace holds none
+// store (see package fdstore), out of the file table that every sandbox
+// start copies; in that table, a dormant workspace holds none
 // (dormantWorkspaceFDs) and an idle one its waiting sandbox's (idleFDs).
 const (
 	storedWorkspaceFDs  = 3
