@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -142,6 +143,10 @@ func acquireSlot(dir string, rec *record, sweep func(*record) error) (*slot, err
 				continue
 			}
 			s, old, err := lockSlot(dir, n)
+			var torn *tornError
+			if errors.As(err, &torn) {
+				continue // reported by every sweep
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -200,16 +205,59 @@ func lockSlot(dir string, n int) (*slot, *record, error) {
 		}
 		s := &slot{n: n, dir: dir, path: p, f: f}
 		data, err := io.ReadAll(f)
-		if err != nil || len(data) == 0 {
+		if err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("read slot %s: %w", p, err)
+		}
+		if len(data) == 0 {
+			// A fresh file, or a crash between acquireSlot's truncate
+			// and its write: nothing ran on the range yet.
 			return s, nil, nil
 		}
-		var old record
-		if err := json.Unmarshal(data, &old); err != nil || old.ID == "" {
-			return s, nil, nil // garbage: nothing to sweep
+		old, err := parseRecord(data)
+		if err != nil {
+			f.Close()
+			return nil, nil, &tornError{path: p, n: n, head: data, err: err}
 		}
-		return s, &old, nil
+		return s, old, nil
 	}
 }
+
+// parseRecord reads a slot file's record. Anything else (a torn write, a
+// stray process's bytes, a record without its sandbox's id) says nothing
+// of what runs on the slot's uid range.
+func parseRecord(data []byte) (*record, error) {
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, err
+	}
+	if rec.ID == "" {
+		return nil, errors.New("no sandbox id")
+	}
+	return &rec, nil
+}
+
+// tornError is a slot file that holds something other than a record. What
+// ran on its uid range is unknown, and may still run: the slot is not
+// swept (its cgroups and state are found by no record) and never handed
+// out again, until an operator has looked and removed the file.
+type tornError struct {
+	path string
+	n    int
+	head []byte
+	err  error
+}
+
+func (e *tornError) Error() string {
+	head := e.head
+	if len(head) > 64 {
+		head = head[:64]
+	}
+	first := slotBase + e.n*slotSize
+	return fmt.Sprintf("slot file %s holds no sandbox record (%v; it begins %q): its uid range %d-%d stays out of use until the file is removed by hand, once no process runs as those uids", e.path, e.err, head, first, first+slotSize-1)
+}
+
+func (e *tornError) Unwrap() error { return e.err }
 
 // rewrite replaces the record of a held slot. It is one pwrite at offset 0,
 // padded with spaces (JSON whitespace) over whatever the old record held
@@ -321,4 +369,60 @@ func sweepSlots(dir string, mine func(*record) bool, sweep func(*record) error) 
 		s.release()
 	}
 	return found, errors.Join(errs...)
+}
+
+// CheckSlots reports on the host's uid slots (see SlotDir): how many live
+// jaild processes hold, how many a dead one left for a sweep, and every
+// slot file that holds no record, which no sweep clears.
+func CheckSlots() Finding {
+	return checkSlots(SlotDir)
+}
+
+func checkSlots(dir string) Finding {
+	f := Finding{Name: "uid slots"}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		f.OK, f.Detail = true, "none in use"
+		return f
+	}
+	if err != nil {
+		f.Detail = err.Error()
+		return f
+	}
+	var live, orphans int
+	var torn []string
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n < 0 || n >= slotCount {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		file, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue // released meanwhile
+		}
+		// A shared lock fails only under an owner's exclusive one; taken,
+		// it makes a concurrent acquireSlot pass this slot by, no more.
+		if err := unix.Flock(int(file.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+			file.Close()
+			live++
+			continue
+		}
+		data, _ := io.ReadAll(file)
+		file.Close()
+		if len(data) == 0 {
+			continue
+		}
+		if _, err := parseRecord(data); err != nil {
+			torn = append(torn, (&tornError{path: p, n: n, head: data, err: err}).Error())
+			continue
+		}
+		orphans++
+	}
+	f.OK = len(torn) == 0
+	f.Detail = fmt.Sprintf("%d held by live jaild processes, %d left by dead ones (the next sweep tears them down)", live, orphans)
+	if len(torn) > 0 {
+		f.Detail += "; " + strings.Join(torn, "; ")
+	}
+	return f
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -112,5 +113,59 @@ func TestAcquireSlotSkipsHeld(t *testing.T) {
 	a.keep()
 	if isHeld(dir, 0) {
 		t.Error("slot 0 still marked held after keep")
+	}
+}
+
+// TestTornSlot: a slot file that holds no record (a torn write, a stray
+// process's bytes) is never handed out again and never swept as empty: what
+// ran on its uid range is unknown. Every sweep reports it, with the uid
+// range, and leaves the file as it found it; doctor names it. An empty
+// file (a crash between acquireSlot's truncate and its write) is free.
+func TestTornSlot(t *testing.T) {
+	dir := t.TempDir()
+	torn := []byte(`{"id":"sb-1","state_root":"/a/containers","cgroup":{"dirs":["/sys/f` + "runtime: netpoll failed\n")
+	for name, data := range map[string][]byte{"0": torn, "1": nil, "2": []byte(`{"state_root":"/a/containers"}`)} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var swept []string
+	sweep := func(r *record) error { swept = append(swept, r.ID); return nil }
+	a, err := acquireSlot(dir, &record{ID: "a"}, sweep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.release()
+	b, err := acquireSlot(dir, &record{ID: "b"}, sweep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.release()
+	if a.n != 1 || b.n != 3 {
+		t.Errorf("took slots %d and %d; want 1 (empty) and 3, never 0 or 2 (no record)", a.n, b.n)
+	}
+
+	n, err := sweepSlots(dir, func(*record) bool { return true }, sweep)
+	if n != 0 || len(swept) != 0 {
+		t.Errorf("sweep found %d and swept %v; want nothing swept", n, swept)
+	}
+	for _, want := range []string{filepath.Join(dir, "0"), filepath.Join(dir, "2"), "sb-1", "1073741824-1073807359", "1073872896-1073938431"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("sweep error %v; want it to name %q", err, want)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "0")); string(got) != string(torn) {
+		t.Errorf("the torn slot now holds %q; want it left as found", got)
+	}
+
+	f := checkSlots(dir)
+	if f.OK || !strings.Contains(f.Detail, "2 held by live jaild processes, 0 left") || !strings.Contains(f.Detail, filepath.Join(dir, "0")) || !strings.Contains(f.Detail, filepath.Join(dir, "2")) {
+		t.Errorf("doctor's finding %+v; want not ok, 2 held, both torn files named", f)
+	}
+	os.Remove(filepath.Join(dir, "0"))
+	os.Remove(filepath.Join(dir, "2"))
+	writeOrphan(t, dir, 5, record{ID: "orphan", StateRoot: "/a/containers"})
+	if f := checkSlots(dir); !f.OK || f.Detail != "2 held by live jaild processes, 1 left by dead ones (the next sweep tears them down)" {
+		t.Errorf("doctor's finding %+v; want ok, 2 held, 1 orphaned", f)
 	}
 }

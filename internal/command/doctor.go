@@ -31,7 +31,7 @@ Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 		}, append(ManagerFlags, EgressFlags...)...),
 		OnUsageError: OnUsageError,
 		Action: func(c *cli.Context) error {
-			findings := append(jail.Check(), jail.CheckStateDir(c.String("state-dir")),
+			findings := append(jail.Check(), jail.CheckSlots(), jail.CheckStateDir(c.String("state-dir")),
 				jail.CheckWorkspaceRoot(c.String("workspace-root"), c.String("state-dir")), workDirFinding(c), frontEnds(), egressFinding(c), policyFinding(c.String("policy-dir")))
 			ok := true
 			for _, f := range findings {
