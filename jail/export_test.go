@@ -219,3 +219,26 @@ func RunMiss(p *Pool, ctx context.Context, spec *Spec) (*box.Result, error) {
 	}
 	return p.runBuilt(ctx, spec)
 }
+
+// MountDestinations are where a sandbox of m with default limits mounts
+// something, as its libcontainer config lists them.
+func MountDestinations(m *Manager) []string {
+	var ds []string
+	for _, mnt := range m.mounts(64<<20, "", "") {
+		ds = append(ds, mnt.Destination)
+	}
+	return ds
+}
+
+// BindAndRefresh binds src at dst as a Manager with private mounts binds
+// its template's host paths, runs replace, then refreshes the bind as each
+// new sandbox does; unmount detaches it all.
+func BindAndRefresh(src, dst string, replace func()) (unmount func() error, err error) {
+	b, err := bindReadOnly(src, dst, false)
+	if err != nil {
+		return nil, err
+	}
+	t := &templateBinds{srcs: []string{src}, binds: []templateBind{b}, log: func(string, ...any) {}}
+	replace()
+	return t.unmount, t.refresh()
+}

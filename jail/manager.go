@@ -83,6 +83,15 @@ type Config struct {
 	// waiting sandboxes without a run; after it, it goes dormant (see
 	// WithPrestart). Zero means DefaultPrestartIdle, negative never.
 	PrestartIdle time.Duration
+	// PrivateMounts says this process is alone in a mount namespace made
+	// for it (the daemon's worker, see PrivateMountsWork). The Manager
+	// makes the namespace a slave of the one it was copied from, so that
+	// nothing mounted in it goes elsewhere, and binds the root template's
+	// read-only host paths into the template there once, for every
+	// sandbox, instead of in each sandbox's init (see privatemounts.go).
+	// New refuses it in its parent's mount namespace, and where
+	// workspaces are not detached mounts.
+	PrivateMounts bool
 	// Logger receives debug and warning messages; nil discards them.
 	Logger *slog.Logger
 }
@@ -108,6 +117,9 @@ type Manager struct {
 	// prestarted sandbox is built.
 	prestartHook func()
 	rlimits      []configs.Rlimit // every sandbox's (see sandboxRlimits)
+	// bound are the host paths bound into the root template once, with
+	// Config.PrivateMounts; nil otherwise.
+	bound *templateBinds
 	// prestartIdle is Config.PrestartIdle: positive, or 0 for never.
 	prestartIdle time.Duration
 
@@ -186,6 +198,12 @@ func New(cfg Config) (*Manager, error) {
 	m.rlimits, _ = sandboxRlimits()
 	m.workspaces, m.defaultWorkspaces = workspaces, defWS
 	m.useDetachedMounts()
+	if cfg.PrivateMounts {
+		if err := checkPrivateMounts(m.detached); err != nil {
+			m.closeDev()
+			return nil, err
+		}
+	}
 	// The parent cgroup first: creating it starts, in the background, the
 	// kernel's wait that the first sandbox's cgroup join would otherwise
 	// pay (see cgroup.Parent.Warm); everything below overlaps that wait.
@@ -202,7 +220,11 @@ func New(cfg Config) (*Manager, error) {
 	// The watchdog comes after the parent cgroup, which on v2 may move
 	// jaild to a leaf first.
 	m.startWatchdog()
-	if err := m.prepare(cfg.Rootfs); err != nil {
+	err = m.prepare(cfg.Rootfs)
+	if err == nil && cfg.PrivateMounts {
+		err = m.bindTemplate()
+	}
+	if err != nil {
 		m.dog.close()
 		_ = m.parent.Close()
 		m.closeDev()
@@ -425,6 +447,12 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	if err := m.addLive(); err != nil {
 		return nil, err
 	}
+	if m.bound != nil {
+		if err := m.bound.refresh(); err != nil {
+			m.live.Done()
+			return nil, err
+		}
+	}
 	// The sandbox's init joins its cgroup in a few milliseconds; the
 	// kernel's wait that the join may need starts now (see cgroup.Parent.Warm).
 	m.parent.Warm()
@@ -509,6 +537,16 @@ func (m *Manager) unreserve(sb *sandbox) {
 	}
 }
 
+// mounts are a sandbox's mounts, less the binds made once in the template
+// (see privatemounts.go).
+func (m *Manager) mounts(tmpfsSize int64, work, dev string) []*configs.Mount {
+	ms := m.root.Mounts(tmpfsSize, sandboxUser, work, dev)
+	if m.bound != nil {
+		ms = m.bound.drop(ms)
+	}
+	return ms
+}
+
 // containerConfig is the whole isolation policy of one sandbox. On a
 // workspace it differs in two places only: the working directory is a bind
 // of the workspace's tmpfs at the path work, and the network namespace is
@@ -554,7 +592,7 @@ func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, net
 		NoNewPrivileges: true,
 		Seccomp:         seccompProfile(),
 		OomScoreAdj:     &oomScore,
-		Mounts:          m.root.Mounts(l.TmpfsSize, sandboxUser, work, dev),
+		Mounts:          m.mounts(l.TmpfsSize, work, dev),
 		Devices:         devs,
 		// runc's default masks and read-only paths under /proc, where the
 		// sandbox's procfs shows host-wide state. Entries this kernel lacks
@@ -678,6 +716,11 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.closeDev()
+	if m.bound != nil {
+		if err := m.bound.unmount(); err != nil {
+			m.log.Warn("unmounting the template's binds", "err", err)
+		}
+	}
 	// The watchdog has nothing left to guard; it dies while the parent
 	// is removed.
 	m.dog.kill()

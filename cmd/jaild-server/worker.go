@@ -39,6 +39,7 @@ func startWorker(c *cli.Context, log *slog.Logger, o command.WorkerOptions) (*wo
 	}
 	env, added := command.BuilderEnv(os.Environ())
 	o.DefaultGOMAXPROCS = added
+	o.PrivateMounts = command.PrivateMounts(c)
 	var opened error
 	w, err := worker.Start(worker.Config{
 		Open: func() (string, int, error) {
@@ -48,9 +49,10 @@ func startWorker(c *cli.Context, log *slog.Logger, o command.WorkerOptions) (*wo
 			}
 			return bin, fd, err
 		},
-		Args:   command.WorkerArgs(c, o),
-		Env:    env,
-		Logger: log,
+		Args:          command.WorkerArgs(c, o),
+		Env:           env,
+		Logger:        log,
+		PrivateMounts: o.PrivateMounts,
 	})
 	switch {
 	case err == nil:

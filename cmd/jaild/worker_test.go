@@ -10,11 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/jaild/jaild/internal/testenv"
 )
@@ -113,6 +116,77 @@ func TestServeSandboxesAreLean(t *testing.T) {
 			<-done
 		})
 	}
+}
+
+// TestServeWorkerMountNamespace: with the default workspace root, the
+// worker runs in a mount namespace of its own, where the root template's
+// host paths are bound once: its sandboxes see them, the host does not.
+// With a workspace root of the operator's, mounted where the front end
+// reads it by path, the worker keeps the front end's namespace.
+func TestServeWorkerMountNamespace(t *testing.T) {
+	for _, ownRoot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("workspace root given=%v", ownRoot), func(t *testing.T) {
+			in := newInstall(t)
+			args := []string{"--listen", "127.0.0.1:0"}
+			if ownRoot {
+				args = append(args, "--workspace-root", in.WithWorkspaceRoot(t))
+			}
+			addr, _ := startServe(t, in, false, args...)
+			marker := sleepMarker()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := postRun(ctx, addr, "exec sleep "+marker)
+			sleep := sandboxed(t, in, "sleep "+marker)
+			worker := ppid(t, sleep)
+			own, front := mountNS(t, worker), mountNS(t, ppid(t, worker))
+			if (own == front) != ownRoot {
+				t.Errorf("worker's mount namespace %s, front end's %s: want them %s", own, front, map[bool]string{false: "apart", true: "the same"}[ownRoot])
+			}
+			inWorker := mountsUnder(t, worker, in.StateDir)
+			bound := slices.ContainsFunc(inWorker, func(p string) bool { return strings.HasSuffix(p, "/usr") })
+			if bound == ownRoot {
+				t.Errorf("the template's /usr bound in the worker's namespace: %v, want %v (mounts under the state dir there: %v)", bound, !ownRoot, inWorker)
+			}
+			if !ownRoot {
+				if ms := mountsUnder(t, os.Getpid(), in.StateDir); len(ms) > 0 {
+					t.Errorf("the host's namespace sees mounts under the state dir: %v", ms)
+				}
+			}
+			cancel()
+			<-done
+		})
+	}
+}
+
+// mountNS is pid's mount namespace.
+func mountNS(t *testing.T, pid int) string {
+	t.Helper()
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// mountsUnder lists the mount points below dir in pid's mount namespace.
+func mountsUnder(t *testing.T, pid int, dir string) []string {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ms, err := mountinfo.GetMountsFromReader(f, mountinfo.PrefixFilter(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ms {
+		if m.Mountpoint != dir {
+			out = append(out, m.Mountpoint)
+		}
+	}
+	return out
 }
 
 // TestServeKilledFrontEndKillsWorker SIGKILLs jaild-server while a

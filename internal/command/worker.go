@@ -38,6 +38,7 @@ var Worker = &cli.Command{
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the worker's life to this file at exit"},
 		&cli.StringFlag{Name: "workspace-root", Usage: "where session workspaces are mounted (empty: <state-dir>/workspaces)"},
 		&cli.DurationFlag{Name: "session-prestart-idle", Usage: "idle time after which a workspace's prestarted sandboxes are destroyed (0: never)"},
+		&cli.BoolFlag{Name: "private-mounts", Usage: "this process was started in a mount namespace of its own (jail.Config.PrivateMounts)"},
 		&cli.BoolFlag{Name: "default-gomaxprocs", Usage: "size this process's Go runtime as if GOMAXPROCS were unset: the GOMAXPROCS of its environment is the sandboxes' inits' (see BuilderEnv)"},
 	}, ManagerFlags...),
 	Action:       workerAction,
@@ -65,6 +66,19 @@ type WorkerOptions struct {
 	// CPUProfile, if not empty, is the file the worker writes a CPU
 	// profile of its life to.
 	CPUProfile string
+	// PrivateMounts: the worker is started in a mount namespace of its
+	// own (worker.Config.PrivateMounts), and its Manager binds there
+	// what every sandbox would (jail.Config.PrivateMounts). See
+	// PrivateMounts.
+	PrivateMounts bool
+}
+
+// PrivateMounts reports whether the worker of the front end's context c
+// gets a mount namespace of its own: wherever the kernel and the flags
+// allow it (jail.PrivateMountsWork), since it saves every sandbox's init
+// its read-only binds.
+func PrivateMounts(c *cli.Context) bool {
+	return jail.PrivateMountsWork(c.String("workspace-root"))
 }
 
 // WorkerArgs are the arguments of a worker for the front end's context c
@@ -82,6 +96,7 @@ func WorkerArgs(c *cli.Context, o WorkerOptions) []string {
 		"--sweep-interval", o.Sweep.String(),
 		"--session-prestart-idle", o.PrestartIdle.String(),
 		"--default-gomaxprocs=" + strconv.FormatBool(o.DefaultGOMAXPROCS),
+		"--private-mounts=" + strconv.FormatBool(o.PrivateMounts),
 		"--debug=" + strconv.FormatBool(c.Bool("debug")),
 	}
 	if o.CPUProfile != "" {

@@ -57,6 +57,10 @@ type Config struct {
 	// Logger receives the front end's messages about the worker (exits,
 	// restarts); nil discards them.
 	Logger *slog.Logger
+	// PrivateMounts starts the worker in a mount namespace of its own
+	// (CLONE_NEWNS), a copy of the front end's: its Args must tell its
+	// Manager so (jail.Config.PrivateMounts).
+	PrivateMounts bool
 }
 
 // Client is the front end's handle on its worker: a Runner whose runs are
@@ -145,6 +149,9 @@ func start(cfg *Config) (_ *proc, retErr error) {
 		// A terminal's ^C goes to the front end's process group alone:
 		// the front end shuts the worker down in order.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if cfg.PrivateMounts {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
 	}
 	err = cmd.Start()
 	unix.Close(fd)

@@ -1,0 +1,173 @@
+package jail_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/testenv"
+	"github.com/jaild/jaild/jail"
+)
+
+// inPrivateMounts is set in the copy of the test binary that
+// TestPrivateMounts starts in a mount namespace of its own: the pid of the
+// test process that started it, in the host's namespace.
+const inPrivateMounts = "JAILD_TEST_PRIVATE_MOUNTS"
+
+// TestPrivateMounts: a Manager alone in a mount namespace binds the root
+// template's host paths there once. Its sandboxes see /usr as before, read
+// only; their configs no longer bind it; and nothing of it reaches the
+// namespace it was copied from, while it runs or after. In its parent's
+// namespace, New refuses.
+func TestPrivateMounts(t *testing.T) {
+	requireHost(t)
+	if os.Getenv(inPrivateMounts) != "" {
+		privateMountsChild(t)
+		return
+	}
+	if !jail.PrivateMountsWork("") {
+		t.Skip("no detached mounts here: workers keep the host's mount namespace")
+	}
+	env := testenv.New(t, "jaild-test")
+	cfg := config(env)
+	cfg.PrivateMounts = true
+	if m, err := jail.New(cfg); err == nil {
+		m.Close()
+		t.Fatal("New with PrivateMounts in its parent's mount namespace: no error")
+	} else if !strings.Contains(err.Error(), "parent's mount namespace") {
+		t.Fatalf("New with PrivateMounts in its parent's mount namespace: %v", err)
+	}
+
+	// The state dir a shared mount, as much of a systemd host is: a
+	// mount made under it in the copy would come back here, unless the
+	// copy is made a slave first.
+	if err := unix.Mount(env.StateDir, env.StateDir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(env.StateDir, unix.MNT_DETACH); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := unix.Mount("", env.StateDir, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPrivateMounts$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), inPrivateMounts+"="+strings.Join([]string{strconv.Itoa(os.Getpid()), env.StateDir, env.Parent}, ","))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestPrivateMounts") {
+		t.Fatalf("the test in a mount namespace of its own: %v\n%s", err, out)
+	}
+	t.Logf("in a mount namespace of its own:\n%s", out)
+	if ms := mountsUnder(t, "/proc/self/mountinfo", env.StateDir); len(ms) > 0 {
+		t.Errorf("mounts under the state dir here: %v", ms)
+	}
+}
+
+func privateMountsChild(t *testing.T) {
+	// The parent's pid, state dir and cgroup parent: the parent checks
+	// what is left on the host.
+	args := strings.Split(os.Getenv(inPrivateMounts), ",")
+	host, stateDir := "/proc/"+args[0]+"/mountinfo", args[1]
+	m, err := jail.New(jail.Config{StateDir: stateDir, CgroupParent: args[2], PrivateMounts: true})
+	if err != nil {
+		t.Fatalf("New with PrivateMounts: %v", err)
+	}
+	defer func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if ms := mountsUnder(t, "/proc/self/mountinfo", stateDir); len(ms) > 0 {
+			t.Errorf("mounts left in its namespace after Close: %v", ms)
+		}
+	}()
+
+	ours := mountsUnder(t, "/proc/self/mountinfo", stateDir)
+	for _, want := range []string{"/usr", "/etc/ld.so.cache"} {
+		if !slices.ContainsFunc(ours, func(p string) bool { return strings.HasSuffix(p, want) }) {
+			t.Errorf("no bind of %s in the template (mounts under the state dir: %v)", want, ours)
+		}
+	}
+	if ds := jail.MountDestinations(m); slices.Contains(ds, "/usr") || slices.Contains(ds, "/etc/ld.so.cache") {
+		t.Errorf("a sandbox's config still binds the host paths: %v", ds)
+	}
+	res := run(t, m, sh(`
+grep -E ' /usr | /etc/ld.so.cache ' /proc/self/mountinfo | cut -d' ' -f5,6
+touch /usr/x 2>&1 | grep -o 'Read-only file system'
+test -x /usr/bin/sh && echo runs`))
+	got := string(res.Stdout)
+	for _, want := range []string{"/usr ro,nosuid,nodev", "/etc/ld.so.cache ro,nosuid,nodev", "Read-only file system", "runs"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("in the sandbox: %q (stderr %q); want %q", got, res.Stderr, want)
+		}
+	}
+	if ms := mountsUnder(t, host, stateDir); len(ms) > 0 {
+		t.Errorf("the host's namespace sees the binds: %v", ms)
+	}
+
+	// A host path replaced by a rename (as ldconfig replaces
+	// /etc/ld.so.cache) is bound again for the next sandbox.
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "cache"), filepath.Join(dir, "bound")
+	for p, data := range map[string]string{src: "old", dst: ""} {
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unmount, err := jail.BindAndRefresh(src, dst, func() {
+		if err := os.WriteFile(src+".new", []byte("new"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(src+".new", src); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if unmount != nil {
+		defer func() {
+			if err := unmount(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(dst); string(data) != "new" {
+		t.Errorf("after the source's replacement the bind shows %q; want %q", data, "new")
+	}
+	if err := os.WriteFile(dst, []byte("x"), 0o644); !errors.Is(err, unix.EROFS) {
+		t.Errorf("write to the bind: %v; want EROFS", err)
+	}
+}
+
+// mountsUnder lists the mount points under dir (dir itself left out) in the
+// mountinfo file.
+func mountsUnder(t *testing.T, file, dir string) []string {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ms, err := mountinfo.GetMountsFromReader(f, mountinfo.PrefixFilter(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ms {
+		if m.Mountpoint != dir {
+			out = append(out, m.Mountpoint)
+		}
+	}
+	return out
+}
