@@ -33,6 +33,20 @@ func PrivateMountsWork(workspaceRoot string) bool {
 	return workspaceRoot == "" && detachedMountsWork()
 }
 
+// OwnMountNamespace reports whether this process's mount namespace is not
+// its parent's: whoever started it made one for it.
+func OwnMountNamespace() (bool, error) {
+	own, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return false, err
+	}
+	parent, err := os.Readlink("/proc/" + strconv.Itoa(os.Getppid()) + "/ns/mnt")
+	if err != nil {
+		return false, err
+	}
+	return own != parent, nil
+}
+
 // checkPrivateMounts refuses Config.PrivateMounts where the namespace may
 // not be this process's alone: where it is its parent's (nobody made one
 // for it), or where workspaces are mounted at paths.
@@ -40,15 +54,11 @@ func checkPrivateMounts(detached bool) error {
 	if !detached {
 		return errors.New("jail: private mounts need detached workspaces (the default workspace root, Linux 5.2 or later)")
 	}
-	own, err := os.Readlink("/proc/self/ns/mnt")
+	own, err := OwnMountNamespace()
 	if err != nil {
 		return fmt.Errorf("jail: private mounts: %w", err)
 	}
-	parent, err := os.Readlink("/proc/" + strconv.Itoa(os.Getppid()) + "/ns/mnt")
-	if err != nil {
-		return fmt.Errorf("jail: private mounts: %w", err)
-	}
-	if own == parent {
+	if !own {
 		return errors.New("jail: private mounts asked for, but this process shares its parent's mount namespace")
 	}
 	return nil

@@ -162,9 +162,7 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		// The worker's and doctor's flag; jaild run has none: "", the
 		// default.
 		WorkspaceRoot: c.String("workspace-root"),
-		// The worker's flag: its front end started it in a mount
-		// namespace of its own.
-		PrivateMounts: c.Bool("private-mounts"),
+		PrivateMounts: privateMounts(c, log),
 	})
 	if err != nil {
 		return nil, err

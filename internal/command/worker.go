@@ -81,6 +81,21 @@ func PrivateMounts(c *cli.Context) bool {
 	return jail.PrivateMountsWork(c.String("workspace-root"))
 }
 
+// privateMounts reports whether the worker of context c has the mount
+// namespace of its own its front end asked for (--private-mounts): the
+// front end falls back to its own where the system forbids one.
+func privateMounts(c *cli.Context, log *slog.Logger) bool {
+	if !c.Bool("private-mounts") {
+		return false
+	}
+	own, err := jail.OwnMountNamespace()
+	if err != nil || !own {
+		log.Warn("in the front end's mount namespace: every sandbox binds the host's /usr itself", "err", err)
+		return false
+	}
+	return true
+}
+
 // WorkerArgs are the arguments of a worker for the front end's context c
 // and o. Every manager flag is passed, so the worker's environment cannot
 // override what the front end was told.

@@ -58,8 +58,10 @@ type Config struct {
 	// restarts); nil discards them.
 	Logger *slog.Logger
 	// PrivateMounts starts the worker in a mount namespace of its own
-	// (CLONE_NEWNS), a copy of the front end's: its Args must tell its
-	// Manager so (jail.Config.PrivateMounts).
+	// (CLONE_NEWNS), a copy of the front end's, where the system allows
+	// it, and in the front end's otherwise: its Args ask its Manager to
+	// use one (jail.Config.PrivateMounts), which it does only if it finds
+	// one.
 	PrivateMounts bool
 }
 
@@ -139,21 +141,33 @@ func start(cfg *Config) (_ *proc, retErr error) {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	cmd := &exec.Cmd{
-		Path:       fmt.Sprintf("/proc/self/fd/%d", fd),
-		Args:       append([]string{path}, cfg.Args...),
-		Env:        cfg.Env,
-		Stdout:     stderr, // nothing of the worker may reach a protocol on stdout
-		Stderr:     stderr,
-		ExtraFiles: []*os.File{remote}, // ControlFD
-		// A terminal's ^C goes to the front end's process group alone:
-		// the front end shuts the worker down in order.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	newCmd := func(private bool) *exec.Cmd {
+		cmd := &exec.Cmd{
+			Path:       fmt.Sprintf("/proc/self/fd/%d", fd),
+			Args:       append([]string{path}, cfg.Args...),
+			Env:        cfg.Env,
+			Stdout:     stderr, // nothing of the worker may reach a protocol on stdout
+			Stderr:     stderr,
+			ExtraFiles: []*os.File{remote}, // ControlFD
+			// A terminal's ^C goes to the front end's process group
+			// alone: the front end shuts the worker down in order.
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		}
+		if private {
+			cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
+		}
+		return cmd
 	}
-	if cfg.PrivateMounts {
-		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
-	}
+	cmd := newCmd(cfg.PrivateMounts)
 	err = cmd.Start()
+	if err != nil && cfg.PrivateMounts && errors.Is(err, syscall.EPERM) {
+		// A seccomp profile or an LSM may forbid the namespace: the
+		// worker, finding its parent's, does without (see
+		// PrivateMounts).
+		cfg.Logger.Warn("worker started in the front end's mount namespace", "err", err)
+		cmd = newCmd(false)
+		err = cmd.Start()
+	}
 	unix.Close(fd)
 	if err != nil {
 		return nil, fmt.Errorf("start jaild worker %s: %w", path, err)
