@@ -242,3 +242,7 @@ func BindAndRefresh(src, dst string, replace func()) (unmount func() error, err 
 	replace()
 	return t.unmount, t.refresh()
 }
+
+// SetAttachedOnly makes the Managers made from now on behave as on a
+// kernel without detached mounts (on) or as this one (off).
+func SetAttachedOnly(on bool) { attachedOnly = on }

@@ -89,8 +89,9 @@ type Config struct {
 	// nothing mounted in it goes elsewhere, and binds the root template's
 	// read-only host paths into the template there once, for every
 	// sandbox, instead of in each sandbox's init (see privatemounts.go).
-	// New refuses it in its parent's mount namespace, and where
-	// workspaces are not detached mounts.
+	// New refuses it in its parent's mount namespace, and with an
+	// operator's WorkspaceRoot. Workspaces not detached are then reached
+	// through /proc/<pid>/root (Workspace.Dir).
 	PrivateMounts bool
 	// Logger receives debug and warning messages; nil discards them.
 	Logger *slog.Logger
@@ -118,8 +119,11 @@ type Manager struct {
 	prestartHook func()
 	rlimits      []configs.Rlimit // every sandbox's (see sandboxRlimits)
 	// bound are the host paths bound into the root template once, with
-	// Config.PrivateMounts; nil otherwise.
-	bound *templateBinds
+	// Config.PrivateMounts; nil otherwise. ownRoot is then
+	// /proc/<pid>/root, through which other processes reach the mounts
+	// of this process's namespace (its attached workspaces).
+	bound   *templateBinds
+	ownRoot string
 	// prestartIdle is Config.PrestartIdle: positive, or 0 for never.
 	prestartIdle time.Duration
 
@@ -199,7 +203,7 @@ func New(cfg Config) (*Manager, error) {
 	m.workspaces, m.defaultWorkspaces = workspaces, defWS
 	m.useDetachedMounts()
 	if cfg.PrivateMounts {
-		if err := checkPrivateMounts(m.detached); err != nil {
+		if err := m.checkPrivateMounts(); err != nil {
 			m.closeDev()
 			return nil, err
 		}
@@ -263,7 +267,7 @@ func (cfg *Config) setDefaults() error {
 // detached mounts where the kernel allows it (see workspacemount.go and
 // devdir.go).
 func (m *Manager) useDetachedMounts() {
-	detached := detachedMountsWork()
+	detached := !attachedOnly && detachedMountsWork()
 	m.detached = m.defaultWorkspaces && detached
 	if !detached {
 		return

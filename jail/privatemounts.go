@@ -8,10 +8,12 @@ package jail
 // saves the init a mount, a remount and their hardened path checks.
 //
 // The daemon's worker is such a process: the front end starts it with
-// CLONE_NEWNS (see internal/worker). Nothing it mounts is seen from outside,
-// which is why it needs detached workspaces: a workspace mounted at a path
-// of its namespace would not be found there by the front end. When the
-// worker dies, the namespace and its binds go with it: nothing to sweep.
+// CLONE_NEWNS (see internal/worker). Nothing it mounts is seen from outside:
+// the front end reaches its workspaces by descriptor (detached) or through
+// /proc/<worker's pid>/root (mounted at a path of its namespace), which is
+// why an operator's workspace root, meant to be seen on the host, keeps the
+// host's namespace. When the worker dies, the namespace and its mounts go
+// with it: nothing to sweep but the empty mount points.
 
 import (
 	"errors"
@@ -26,11 +28,12 @@ import (
 
 // PrivateMountsWork reports whether a Manager with the workspace root
 // workspaceRoot (Config.WorkspaceRoot) may be given a mount namespace of its
-// own (Config.PrivateMounts): its workspaces must be detached mounts, which
-// are reached by descriptor, not by a path of its namespace. That takes the
-// default workspace root and a kernel with the new mount API.
+// own (Config.PrivateMounts): only with the default root. Its workspaces are
+// then reached by other processes by descriptor (detached) or through
+// /proc/<pid>/root; an operator's root is a place on the host where they
+// are expected to be seen.
 func PrivateMountsWork(workspaceRoot string) bool {
-	return workspaceRoot == "" && detachedMountsWork()
+	return workspaceRoot == ""
 }
 
 // OwnMountNamespace reports whether this process's mount namespace is not
@@ -48,11 +51,12 @@ func OwnMountNamespace() (bool, error) {
 }
 
 // checkPrivateMounts refuses Config.PrivateMounts where the namespace may
-// not be this process's alone: where it is its parent's (nobody made one
-// for it), or where workspaces are mounted at paths.
-func checkPrivateMounts(detached bool) error {
-	if !detached {
-		return errors.New("jail: private mounts need detached workspaces (the default workspace root, Linux 5.2 or later)")
+// not be this process's alone, where it is its parent's (nobody made one
+// for it), and with an operator's workspace root; otherwise it sets the
+// root through which others reach this namespace's mounts.
+func (m *Manager) checkPrivateMounts() error {
+	if !m.defaultWorkspaces {
+		return errors.New("jail: private mounts need the default workspace root: an operator's is where the workspaces are seen on the host")
 	}
 	own, err := OwnMountNamespace()
 	if err != nil {
@@ -61,6 +65,7 @@ func checkPrivateMounts(detached bool) error {
 	if !own {
 		return errors.New("jail: private mounts asked for, but this process shares its parent's mount namespace")
 	}
+	m.ownRoot = "/proc/" + strconv.Itoa(os.Getpid()) + "/root"
 	return nil
 }
 
@@ -104,8 +109,8 @@ func (m *Manager) bindTemplate() error {
 const moveMountBeneath = 0x200
 
 // bindReadOnly binds src at dst, read-only, nosuid and nodev, submounts
-// included, and returns what it bound. With beneath, the new bind goes
-// under the one on dst, which the caller then detaches.
+// included, and returns what it bound. With beneath (Linux 6.5), the new
+// bind goes under the one on dst, which the caller then detaches.
 func bindReadOnly(src, dst string, beneath bool) (templateBind, error) {
 	// Taken before the bind: were src replaced in between, refresh would
 	// find it changed and bind it again, never the other way round.
@@ -114,21 +119,31 @@ func bindReadOnly(src, dst string, beneath bool) (templateBind, error) {
 		return templateBind{}, fmt.Errorf("jail: bind %s: %w", src, err)
 	}
 	b := templateBind{src: src, dst: dst, dev: st.Dev, ino: st.Ino}
-	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-	if err != nil {
-		return b, fmt.Errorf("jail: bind %s: %w", src, err)
-	}
-	defer unix.Close(tree)
 	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
-		return b, fmt.Errorf("jail: make the bind of %s read-only: %w", src, err)
-	}
-	flags := unix.MOVE_MOUNT_F_EMPTY_PATH
 	if beneath {
-		flags |= moveMountBeneath
+		tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return b, fmt.Errorf("jail: bind %s: %w", src, err)
+		}
+		defer unix.Close(tree)
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+			return b, fmt.Errorf("jail: make the bind of %s read-only: %w", src, err)
+		}
+		if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH|moveMountBeneath); err != nil {
+			return b, fmt.Errorf("jail: bind %s beneath %s: %w", src, dst, err)
+		}
+		return b, nil
 	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dst, flags); err != nil {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return b, fmt.Errorf("jail: bind %s at %s: %w", src, dst, err)
+	}
+	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, attr); err != nil {
+		// Before Linux 5.12: the top mount only, as a sandbox's own
+		// read-only bind would be.
+		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			_ = unix.Unmount(dst, unix.MNT_DETACH)
+			return b, fmt.Errorf("jail: make %s read-only: %w", dst, err)
+		}
 	}
 	return b, nil
 }
@@ -154,7 +169,7 @@ func (t *templateBinds) refresh() error {
 		nb, err := bindReadOnly(b.src, b.dst, true)
 		if err == nil {
 			err = unix.Unmount(b.dst, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-		} else if errors.Is(err, unix.EINVAL) {
+		} else if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 			if err = unmountAll(b.dst); err == nil {
 				nb, err = bindReadOnly(b.src, b.dst, false)
 			}

@@ -1,7 +1,9 @@
 package jail_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/box"
 	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
@@ -79,7 +82,18 @@ func privateMountsChild(t *testing.T) {
 	// what is left on the host.
 	args := strings.Split(os.Getenv(inPrivateMounts), ",")
 	host, stateDir := "/proc/"+args[0]+"/mountinfo", args[1]
-	m, err := jail.New(jail.Config{StateDir: stateDir, CgroupParent: args[2], PrivateMounts: true})
+	for _, attached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("attached workspaces=%v", attached), func(t *testing.T) {
+			jail.SetAttachedOnly(attached)
+			defer jail.SetAttachedOnly(false)
+			privateMountsManager(t, jail.Config{StateDir: stateDir, CgroupParent: args[2], PrivateMounts: true}, args[0], host)
+		})
+	}
+}
+
+func privateMountsManager(t *testing.T, cfg jail.Config, parent, host string) {
+	stateDir := cfg.StateDir
+	m, err := jail.New(cfg)
 	if err != nil {
 		t.Fatalf("New with PrivateMounts: %v", err)
 	}
@@ -111,8 +125,27 @@ test -x /usr/bin/sh && echo runs`))
 			t.Errorf("in the sandbox: %q (stderr %q); want %q", got, res.Stderr, want)
 		}
 	}
+
+	// A workspace, detached or mounted in this namespace only, is reached
+	// from the host's namespace at its Dir, as the front end reaches it.
+	ws, err := m.NewWorkspace(1 << 20)
+	if err != nil {
+		t.Fatalf("NewWorkspace: %v", err)
+	}
+	defer func() {
+		if err := ws.Close(); err != nil {
+			t.Errorf("Workspace.Close: %v", err)
+		}
+	}()
+	if res, err := m.Run(context.Background(), &jail.Spec{Workspace: ws, Command: box.Command{Args: []string{"/bin/sh", "-c", "echo from-the-sandbox > /work/f"}}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("a run on the workspace: %+v, %v", res, err)
+	}
+	out, err := exec.Command("nsenter", "--mount=/proc/"+parent+"/ns/mnt", "--", "cat", ws.Dir()+"/f").CombinedOutput()
+	if err != nil || string(out) != "from-the-sandbox\n" {
+		t.Errorf("the workspace's file read at %s from the host's namespace: %q, %v", ws.Dir(), out, err)
+	}
 	if ms := mountsUnder(t, host, stateDir); len(ms) > 0 {
-		t.Errorf("the host's namespace sees the binds: %v", ms)
+		t.Errorf("the host's namespace sees mounts under the state dir: %v", ms)
 	}
 
 	// A host path replaced by a rename (as ldconfig replaces

@@ -209,8 +209,11 @@ func (m *Manager) recordWorkspace(size int64) (*Workspace, error) {
 	w := &Workspace{m: m, id: id, size: size, mntN: -1, nsN: -1}
 	w.rec = record{ID: id, StateRoot: m.containers, Owner: os.Getpid(), Workspace: true, Detached: m.detached}
 	if !m.detached {
-		w.dir = filepath.Join(m.workspaces, id)
-		w.rec.Dir = w.dir
+		// Reached by other processes through this one's root where it
+		// has a mount namespace of its own (see privatemounts.go); the
+		// record keeps the path a sweep, in whatever namespace, finds.
+		w.rec.Dir = filepath.Join(m.workspaces, id)
+		w.dir = m.ownRoot + w.rec.Dir
 	}
 	var err error
 	if w.slot, err = acquireSlot(m.slotDir, &w.rec, m.sweepRecord); err != nil {
@@ -220,11 +223,11 @@ func (m *Manager) recordWorkspace(size int64) (*Workspace, error) {
 }
 
 // mountWork makes w's /work: a detached tmpfs held by w.mnt, or one
-// mounted at w.dir in the workspace root.
+// mounted at w.rec.Dir in the workspace root.
 func (w *Workspace) mountWork() error {
 	opts := workspaceOpts(w.size, w.slot.hostID())
 	if !w.m.detached {
-		return mountTmpfs(w.dir, opts)
+		return mountTmpfs(w.rec.Dir, opts)
 	}
 	var err error
 	if w.mnt, err = detachedWorkspace(opts); err != nil {
@@ -262,8 +265,9 @@ func (w *Workspace) ID() string { return w.id }
 // Size is the workspace's capacity in bytes.
 func (w *Workspace) Size() int64 { return w.size }
 
-// Dir is the host path of the workspace's tmpfs: <workspace root>/<ID>, or,
-// for a detached one, /proc/<jaild's pid>/task/<tid>/fd/<n>/. (the
+// Dir is the host path of the workspace's tmpfs: <workspace root>/<ID>
+// (/proc/<jaild's pid>/root/<workspace root>/<ID> where jaild has a mount
+// namespace of its own, see Config.PrivateMounts), or, for a detached one, /proc/<jaild's pid>/task/<tid>/fd/<n>/. (the
 // descriptor store's, see package fdstore) or /proc/<jaild's pid>/fd/<n>/.,
 // a path that every process of the host allowed to read jaild's
 // descriptors (root) walks, while the workspace is open. Everything below it was
@@ -334,7 +338,11 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 	if w.closed {
 		return 0, nil, box.ErrClosed
 	}
-	j := &wsJoin{dir: w.dir}
+	// The path in this process's namespace, which the sandbox's is a
+	// copy of (Dir may lead through /proc/<pid>/root, which a sandbox's
+	// init may not walk, and which would name a mount of another
+	// namespace).
+	j := &wsJoin{dir: w.rec.Dir}
 	var err error
 	if w.nsN >= 0 {
 		err = j.openStored(w.m.fds, w.nsN, w.mntN)

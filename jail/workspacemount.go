@@ -77,6 +77,10 @@ func workspaceOpts(size int64, host int) [][2]string {
 // mounts and copies them, as a sandbox's bind of one does: a clone of a
 // detached tmpfs is refused (EINVAL) by kernels that only copy mounts of
 // the caller's own namespace.
+// attachedOnly makes Managers behave as on a kernel without detached
+// mounts (tests).
+var attachedOnly bool
+
 func detachedMountsWork() bool {
 	mnt, err := detachedWorkspace([][2]string{{"size", "4096"}})
 	if err != nil {
