@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/box"
@@ -72,7 +71,7 @@ func TestPrivateMounts(t *testing.T) {
 		t.Fatalf("the test in a mount namespace of its own: %v\n%s", err, out)
 	}
 	t.Logf("in a mount namespace of its own:\n%s", out)
-	if ms := mountsUnder(t, "/proc/self/mountinfo", env.StateDir); len(ms) > 0 {
+	if ms := testenv.MountsBelow(os.Getpid(), env.StateDir); len(ms) > 0 {
 		t.Errorf("mounts under the state dir here: %v", ms)
 	}
 }
@@ -81,18 +80,19 @@ func privateMountsChild(t *testing.T) {
 	// The parent's pid, state dir and cgroup parent: the parent checks
 	// what is left on the host.
 	args := strings.Split(os.Getenv(inPrivateMounts), ",")
-	host, stateDir := "/proc/"+args[0]+"/mountinfo", args[1]
+	parent, stateDir := args[0], args[1]
 	for _, attached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("attached workspaces=%v", attached), func(t *testing.T) {
 			jail.SetAttachedOnly(attached)
 			defer jail.SetAttachedOnly(false)
-			privateMountsManager(t, jail.Config{StateDir: stateDir, CgroupParent: args[2], PrivateMounts: true}, args[0], host)
+			privateMountsManager(t, jail.Config{StateDir: stateDir, CgroupParent: args[2], PrivateMounts: true}, parent)
 		})
 	}
 }
 
-func privateMountsManager(t *testing.T, cfg jail.Config, parent, host string) {
+func privateMountsManager(t *testing.T, cfg jail.Config, parent string) {
 	stateDir := cfg.StateDir
+	parentPid, _ := strconv.Atoi(parent)
 	m, err := jail.New(cfg)
 	if err != nil {
 		t.Fatalf("New with PrivateMounts: %v", err)
@@ -101,12 +101,12 @@ func privateMountsManager(t *testing.T, cfg jail.Config, parent, host string) {
 		if err := m.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		if ms := mountsUnder(t, "/proc/self/mountinfo", stateDir); len(ms) > 0 {
+		if ms := testenv.MountsBelow(os.Getpid(), stateDir); len(ms) > 0 {
 			t.Errorf("mounts left in its namespace after Close: %v", ms)
 		}
 	}()
 
-	ours := mountsUnder(t, "/proc/self/mountinfo", stateDir)
+	ours := testenv.MountsBelow(os.Getpid(), stateDir)
 	for _, want := range []string{"/usr", "/etc/ld.so.cache"} {
 		if !slices.ContainsFunc(ours, func(p string) bool { return strings.HasSuffix(p, want) }) {
 			t.Errorf("no bind of %s in the template (mounts under the state dir: %v)", want, ours)
@@ -144,7 +144,7 @@ test -x /usr/bin/sh && echo runs`))
 	if err != nil || string(out) != "from-the-sandbox\n" {
 		t.Errorf("the workspace's file read at %s from the host's namespace: %q, %v", ws.Dir(), out, err)
 	}
-	if ms := mountsUnder(t, host, stateDir); len(ms) > 0 {
+	if ms := testenv.MountsBelow(parentPid, stateDir); len(ms) > 0 {
 		t.Errorf("the host's namespace sees mounts under the state dir: %v", ms)
 	}
 
@@ -181,26 +181,4 @@ test -x /usr/bin/sh && echo runs`))
 	if err := os.WriteFile(dst, []byte("x"), 0o644); !errors.Is(err, unix.EROFS) {
 		t.Errorf("write to the bind: %v; want EROFS", err)
 	}
-}
-
-// mountsUnder lists the mount points under dir (dir itself left out) in the
-// mountinfo file.
-func mountsUnder(t *testing.T, file, dir string) []string {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ms, err := mountinfo.GetMountsFromReader(f, mountinfo.PrefixFilter(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, m := range ms {
-		if m.Mountpoint != dir {
-			out = append(out, m.Mountpoint)
-		}
-	}
-	return out
 }

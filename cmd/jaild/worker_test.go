@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
-
 	"github.com/jaild/jaild/internal/testenv"
 )
 
@@ -142,13 +140,13 @@ func TestServeWorkerMountNamespace(t *testing.T) {
 			if (own == front) != ownRoot {
 				t.Errorf("worker's mount namespace %s, front end's %s: want them %s", own, front, map[bool]string{false: "apart", true: "the same"}[ownRoot])
 			}
-			inWorker := mountsUnder(t, worker, in.StateDir)
+			inWorker := testenv.MountsBelow(worker, in.StateDir)
 			bound := slices.ContainsFunc(inWorker, func(p string) bool { return strings.HasSuffix(p, "/usr") })
 			if bound == ownRoot {
 				t.Errorf("the template's /usr bound in the worker's namespace: %v, want %v (mounts under the state dir there: %v)", bound, !ownRoot, inWorker)
 			}
 			if !ownRoot {
-				if ms := mountsUnder(t, os.Getpid(), in.StateDir); len(ms) > 0 {
+				if ms := testenv.MountsBelow(os.Getpid(), in.StateDir); len(ms) > 0 {
 					t.Errorf("the host's namespace sees mounts under the state dir: %v", ms)
 				}
 			}
@@ -166,27 +164,6 @@ func mountNS(t *testing.T, pid int) string {
 		t.Fatal(err)
 	}
 	return ns
-}
-
-// mountsUnder lists the mount points below dir in pid's mount namespace.
-func mountsUnder(t *testing.T, pid int, dir string) []string {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ms, err := mountinfo.GetMountsFromReader(f, mountinfo.PrefixFilter(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, m := range ms {
-		if m.Mountpoint != dir {
-			out = append(out, m.Mountpoint)
-		}
-	}
-	return out
 }
 
 // TestServeKilledFrontEndKillsWorker SIGKILLs jaild-server while a

@@ -307,7 +307,19 @@ func Watchdogs(stateDir string) []int {
 // MountsUnder lists the mounts of the host's mount namespace (this
 // process's) at or below dir, as "type path", nsfs pins included.
 func MountsUnder(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	return mountsIn("/proc/self/mountinfo", dir, true)
+}
+
+// MountsBelow lists the mounts below dir, not on it, in the mount namespace
+// of the process pid, as MountsUnder does.
+func MountsBelow(pid int, dir string) []string {
+	return mountsIn("/proc/"+strconv.Itoa(pid)+"/mountinfo", dir, false)
+}
+
+// mountsIn lists the mounts below dir, and on it if on, in the mountinfo
+// file.
+func mountsIn(file, dir string, on bool) []string {
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return []string{"reading mountinfo: " + err.Error()}
 	}
@@ -319,7 +331,7 @@ func MountsUnder(dir string) []string {
 			continue
 		}
 		mp := unescapeMountinfo(f[4])
-		if mp != dir && !strings.HasPrefix(mp, dir+"/") {
+		if !(on && mp == dir) && !strings.HasPrefix(mp, dir+"/") {
 			continue
 		}
 		typ := "?"
