@@ -78,13 +78,14 @@ func ppid(t *testing.T, pid int) int {
 	return n
 }
 
-func exeOf(t *testing.T, pid int) string {
+// procLink reads the link /proc/<pid>/<name> (exe, ns/mnt, ...).
+func procLink(t *testing.T, pid int, name string) string {
 	t.Helper()
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	to, err := os.Readlink(fmt.Sprintf("/proc/%d/%s", pid, name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return exe
+	return to
 }
 
 // TestServeSandboxesAreLean: the daemon's sandboxes are built by the lean
@@ -107,7 +108,7 @@ func TestServeSandboxesAreLean(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := exeOf(t, builder); got != lean {
+			if got := procLink(t, builder, "exe"); got != lean {
 				t.Errorf("the sandbox was built by pid %d, running %s; want the lean %s", builder, got, lean)
 			}
 			cancel() // the client goes away: the sandbox is killed
@@ -136,7 +137,7 @@ func TestServeWorkerMountNamespace(t *testing.T) {
 			done := postRun(ctx, addr, "exec sleep "+marker)
 			sleep := sandboxed(t, in, "sleep "+marker)
 			worker := ppid(t, sleep)
-			own, front := mountNS(t, worker), mountNS(t, ppid(t, worker))
+			own, front := procLink(t, worker, "ns/mnt"), procLink(t, ppid(t, worker), "ns/mnt")
 			if (own == front) != ownRoot {
 				t.Errorf("worker's mount namespace %s, front end's %s: want them %s", own, front, map[bool]string{false: "apart", true: "the same"}[ownRoot])
 			}
@@ -154,16 +155,6 @@ func TestServeWorkerMountNamespace(t *testing.T) {
 			<-done
 		})
 	}
-}
-
-// mountNS is pid's mount namespace.
-func mountNS(t *testing.T, pid int) string {
-	t.Helper()
-	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns
 }
 
 // TestServeKilledFrontEndKillsWorker SIGKILLs jaild-server while a
