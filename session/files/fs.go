@@ -67,11 +67,28 @@ type FS struct {
 // not to the caller's. One process serves all of f's writes, until Close.
 func (f *FS) ChargeTo(c Charger) { f.charge = c }
 
-// Open opens the workspace r.
+// Open opens the workspace r, and checks that it is one: a tmpfs whose root
+// is the sandbox user's (r.UID). Dir leads through /proc/<pid> of the
+// process that holds the workspace; were that process gone and its pid
+// another's, Dir would lead elsewhere, which no one else can give that
+// owner.
 func Open(r Root) (*FS, error) {
 	fd, err := unix.Open(r.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("files: open workspace %s: %w", r.Dir, err)
+	}
+	var st unix.Stat_t
+	var fs unix.Statfs_t
+	if err := unix.Fstat(fd, &st); err == nil {
+		err = unix.Fstatfs(fd, &fs)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("files: open workspace %s: %w", r.Dir, err)
+	}
+	if fs.Type != unix.TMPFS_MAGIC || int(st.Uid) != r.UID {
+		unix.Close(fd)
+		return nil, fmt.Errorf("files: %s is not the workspace: its root is uid %d's on a filesystem of type %#x, not a tmpfs of uid %d", r.Dir, st.Uid, fs.Type, r.UID)
 	}
 	return &FS{root: r, fd: fd}, nil
 }

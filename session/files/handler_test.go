@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,33 @@ func TestPutGet(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(h.path("a/b")); len(ents) != 2 {
 		t.Errorf("a/b holds %d entries (a temp file left?)", len(ents))
+	}
+	h.check(t)
+}
+
+// TestNotTheWorkspace: a Root whose Dir leads to anything but the
+// workspace's tmpfs, owned by its sandbox user (as a path through
+// /proc/<pid> of a process gone, whose pid is another's, would), is
+// neither read nor written.
+func TestNotTheWorkspace(t *testing.T) {
+	h := newWorkspace(t, 1<<20)
+	if w := do(h.handler(files.Options{}), "PUT", "f", []byte("ours")); w.Code != 204 {
+		t.Fatalf("PUT in the workspace: %d %s", w.Code, w.Body)
+	}
+	for name, root := range map[string]files.Root{
+		"another owner's tmpfs": {Dir: h.root.Dir, UID: wsUID + 1, GID: wsGID},
+		"not a tmpfs":           {Dir: h.outside, UID: 0, GID: 0},
+	} {
+		hd := files.NewHandler(func(*http.Request) (files.Root, error) { return root, nil }, files.Options{})
+		if w := do(hd, "GET", "f", nil); w.Code/100 != 5 || !strings.Contains(w.Body.String(), "is not the workspace") {
+			t.Errorf("%s: GET %d %s; want a server error naming it", name, w.Code, w.Body)
+		}
+		if w := do(hd, "PUT", "g", []byte("x")); w.Code/100 != 5 {
+			t.Errorf("%s: PUT %d %s; want a server error", name, w.Code, w.Body)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.outside, "g")); !os.IsNotExist(err) {
+		t.Errorf("a PUT wrote outside the workspace: %v", err)
 	}
 	h.check(t)
 }
