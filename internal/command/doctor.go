@@ -32,7 +32,7 @@ Exits 0 when sandboxes work, 121 otherwise (120 when not root).`,
 		OnUsageError: OnUsageError,
 		Action: func(c *cli.Context) error {
 			findings := append(jail.Check(), jail.CheckSlots(), jail.CheckStateDir(c.String("state-dir")),
-				jail.CheckWorkspaceRoot(c.String("workspace-root"), c.String("state-dir")), workDirFinding(c), frontEnds(), egressFinding(c), policyFinding(c.String("policy-dir")))
+				jail.CheckWorkspaceRoot(c.String("workspace-root"), c.String("state-dir")), workerMountsFinding(c), workDirFinding(c), frontEnds(), egressFinding(c), policyFinding(c.String("policy-dir")))
 			ok := true
 			for _, f := range findings {
 				ok = ok && (f.OK || !f.Required)
@@ -99,6 +99,19 @@ func workDirFinding(c *cli.Context) jail.Finding {
 	f.Detail = wd + ": the sandboxes' writable working directory (a session's workspace), default cwd and HOME"
 	if wd == box.DefaultDir {
 		f.Detail += "; --sandbox-workdir (JAILD_SANDBOX_WORKDIR) moves it, e.g. to /workspace"
+	}
+	return f
+}
+
+// workerMountsFinding says whether the daemon's worker would get a mount
+// namespace of its own, where the host paths every sandbox binds are bound
+// once (see PrivateMounts).
+func workerMountsFinding(c *cli.Context) jail.Finding {
+	f := jail.Finding{Name: "worker mounts", OK: true}
+	if PrivateMounts(c) {
+		f.Detail = "the daemon's worker binds /usr and the other host paths once, in a mount namespace of its own, for every sandbox"
+	} else {
+		f.Detail = "with --workspace-root, which is seen on the host, the daemon's worker keeps the host's mount namespace and every sandbox binds /usr and the other host paths itself"
 	}
 	return f
 }
