@@ -40,7 +40,11 @@
 // workspace jail.WithProxy and, after the answer, sends the listener as a
 // run's is (one byte carrying it by SCM_RIGHTS); the front end serves the
 // proxy on it for the session's life. The front end reaches the directory
-// itself: both processes share the mount namespace. The worker closes the workspaces it still holds when
+// itself, at the path the worker gives: a descriptor of the worker's
+// (detached workspaces), or, where the worker has a mount namespace of its
+// own (Config.PrivateMounts), the workspace's path through
+// /proc/<worker's pid>/root; files.Open checks that what it finds there is
+// the workspace. The worker closes the workspaces it still holds when
 // it stops; those of a worker that dies go with it ([RemoteWorkspace.Lost]),
 // swept by its watchdog or by the next worker's start.
 //

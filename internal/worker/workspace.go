@@ -17,9 +17,10 @@ import (
 
 // RemoteWorkspace is a jail.Workspace that the worker holds for the front
 // end: the sandboxes of its runs are the worker's, while its directory is
-// reached directly (the front end and the worker share the mount
-// namespace). It lives as long as the worker that made it: once that worker
-// has exited, Lost is closed and runs fail with ErrLost.
+// reached directly, at the path the worker gave (jail.Workspace.Dir: it
+// leads through /proc/<worker's pid>). It lives as long as the worker that
+// made it: once that worker has exited, Lost is closed and runs fail with
+// ErrLost.
 type RemoteWorkspace struct {
 	p    *proc
 	id   string
