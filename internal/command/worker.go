@@ -74,8 +74,8 @@ type WorkerOptions struct {
 }
 
 // PrivateMounts reports whether the worker of the front end's context c
-// gets a mount namespace of its own: wherever the kernel and the flags
-// allow it (jail.PrivateMountsWork), since it saves every sandbox's init
+// gets a mount namespace of its own: unless an operator's workspace root
+// is given (jail.PrivateMountsWork), since it saves every sandbox's init
 // its read-only binds.
 func PrivateMounts(c *cli.Context) bool {
 	return jail.PrivateMountsWork(c.String("workspace-root"))
