@@ -110,10 +110,9 @@ func removeNetNS(path string) error {
 	return unmountAndRemove(path, os.Remove)
 }
 
-// unmountAndRemove detaches whatever is mounted on path, without following
-// a symlink, then removes the mount point with rm (os.Remove for a file,
-// unix.Rmdir for a directory: neither follows symlinks nor walks a tree).
-func unmountAndRemove(path string, rm func(string) error) error {
+// unmountAll detaches whatever is mounted on path, without following a
+// symlink; a path missing or not mounted is not an error.
+func unmountAll(path string) error {
 	// MNT_DETACH: a process still holding the mount (a sandbox's
 	// lingering bind) must not make the removal fail; the kernel frees
 	// it when the last user goes.
@@ -122,11 +121,21 @@ func unmountAndRemove(path string, rm func(string) error) error {
 	for range 8 {
 		err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			break // not (or no longer) a mount point
+			return nil // not (or no longer) a mount point
 		}
 		if err != nil {
 			return fmt.Errorf("unmount %s: %w", path, err)
 		}
+	}
+	return nil
+}
+
+// unmountAndRemove detaches whatever is mounted on path, without following
+// a symlink, then removes the mount point with rm (os.Remove for a file,
+// unix.Rmdir for a directory: neither follows symlinks nor walks a tree).
+func unmountAndRemove(path string, rm func(string) error) error {
+	if err := unmountAll(path); err != nil {
+		return err
 	}
 	if err := rm(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", path, err)

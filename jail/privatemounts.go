@@ -183,9 +183,8 @@ func (t *templateBinds) refresh() error {
 	return nil
 }
 
-// unmount detaches the binds, each one's stack included (see refresh): a
-// closed Manager leaves nothing in its namespace. Sandboxes still running
-// keep their own copies.
+// unmount detaches the binds: a closed Manager leaves nothing in its
+// namespace. Sandboxes still running keep their own copies.
 func (t *templateBinds) unmount() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -197,19 +196,6 @@ func (t *templateBinds) unmount() error {
 	}
 	t.binds = nil
 	return errors.Join(errs...)
-}
-
-// unmountAll detaches every mount stacked on path.
-func unmountAll(path string) error {
-	for {
-		err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-		if errors.Is(err, unix.EINVAL) {
-			return nil // no (longer a) mount point
-		}
-		if err != nil {
-			return fmt.Errorf("unmount %s: %w", path, err)
-		}
-	}
 }
 
 // drop leaves out of ms the binds of the template's host paths.
