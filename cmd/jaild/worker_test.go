@@ -66,6 +66,21 @@ func sandboxed(t *testing.T, in install, cmdline string) int {
 	}
 }
 
+// sandboxBuilder runs a sleep in a sandbox of the daemon at addr on in and
+// returns the pid of the process that built it, the sandbox's parent on the
+// host. At the test's end the client goes away, which kills the sandbox.
+func sandboxBuilder(t *testing.T, in install, addr string) int {
+	t.Helper()
+	marker := sleepMarker()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := postRun(ctx, addr, "exec sleep "+marker)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return ppid(t, sandboxed(t, in, "sleep "+marker))
+}
+
 // ppid is the parent of pid.
 func ppid(t *testing.T, pid int) int {
 	t.Helper()
@@ -98,12 +113,7 @@ func TestServeSandboxesAreLean(t *testing.T) {
 		t.Run("pool="+pool, func(t *testing.T) {
 			in := newInstall(t)
 			addr, _ := startServe(t, in, false, "--listen", "127.0.0.1:0", "--pool", pool)
-			marker := sleepMarker()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := postRun(ctx, addr, "exec sleep "+marker)
-			sleep := sandboxed(t, in, "sleep "+marker)
-			builder := ppid(t, sleep)
+			builder := sandboxBuilder(t, in, addr)
 			lean, err := filepath.EvalSymlinks(jaildBin)
 			if err != nil {
 				t.Fatal(err)
@@ -111,8 +121,6 @@ func TestServeSandboxesAreLean(t *testing.T) {
 			if got := procLink(t, builder, "exe"); got != lean {
 				t.Errorf("the sandbox was built by pid %d, running %s; want the lean %s", builder, got, lean)
 			}
-			cancel() // the client goes away: the sandbox is killed
-			<-done
 		})
 	}
 }
@@ -131,12 +139,7 @@ func TestServeWorkerMountNamespace(t *testing.T) {
 				args = append(args, "--workspace-root", in.WithWorkspaceRoot(t))
 			}
 			addr, _ := startServe(t, in, false, args...)
-			marker := sleepMarker()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := postRun(ctx, addr, "exec sleep "+marker)
-			sleep := sandboxed(t, in, "sleep "+marker)
-			worker := ppid(t, sleep)
+			worker := sandboxBuilder(t, in, addr)
 			own, front := procLink(t, worker, "ns/mnt"), procLink(t, ppid(t, worker), "ns/mnt")
 			if (own == front) != ownRoot {
 				t.Errorf("worker's mount namespace %s, front end's %s: want them %s", own, front, map[bool]string{false: "apart", true: "the same"}[ownRoot])
@@ -151,8 +154,6 @@ func TestServeWorkerMountNamespace(t *testing.T) {
 					t.Errorf("the host's namespace sees mounts under the state dir: %v", ms)
 				}
 			}
-			cancel()
-			<-done
 		})
 	}
 }
