@@ -180,8 +180,8 @@ func acquireSlot(dir string, rec *record, sweep func(*record) error) (*slot, err
 }
 
 // lockSlot tries to lock slot n. It returns (nil, nil, nil) if a live owner
-// holds it, and otherwise the locked slot plus the record a dead owner left
-// in it, if any.
+// holds it, a *tornError (and no slot) if its file holds no record, and
+// otherwise the locked slot plus the record a dead owner left in it, if any.
 func lockSlot(dir string, n int) (*slot, *record, error) {
 	p := filepath.Join(dir, strconv.Itoa(n))
 	for {
