@@ -18,8 +18,9 @@
 // it, it is one read-only tmpfs that jaild fills once and every sandbox
 // binds (see devdir.go). A Manager alone in a mount namespace of its own
 // (the daemon's worker: Config.PrivateMounts) binds the root's read-only
-// host paths into the template once, for every sandbox (see
-// privatemounts.go). Memory (no swap), pids and CPU limits are set on the sandbox's
+// host paths into the template once, for every sandbox, and mounts each
+// sandbox's /tmp and working directory on a root of the sandbox's own (see
+// privatemounts.go, sandboxroot.go). Memory (no swap), pids and CPU limits are set on the sandbox's
 // cgroup before the command starts, under a parent cgroup with an aggregate
 // budget (package cgroup). The environment is fixed plus what the caller
 // passes; nothing of jaild's own environment leaks in.

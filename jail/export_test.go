@@ -224,7 +224,11 @@ func RunMiss(p *Pool, ctx context.Context, spec *Spec) (*box.Result, error) {
 // something, as its libcontainer config lists them.
 func MountDestinations(m *Manager) []string {
 	var ds []string
-	for _, mnt := range m.mounts(64<<20, "", "") {
+	ms := m.mounts(64<<20, "", "")
+	if m.roots != nil {
+		_, ms = m.roots.split(ms)
+	}
+	for _, mnt := range ms {
 		ds = append(ds, mnt.Destination)
 	}
 	return ds

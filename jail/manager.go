@@ -124,6 +124,10 @@ type Manager struct {
 	// of this process's namespace (its attached workspaces).
 	bound   *templateBinds
 	ownRoot string
+	// roots is where each sandbox's own root is made, with
+	// Config.PrivateMounts and the generated template (see
+	// sandboxroot.go); nil otherwise.
+	roots *roots
 	// prestartIdle is Config.PrestartIdle: positive, or 0 for never.
 	prestartIdle time.Duration
 
@@ -227,8 +231,14 @@ func New(cfg Config) (*Manager, error) {
 	err = m.prepare(cfg.Rootfs)
 	if err == nil && cfg.PrivateMounts {
 		err = m.bindTemplate()
+		if err == nil && m.root.Host() {
+			err = m.mountRoots()
+		}
 	}
 	if err != nil {
+		if m.bound != nil {
+			_ = m.bound.unmount()
+		}
 		m.dog.close()
 		_ = m.parent.Close()
 		m.closeDev()
@@ -477,6 +487,14 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	if ownFilter {
 		cfg.Seccomp = nil
 	}
+	if m.roots != nil {
+		var err error
+		if sb.root, err = m.roots.make(id, sb.hostID, cfg); err != nil {
+			m.unreserve(sb)
+			m.live.Done()
+			return nil, err
+		}
+	}
 	c, err := libcontainer.Create(m.containers, id, cfg)
 	if err != nil {
 		m.unreserve(sb)
@@ -526,6 +544,9 @@ func (m *Manager) reserve(sb *sandbox, rec *record, egress bool) error {
 // unreserve undoes reserve for a sandbox libcontainer failed to create.
 func (m *Manager) unreserve(sb *sandbox) {
 	sb.join.close()
+	if err := sb.root.close(); err != nil {
+		m.log.Warn("sandbox root", "id", sb.id, "err", err)
+	}
 	// Create writes only the state dir; nothing runs yet.
 	_ = os.RemoveAll(filepath.Join(m.containers, sb.id))
 	if sb.proxy != nil {
@@ -542,7 +563,8 @@ func (m *Manager) unreserve(sb *sandbox) {
 }
 
 // mounts are a sandbox's mounts, less the binds made once in the template
-// (see privatemounts.go).
+// (see privatemounts.go). Those its own root holds are among them (see
+// sandboxroot.go).
 func (m *Manager) mounts(tmpfsSize int64, work, dev string) []*configs.Mount {
 	ms := m.root.Mounts(tmpfsSize, sandboxUser, work, dev)
 	if m.bound != nil {
@@ -723,6 +745,11 @@ func (m *Manager) Close() error {
 	if m.bound != nil {
 		if err := m.bound.unmount(); err != nil {
 			m.log.Warn("unmounting the template's binds", "err", err)
+		}
+	}
+	if m.roots != nil {
+		if err := m.roots.unmount(); err != nil {
+			m.log.Warn("unmounting the sandboxes' roots", "err", err)
 		}
 	}
 	// The watchdog has nothing left to guard; it dies while the parent

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -87,9 +88,80 @@ func privateMountsChild(t *testing.T) {
 	}
 }
 
+// rootProbe shows what a sandbox sees of its /tmp and working directory:
+// owner, group, mode, mount flags, type and options (the tmpfs's owners as
+// host uids, which differ between sandboxes, left out), whether they take
+// a file, and whether /tmp holds more than its 1 MiB.
+const rootProbe = `
+for d in /tmp "$PWD"; do
+	stat -c '%n %u %g %a' "$d"
+	awk -v d="$d" '$5 == d { for (i = 7; $i != "-"; i++); print $5, $6, $(i+1), $(i+3) }' /proc/self/mountinfo | sed -E 's/,(uid|gid)=[0-9]+//g'
+	echo x > "$d/f" && echo "$d takes a file"
+done
+head -c 2000000 /dev/zero 2>&1 > /tmp/big | grep -o 'No space left on device'
+`
+
+var rootProbeSpec = &jail.Spec{Limits: box.Limits{TmpfsSize: 1 << 20}, Command: box.Command{Args: []string{"/bin/sh", "-c", rootProbe}}}
+
+// plainRoot is what a sandbox of a Manager without private mounts shows
+// of rootProbe.
+func plainRoot(t *testing.T, cfg jail.Config) string {
+	cfg.PrivateMounts = false
+	plain, err := jail.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := plain.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	res := run(t, plain, rootProbeSpec)
+	for _, w := range []string{"/tmp 0 0 1777", "/tmp rw,nosuid,nodev", "tmpfs rw,size=1024k", "/work 1000 1000 755", "/tmp takes a file", "/work takes a file", "No space left on device"} {
+		if !strings.Contains(string(res.Stdout), w) {
+			t.Errorf("a sandbox of a Manager without private mounts shows %q (stderr %q); want %q in it", res.Stdout, res.Stderr, w)
+		}
+	}
+	return string(res.Stdout)
+}
+
+// sandboxRoots: a Manager with private mounts makes its sandboxes' /tmp and
+// working directory on a root of their own, leaving them out of their
+// configs; its sandboxes see them as a Manager without private mounts
+// gives them, and its namespace keeps none of the roots once their
+// sandboxes have started, waiting ones included.
+func sandboxRoots(t *testing.T, m *jail.Manager, cfg jail.Config, want string) {
+	if ds := jail.MountDestinations(m); slices.Contains(ds, "/tmp") || slices.Contains(ds, m.WorkDir()) {
+		t.Errorf("a sandbox's config still mounts /tmp or %s: %v", m.WorkDir(), ds)
+	}
+	roots := filepath.Join(cfg.StateDir, "roots")
+	got := run(t, m, rootProbeSpec)
+	if string(got.Stdout) != want {
+		t.Errorf("a sandbox on a root of its own shows\n%s\nwithout private mounts\n%s", got.Stdout, want)
+	}
+	pool, err := m.NewPool(1, rootProbeSpec.Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for i := 0; i < 2; i++ {
+		for deadline := time.Now().Add(10 * time.Second); pool.Ready() < 1 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if ms := testenv.MountsBelow(os.Getpid(), roots); len(ms) > 0 {
+			t.Errorf("with %d sandbox waiting, this namespace still holds roots: %v", pool.Ready(), ms)
+		}
+		res, err := pool.Run(context.Background(), rootProbeSpec)
+		if err != nil || string(res.Stdout) != want {
+			t.Errorf("a pooled sandbox on a root of its own shows %q, %v; want %q", res.Stdout, err, want)
+		}
+	}
+}
+
 func privateMountsManager(t *testing.T, cfg jail.Config, parent string) {
 	stateDir := cfg.StateDir
 	parentPid, _ := strconv.Atoi(parent)
+	want := plainRoot(t, cfg)
 	m, err := jail.New(cfg)
 	if err != nil {
 		t.Fatalf("New with PrivateMounts: %v", err)
@@ -112,6 +184,7 @@ func privateMountsManager(t *testing.T, cfg jail.Config, parent string) {
 	if ds := jail.MountDestinations(m); slices.Contains(ds, "/usr") || slices.Contains(ds, "/etc/ld.so.cache") {
 		t.Errorf("a sandbox's config still binds the host paths: %v", ds)
 	}
+	sandboxRoots(t, m, cfg, want)
 	res := run(t, m, sh(`
 grep -E ' /usr | /etc/ld.so.cache ' /proc/self/mountinfo | cut -d' ' -f5,6
 touch /usr/x 2>&1 | grep -o 'Read-only file system'

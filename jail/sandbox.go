@@ -47,6 +47,9 @@ type sandbox struct {
 	// join is what a sandbox on a workspace joins, until its init has
 	// (see wsJoin); nil otherwise.
 	join *wsJoin
+	// root is the sandbox's own root in the Manager's namespace, until
+	// its init has copied it (see sandboxroot.go); nil otherwise.
+	root *sandboxRoot
 	// pins hold the namespaces and the executable of the sandbox's init
 	// open from its command's start until Destroy (see pinInit).
 	pins []int
@@ -217,8 +220,9 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader, pin bool) 
 	// would return.
 	err = s.c.Start(p)
 	// The init has joined the workspace's namespace and mounted its
-	// tmpfs, or failed.
+	// tmpfs, and copied its own root, or failed.
 	s.join.close()
+	s.closeRoot()
 	if err != nil {
 		// libcontainer killed and reaped what it started.
 		return nil, err
@@ -560,6 +564,14 @@ func environ(extra []string, workDir string) []string {
 	return env
 }
 
+// closeRoot detaches the sandbox's own root from the Manager's namespace,
+// if it has one there still.
+func (s *sandbox) closeRoot() {
+	if err := s.root.close(); err != nil {
+		s.m.log.Warn("sandbox root", "id", s.id, "err", err)
+	}
+}
+
 // Destroy kills anything still running in the sandbox and removes its
 // container state, cgroup and uid range. It is safe to call more than once.
 func (s *sandbox) Destroy() error {
@@ -592,6 +604,7 @@ func (s *sandbox) Destroy() error {
 	// end now, before the slot's uid range can go to another sandbox.
 	s.unpin()
 	s.join.close() // a sandbox destroyed before it started
+	s.closeRoot()
 	if err != nil {
 		// Keep the slot record (a workspace's keeps listing the
 		// sandbox): the next sweep or the workspace's Close finishes

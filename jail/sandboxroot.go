@@ -1,0 +1,211 @@
+package jail
+
+// Sandboxes' own roots: in a Manager with private mounts (see
+// privatemounts.go), jaild itself mounts each sandbox's /tmp and /work (a
+// fresh tmpfs, or its workspace's) on a root of the sandbox's own: the
+// template bound recursively at <state dir>/roots/<id>, in the Manager's
+// namespace. libcontainer's init binds its rootfs recursively, so the mounts
+// come with it, and it makes two fewer of its own, each with its hardened
+// path checks (docs/performance.md has the figures). The init copies the
+// namespace as it starts; once libcontainer's Start has returned, jaild
+// detaches its own copy of the root, so the Manager's mount table holds only
+// the roots of sandboxes being started, however many are kept waiting.
+//
+// These mounts belong to the host's user namespace, not to the sandbox's: in
+// the sandbox's namespace they are locked, as the template's binds are, and
+// their owners are given as host uids (the sandbox's range starts at its
+// hostID), so that the sandbox sees the owners and modes its own mounts had.
+// The roots are made in a tmpfs of the private namespace: nothing of them is
+// on the host, and they die with the process.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"golang.org/x/sys/unix"
+)
+
+// roots is where a Manager with private mounts makes its sandboxes' own
+// roots: a tmpfs mounted at dir in its namespace.
+type roots struct {
+	dir string
+	// own reports whether the sandbox's root holds mnt, made by jaild.
+	own func(mnt *configs.Mount) bool
+}
+
+// mountRoots mounts the tmpfs that sandboxes' own roots are made in, for a
+// Manager with private mounts and the generated template (whose mount
+// points jaild made and checked; see rootfs.Host).
+func (m *Manager) mountRoots() error {
+	dir, err := makeTrustedDir("roots dir", filepath.Join(m.stateDir, "roots"), 0o711)
+	if err != nil {
+		return err
+	}
+	// 0711: each sandbox's init, as the root of its user namespace, walks
+	// through it to its root.
+	if err := unix.Mount("jaild-roots", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0711,size=1m"); err != nil {
+		return fmt.Errorf("jail: mount the sandboxes' roots: %w", err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		return fmt.Errorf("jail: make the sandboxes' roots private: %w", err)
+	}
+	workDir := m.workDir
+	m.roots = &roots{dir: dir, own: func(mnt *configs.Mount) bool {
+		return mnt.Destination == "/tmp" || mnt.Destination == workDir
+	}}
+	return nil
+}
+
+// unmount detaches the roots' tmpfs (Manager.Close).
+func (r *roots) unmount() error {
+	return unmountAll(r.dir)
+}
+
+// split returns the mounts of ms that a sandbox's own root holds, and the
+// rest, which its libcontainer config keeps.
+func (r *roots) split(ms []*configs.Mount) (own, rest []*configs.Mount) {
+	for _, mnt := range ms {
+		if r.own(mnt) {
+			own = append(own, mnt)
+		} else {
+			rest = append(rest, mnt)
+		}
+	}
+	return own, rest
+}
+
+// sandboxRoot is a sandbox's own root in the Manager's namespace, until
+// its init has copied it.
+type sandboxRoot struct {
+	dir string
+}
+
+// make binds cfg.Rootfs at roots/<id>, makes the mounts of cfg that the
+// root holds on it, leaves them out of cfg and points cfg.Rootfs at it.
+// hostID is where the sandbox's uid range starts.
+func (r *roots) make(id string, hostID int, cfg *configs.Config) (*sandboxRoot, error) {
+	own, rest := r.split(cfg.Mounts)
+	dir := filepath.Join(r.dir, id)
+	if err := unix.Mkdir(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("jail: sandbox root: %w", err)
+	}
+	sr := &sandboxRoot{dir: dir}
+	if err := unix.Mount(cfg.Rootfs, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		_ = unix.Rmdir(dir)
+		return nil, fmt.Errorf("jail: bind the template as a sandbox's root: %w", err)
+	}
+	// A snapshot: nothing mounted on the host later reaches it.
+	err := unix.Mount("", dir, "", unix.MS_PRIVATE|unix.MS_REC, "")
+	for _, mnt := range own {
+		if err != nil {
+			break
+		}
+		err = mountOwn(dir, mnt, hostID)
+	}
+	if err != nil {
+		sr.close()
+		return nil, err
+	}
+	cfg.Mounts, cfg.Rootfs = rest, dir
+	return sr, nil
+}
+
+// mountOwn makes mnt, a tmpfs or a bind of a libcontainer config, on the
+// root at dir, with the tmpfs's owners made host uids.
+func mountOwn(dir string, mnt *configs.Mount, hostID int) error {
+	dst := dir + mnt.Destination
+	switch mnt.Device {
+	case "tmpfs":
+		if err := unix.Mount(mnt.Source, dst, "tmpfs", uintptr(mnt.Flags), hostOwned(mnt.Data, hostID)); err != nil {
+			return fmt.Errorf("jail: mount a tmpfs at %s: %w", mnt.Destination, err)
+		}
+		return nil
+	case "bind":
+		return bindOwn(mnt.Source, dst, mnt.Flags)
+	}
+	return fmt.Errorf("jail: a sandbox's root cannot hold a %s mount", mnt.Device)
+}
+
+// bindOwn binds src, a path or a /proc/<pid>/fd/<n> link to a directory or
+// a detached mount, at dst with the attributes that flags (MS_*) name.
+func bindOwn(src, dst string, flags int) error {
+	attr := &unix.MountAttr{}
+	for ms, a := range map[int]uint64{unix.MS_RDONLY: unix.MOUNT_ATTR_RDONLY, unix.MS_NOSUID: unix.MOUNT_ATTR_NOSUID, unix.MS_NODEV: unix.MOUNT_ATTR_NODEV, unix.MS_NOEXEC: unix.MOUNT_ATTR_NOEXEC} {
+		if flags&ms != 0 {
+			attr.Attr_set |= a
+		}
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if errors.Is(err, unix.ENOSYS) {
+		// Before Linux 5.2 (no detached mounts either): a bind, then
+		// its flags.
+		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("jail: bind %s: %w", dst, err)
+		}
+		if err := unix.Mount("", dst, "", uintptr(unix.MS_BIND|unix.MS_REMOUNT|flags), ""); err != nil {
+			return fmt.Errorf("jail: remount %s: %w", dst, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("jail: clone %s: %w", src, err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("jail: set the attributes of the bind at %s: %w", dst, err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("jail: bind at %s: %w", dst, err)
+	}
+	return nil
+}
+
+// hostOwned returns the tmpfs options data with its uid and gid (ids of the
+// sandbox's user namespace, root's if absent) made the host's, for a
+// sandbox whose uid range starts at hostID.
+func hostOwned(data string, hostID int) string {
+	var out []string
+	seen := map[string]bool{}
+	for _, o := range strings.Split(data, ",") {
+		k, v, ok := strings.Cut(o, "=")
+		if ok && (k == "uid" || k == "gid") {
+			if n, err := strconv.Atoi(v); err == nil {
+				o = k + "=" + strconv.Itoa(hostID+n)
+				seen[k] = true
+			}
+		}
+		if o != "" {
+			out = append(out, o)
+		}
+	}
+	for _, k := range []string{"uid", "gid"} {
+		if !seen[k] {
+			out = append(out, k+"="+strconv.Itoa(hostID))
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// close detaches the root from the Manager's namespace and removes its
+// mount point: the sandbox's init holds its own copy. Safe on nil and more
+// than once.
+func (sr *sandboxRoot) close() error {
+	if sr == nil || sr.dir == "" {
+		return nil
+	}
+	err := unix.Unmount(sr.dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("jail: detach the sandbox root %s: %w", sr.dir, err)
+	}
+	if err := os.Remove(sr.dir); err != nil {
+		return fmt.Errorf("jail: remove the sandbox root %s: %w", sr.dir, err)
+	}
+	sr.dir = ""
+	return nil
+}
