@@ -483,6 +483,15 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	if sb.join != nil {
 		work, netns = sb.join.dir, sb.join.netns
 	}
+	if netns == "" {
+		var err error
+		if sb.net, err = newNetNS(nil); err != nil {
+			m.unreserve(sb)
+			m.live.Done()
+			return nil, fmt.Errorf("sandbox network namespace: %w", err)
+		}
+		netns = procFD(sb.net)
+	}
 	cfg := m.containerConfig(id, sb.hostID, l, work, netns)
 	if ownFilter {
 		cfg.Seccomp = nil
@@ -543,10 +552,7 @@ func (m *Manager) reserve(sb *sandbox, rec *record, egress bool) error {
 
 // unreserve undoes reserve for a sandbox libcontainer failed to create.
 func (m *Manager) unreserve(sb *sandbox) {
-	sb.join.close()
-	if err := sb.root.close(); err != nil {
-		m.log.Warn("sandbox root", "id", sb.id, "err", err)
-	}
+	sb.releaseStart()
 	// Create writes only the state dir; nothing runs yet.
 	_ = os.RemoveAll(filepath.Join(m.containers, sb.id))
 	if sb.proxy != nil {
@@ -574,11 +580,11 @@ func (m *Manager) mounts(tmpfsSize int64, work, dev string) []*configs.Mount {
 }
 
 // containerConfig is the whole isolation policy of one sandbox. On a
-// workspace it differs in two places only: the working directory is a bind
-// of the workspace's tmpfs at the path work, and the network namespace is
-// the workspace's at the path netns, joined rather than created (its
-// loopback is already up). A sandbox with egress joins the namespace at
-// netns the same way (see [Egress]).
+// workspace it differs in one place only: the working directory is a bind
+// of the workspace's tmpfs at the path work. The network namespace at the
+// path netns, loopback only and up, is joined: the workspace's, an egress
+// sandbox's (see [Egress]), or one made for the sandbox alone (see
+// newNetNS).
 func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, netns string) *configs.Config {
 	// The devices a sandbox may use: the cgroup's rules, and the nodes
 	// its init makes in its /dev unless it binds the shared one.
@@ -597,11 +603,6 @@ func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, net
 	pids := l.Pids
 	quota, period := cgroup.CPUQuota(l.CPUs)
 	oomScore := 1000 // the kernel's OOM killer picks sandboxes before jaild
-	// A lone loopback interface: the network namespace has no route out.
-	networks := []*configs.Network{{Type: "loopback"}}
-	if netns != "" {
-		networks = nil
-	}
 	cfg := &configs.Config{
 		Rootfs:     m.root.Dir,
 		Readonlyfs: true,
@@ -613,7 +614,6 @@ func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, net
 		},
 		UIDMappings:     []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: slotSize}},
 		GIDMappings:     []configs.IDMap{{ContainerID: 0, HostID: int64(hostID), Size: slotSize}},
-		Networks:        networks,
 		Capabilities:    &configs.Capabilities{}, // nil would keep them all
 		NoNewPrivileges: true,
 		Seccomp:         seccompProfile(),

@@ -12,7 +12,11 @@ import (
 // newNetNS creates a network namespace whose only interface is loopback,
 // up, and returns its nsfs file: the namespace lives as long as that file
 // or a process in it. in, if not nil, runs on the thread that is in the
-// namespace, so that a socket it makes belongs to the namespace.
+// namespace, so that a socket it makes belongs to the namespace. Every
+// sandbox's namespace is made so: a workspace's and an egress sandbox's
+// for their life, a sandbox of its own's for its init to join (cheaper
+// than the init's own, whose loopback libcontainer sets up through
+// netlink: docs/performance.md).
 //
 // The namespace belongs to the host's user namespace: sandboxes join it
 // (runc's nsexec joins namespace paths, such as /proc/<pid>/fd/<n> of this
@@ -27,10 +31,17 @@ func newNetNS(in func() error) (*os.File, error) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		// The thread is never unlocked, so it ends with this goroutine
-		// instead of going back to the scheduler inside the new
-		// namespace: no other goroutine can ever run in it.
 		runtime.LockOSThread()
+		// The thread goes back to the namespace it came from, and only
+		// then to the scheduler; if it cannot, it stays locked and ends
+		// with this goroutine: no other goroutine ever runs in the new
+		// namespace.
+		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			done <- answer{nil, fmt.Errorf("open this thread's netns: %w", err)}
+			return
+		}
+		defer home.Close()
 		ns, err := func() (*os.File, error) {
 			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 				return nil, fmt.Errorf("unshare netns: %w", err)
@@ -50,6 +61,9 @@ func newNetNS(in func() error) (*os.File, error) {
 			}
 			return ns, nil
 		}()
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
 		done <- answer{ns, err}
 	}()
 	a := <-done

@@ -50,6 +50,9 @@ type sandbox struct {
 	// root is the sandbox's own root in the Manager's namespace, until
 	// its init has copied it (see sandboxroot.go); nil otherwise.
 	root *sandboxRoot
+	// net is the network namespace a sandbox of its own joins, until its
+	// init has (see newNetNS); nil otherwise.
+	net *os.File
 	// pins hold the namespaces and the executable of the sandbox's init
 	// open from its command's start until Destroy (see pinInit).
 	pins []int
@@ -219,10 +222,8 @@ func (s *sandbox) startProcess(p *libcontainer.Process, in io.Reader, pin bool) 
 	// may be slow to report back, and a quick command ends before Run
 	// would return.
 	err = s.c.Start(p)
-	// The init has joined the workspace's namespace and mounted its
-	// tmpfs, and copied its own root, or failed.
-	s.join.close()
-	s.closeRoot()
+	// The init has joined its namespaces and copied its root, or failed.
+	s.releaseStart()
 	if err != nil {
 		// libcontainer killed and reaped what it started.
 		return nil, err
@@ -564,9 +565,16 @@ func environ(extra []string, workDir string) []string {
 	return env
 }
 
-// closeRoot detaches the sandbox's own root from the Manager's namespace,
-// if it has one there still.
-func (s *sandbox) closeRoot() {
+// releaseStart releases what only the start of the sandbox's init needed:
+// the files through which it joins its workspace's or its own network
+// namespace, and its own root in the Manager's namespace. Safe more than
+// once.
+func (s *sandbox) releaseStart() {
+	s.join.close()
+	if s.net != nil {
+		s.net.Close()
+		s.net = nil
+	}
 	if err := s.root.close(); err != nil {
 		s.m.log.Warn("sandbox root", "id", s.id, "err", err)
 	}
@@ -603,8 +611,7 @@ func (s *sandbox) Destroy() error {
 	// The init is gone (or stuck, its waiter left to reap it): its namespaces
 	// end now, before the slot's uid range can go to another sandbox.
 	s.unpin()
-	s.join.close() // a sandbox destroyed before it started
-	s.closeRoot()
+	s.releaseStart() // a sandbox destroyed before it started
 	if err != nil {
 		// Keep the slot record (a workspace's keeps listing the
 		// sandbox): the next sweep or the workspace's Close finishes
