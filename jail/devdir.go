@@ -21,8 +21,9 @@ import (
 // nodes of specconv.AllowedDevices that have a path (null, zero, full,
 // random, urandom, tty), with their modes and owned by host root as the
 // host's nodes are; the symlinks ptmx, fd, stdin, stdout, stderr (and core
-// where /proc/kcore exists); and the mount points pts and shm, on which the
-// sandbox still mounts its own devpts and /dev/shm tmpfs. Isolation is
+// where /proc/kcore exists); and the mount points pts and shm, on which
+// each sandbox gets its own devpts and /dev/shm tmpfs (mounted by its init,
+// or, with private mounts, by jaild: see sandboxroot.go). Isolation is
 // unchanged: the cgroup device rules are the same, the nodes are the same
 // devices, and no sandbox can write to the tmpfs: it is made read-only
 // before any sandbox exists, each bind is read-only too, and in the

@@ -124,6 +124,9 @@ func PrestartStats(w *Workspace) (hits, misses int64) {
 	return w.pre.hits.Load(), w.pre.misses.Load()
 }
 
+// SharedDev reports whether m's sandboxes share a /dev (see devdir.go).
+func SharedDev(m *Manager) bool { return m.dev != nil }
+
 // UnshareDev makes m's sandboxes make their own /dev, as on a kernel
 // without detached mounts, and reports whether they shared one before.
 func UnshareDev(m *Manager) bool {
@@ -226,7 +229,7 @@ func MountDestinations(m *Manager) []string {
 	var ds []string
 	ms := m.mounts(64<<20, "", "")
 	if m.roots != nil {
-		_, ms = m.roots.split(ms)
+		_, ms = m.roots.split(ms, m.dev != nil)
 	}
 	for _, mnt := range ms {
 		ds = append(ds, mnt.Destination)

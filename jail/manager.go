@@ -498,7 +498,11 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	}
 	if m.roots != nil {
 		var err error
-		if sb.root, err = m.roots.make(id, sb.hostID, cfg); err != nil {
+		dev := ""
+		if m.dev != nil {
+			dev = procFD(m.dev)
+		}
+		if sb.root, err = m.roots.make(id, sb.hostID, cfg, dev); err != nil {
 			m.unreserve(sb)
 			m.live.Done()
 			return nil, err

@@ -88,17 +88,20 @@ func privateMountsChild(t *testing.T) {
 	}
 }
 
-// rootProbe shows what a sandbox sees of its /tmp and working directory:
-// owner, group, mode, mount flags, type and options (the tmpfs's owners as
-// host uids, which differ between sandboxes, left out), whether they take
-// a file, and whether /tmp holds more than its 1 MiB.
+// rootProbe shows what a sandbox sees of its /tmp, working directory,
+// /dev/shm, /dev/pts and /dev: owner, group, mode, mount flags, type and
+// options (the tmpfs's owners as host uids, which differ between
+// sandboxes, left out), whether they take a file, whether /tmp holds more
+// than its 1 MiB, and a pseudo-terminal's name and owner.
 const rootProbe = `
-for d in /tmp "$PWD"; do
+for d in /tmp "$PWD" /dev/shm /dev/pts /dev; do
 	stat -c '%n %u %g %a' "$d"
 	awk -v d="$d" '$5 == d { for (i = 7; $i != "-"; i++); print $5, $6, $(i+1), $(i+3) }' /proc/self/mountinfo | sed -E 's/,(uid|gid)=[0-9]+//g'
-	echo x > "$d/f" && echo "$d takes a file"
+	echo x 2>/dev/null > "$d/f" && echo "$d takes a file"
 done
+stat -c '%n %u %g %a' /dev/pts/ptmx
 head -c 2000000 /dev/zero 2>&1 > /tmp/big | grep -o 'No space left on device'
+python3 -c 'import os, pty; m, s = pty.openpty(); n = os.ttyname(s); st = os.stat(n); print(n, st.st_uid, oct(st.st_mode))'
 `
 
 var rootProbeSpec = &jail.Spec{Limits: box.Limits{TmpfsSize: 1 << 20}, Command: box.Command{Args: []string{"/bin/sh", "-c", rootProbe}}}
@@ -117,7 +120,7 @@ func plainRoot(t *testing.T, cfg jail.Config) string {
 		}
 	}()
 	res := run(t, plain, rootProbeSpec)
-	for _, w := range []string{"/tmp 0 0 1777", "/tmp rw,nosuid,nodev", "tmpfs rw,size=1024k", "/work 1000 1000 755", "/tmp takes a file", "/work takes a file", "No space left on device"} {
+	for _, w := range []string{"/tmp 0 0 1777", "/tmp rw,nosuid,nodev", "tmpfs rw,size=1024k", "/work 1000 1000 755", "/tmp takes a file", "/work takes a file", "/dev/shm takes a file", "No space left on device", "/dev/pts/0 1000 0o20620"} {
 		if !strings.Contains(string(res.Stdout), w) {
 			t.Errorf("a sandbox of a Manager without private mounts shows %q (stderr %q); want %q in it", res.Stdout, res.Stderr, w)
 		}
@@ -126,13 +129,20 @@ func plainRoot(t *testing.T, cfg jail.Config) string {
 }
 
 // sandboxRoots: a Manager with private mounts makes its sandboxes' /tmp and
-// working directory on a root of their own, leaving them out of their
-// configs; its sandboxes see them as a Manager without private mounts
+// working directory (and, with a shared /dev, their /dev/pts and /dev/shm)
+// on a root of their own, leaving them out of their configs; its sandboxes see them as a Manager without private mounts
 // gives them, and its namespace keeps none of the roots once their
 // sandboxes have started, waiting ones included.
 func sandboxRoots(t *testing.T, m *jail.Manager, cfg jail.Config, want string) {
-	if ds := jail.MountDestinations(m); slices.Contains(ds, "/tmp") || slices.Contains(ds, m.WorkDir()) {
-		t.Errorf("a sandbox's config still mounts /tmp or %s: %v", m.WorkDir(), ds)
+	own := []string{"/tmp", m.WorkDir()}
+	if jail.SharedDev(m) {
+		own = append(own, "/dev/pts", "/dev/shm")
+	}
+	ds := jail.MountDestinations(m)
+	for _, d := range own {
+		if slices.Contains(ds, d) {
+			t.Errorf("a sandbox's config still mounts %s: %v", d, ds)
+		}
 	}
 	roots := filepath.Join(cfg.StateDir, "roots")
 	got := run(t, m, rootProbeSpec)

@@ -6,7 +6,11 @@ package jail
 // template bound recursively at <state dir>/roots/<id>, in the Manager's
 // namespace. libcontainer's init binds its rootfs recursively, so the mounts
 // come with it, and it makes two fewer of its own, each with its hardened
-// path checks (docs/performance.md has the figures). The init copies the
+// path checks (docs/performance.md has the figures). Where the sandboxes
+// share a /dev (see devdir.go), jaild also binds it beside the root, mounts
+// the sandbox's /dev/pts and /dev/shm on it, and the config's /dev (a bind,
+// which tells libcontainer to make no /dev of its own) binds that,
+// submounts included: two more mounts fewer. The init copies the
 // namespace as it starts; once libcontainer's Start has returned, jaild
 // detaches its own copy of the root, so the Manager's mount table holds only
 // the roots of sandboxes being started, however many are kept waiting.
@@ -21,8 +25,8 @@ package jail
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -33,9 +37,8 @@ import (
 // roots is where a Manager with private mounts makes its sandboxes' own
 // roots: a tmpfs mounted at dir in its namespace.
 type roots struct {
-	dir string
-	// own reports whether the sandbox's root holds mnt, made by jaild.
-	own func(mnt *configs.Mount) bool
+	dir     string
+	workDir string
 }
 
 // mountRoots mounts the tmpfs that sandboxes' own roots are made in, for a
@@ -55,10 +58,7 @@ func (m *Manager) mountRoots() error {
 		_ = unix.Unmount(dir, unix.MNT_DETACH)
 		return fmt.Errorf("jail: make the sandboxes' roots private: %w", err)
 	}
-	workDir := m.workDir
-	m.roots = &roots{dir: dir, own: func(mnt *configs.Mount) bool {
-		return mnt.Destination == "/tmp" || mnt.Destination == workDir
-	}}
+	m.roots = &roots{dir: dir, workDir: m.workDir}
 	return nil
 }
 
@@ -68,12 +68,14 @@ func (r *roots) unmount() error {
 }
 
 // split returns the mounts of ms that a sandbox's own root holds, and the
-// rest, which its libcontainer config keeps.
-func (r *roots) split(ms []*configs.Mount) (own, rest []*configs.Mount) {
+// rest, which its libcontainer config keeps; with a shared /dev, the root
+// holds /dev/pts and /dev/shm too.
+func (r *roots) split(ms []*configs.Mount, sharedDev bool) (own, rest []*configs.Mount) {
 	for _, mnt := range ms {
-		if r.own(mnt) {
+		switch d := mnt.Destination; {
+		case d == "/tmp", d == r.workDir, sharedDev && (d == "/dev/pts" || d == "/dev/shm"):
 			own = append(own, mnt)
-		} else {
+		default:
 			rest = append(rest, mnt)
 		}
 	}
@@ -81,38 +83,69 @@ func (r *roots) split(ms []*configs.Mount) (own, rest []*configs.Mount) {
 }
 
 // sandboxRoot is a sandbox's own root in the Manager's namespace, until
-// its init has copied it.
+// its init has copied it: <roots>/<id>/root, and, with a shared /dev,
+// <roots>/<id>/dev.
 type sandboxRoot struct {
 	dir string
+	dev bool
 }
 
-// make binds cfg.Rootfs at roots/<id>, makes the mounts of cfg that the
-// root holds on it, leaves them out of cfg and points cfg.Rootfs at it.
-// hostID is where the sandbox's uid range starts.
-func (r *roots) make(id string, hostID int, cfg *configs.Config) (*sandboxRoot, error) {
-	own, rest := r.split(cfg.Mounts)
-	dir := filepath.Join(r.dir, id)
-	if err := unix.Mkdir(dir, 0o711); err != nil {
+// make binds cfg.Rootfs at roots/<id>/root, makes the mounts of cfg that the
+// root holds on it (those under /dev on roots/<id>/dev, a bind of the
+// shared /dev, which the config's /dev then binds), leaves them out of cfg
+// and points cfg.Rootfs at it. hostID is where the sandbox's uid range
+// starts; dev is the path of the shared /dev, empty if there is none.
+func (r *roots) make(id string, hostID int, cfg *configs.Config, dev string) (_ *sandboxRoot, err error) {
+	own, rest := r.split(cfg.Mounts, dev != "")
+	sr := &sandboxRoot{dir: filepath.Join(r.dir, id), dev: dev != ""}
+	if err := unix.Mkdir(sr.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("jail: sandbox root: %w", err)
 	}
-	sr := &sandboxRoot{dir: dir}
-	if err := unix.Mount(cfg.Rootfs, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		_ = unix.Rmdir(dir)
+	defer func() {
+		if err != nil {
+			if cerr := sr.close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+	}()
+	root := sr.dir + "/root"
+	if err := unix.Mkdir(root, 0o711); err != nil {
+		return nil, fmt.Errorf("jail: sandbox root: %w", err)
+	}
+	if err := unix.Mount(cfg.Rootfs, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return nil, fmt.Errorf("jail: bind the template as a sandbox's root: %w", err)
 	}
 	// A snapshot: nothing mounted on the host later reaches it.
-	err := unix.Mount("", dir, "", unix.MS_PRIVATE|unix.MS_REC, "")
-	for _, mnt := range own {
-		if err != nil {
-			break
+	if err := unix.Mount("", root, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		return nil, fmt.Errorf("jail: make a sandbox's root private: %w", err)
+	}
+	if sr.dev {
+		if err := unix.Mkdir(sr.dir+"/dev", 0o711); err != nil {
+			return nil, fmt.Errorf("jail: sandbox root: %w", err)
 		}
-		err = mountOwn(dir, mnt, hostID)
+		if err := bindOwn(dev, sr.dir+"/dev", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+			return nil, err
+		}
+		// A bind at /dev keeps libcontainer from making a /dev of its
+		// own; this one brings the devpts and /dev/shm made below.
+		for i, mnt := range rest {
+			if mnt.Destination == "/dev" {
+				bind := *mnt
+				bind.Source, bind.Flags = sr.dir+"/dev", mnt.Flags|unix.MS_REC
+				rest[i] = &bind
+			}
+		}
 	}
-	if err != nil {
-		sr.close()
-		return nil, err
+	for _, mnt := range own {
+		at := root
+		if strings.HasPrefix(mnt.Destination, "/dev/") {
+			at = sr.dir
+		}
+		if err := mountOwn(at, mnt, hostID); err != nil {
+			return nil, err
+		}
 	}
-	cfg.Mounts, cfg.Rootfs = rest, dir
+	cfg.Mounts, cfg.Rootfs = rest, root
 	return sr, nil
 }
 
@@ -128,6 +161,22 @@ func mountOwn(dir string, mnt *configs.Mount, hostID int) error {
 		return nil
 	case "bind":
 		return bindOwn(mnt.Source, dst, mnt.Flags)
+	case "devpts":
+		// Its ptmx node belongs to whoever mounts it: the sandbox's
+		// root, as when the init mounted it.
+		err := withFSOwner(hostID, func() error {
+			return unix.Mount(mnt.Source, dst, "devpts", uintptr(mnt.Flags), mnt.Data)
+		})
+		if err == nil {
+			// Its root directory belongs to the mounter's user
+			// namespace's root: the sandbox's, as when the init
+			// mounted it.
+			err = unix.Chown(dst, hostID, hostID)
+		}
+		if err != nil {
+			return fmt.Errorf("jail: mount a devpts at %s: %w", mnt.Destination, err)
+		}
+		return nil
 	}
 	return fmt.Errorf("jail: a sandbox's root cannot hold a %s mount", mnt.Device)
 }
@@ -166,6 +215,35 @@ func bindOwn(src, dst string, flags int) error {
 	return nil
 }
 
+// withFSOwner runs f on a thread whose file system uid and gid are id, then
+// sets them back to 0 (the thread's capabilities are not changed: it may
+// still mount). A thread that cannot be set back is never used again.
+func withFSOwner(id int, f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if _, err := unix.SetfsgidRetGid(id); err != nil {
+			done <- err
+			return
+		}
+		if _, err := unix.SetfsuidRetUid(id); err != nil {
+			done <- err
+			return
+		}
+		err := f()
+		_, _ = unix.SetfsuidRetUid(0)
+		_, _ = unix.SetfsgidRetGid(0)
+		// setfs[ug]id return the previous ids; -1 changes nothing.
+		uid, _ := unix.SetfsuidRetUid(-1)
+		gid, _ := unix.SetfsgidRetGid(-1)
+		if uid == 0 && gid == 0 {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	return <-done
+}
+
 // hostOwned returns the tmpfs options data with its uid and gid (ids of the
 // sandbox's user namespace, root's if absent) made the host's, for a
 // sandbox whose uid range starts at hostID.
@@ -192,19 +270,21 @@ func hostOwned(data string, hostID int) string {
 	return strings.Join(out, ",")
 }
 
-// close detaches the root from the Manager's namespace and removes its
-// mount point: the sandbox's init holds its own copy. Safe on nil and more
-// than once.
+// close detaches the root (and its /dev) from the Manager's namespace and
+// removes their mount points: the sandbox's init holds its own copy. Safe
+// on nil and more than once.
 func (sr *sandboxRoot) close() error {
 	if sr == nil || sr.dir == "" {
 		return nil
 	}
-	err := unix.Unmount(sr.dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("jail: detach the sandbox root %s: %w", sr.dir, err)
+	var errs []error
+	for _, p := range []string{sr.dir + "/root", sr.dir + "/dev", sr.dir} {
+		if err := unmountAndRemove(p, unix.Rmdir); err != nil {
+			errs = append(errs, fmt.Errorf("jail: sandbox root: %w", err))
+		}
 	}
-	if err := os.Remove(sr.dir); err != nil {
-		return fmt.Errorf("jail: remove the sandbox root %s: %w", sr.dir, err)
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	sr.dir = ""
 	return nil
