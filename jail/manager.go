@@ -490,7 +490,7 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 			m.live.Done()
 			return nil, fmt.Errorf("sandbox network namespace: %w", err)
 		}
-		netns = procFD(sb.net)
+		netns, sb.ownNet = procFD(sb.net), true
 	}
 	cfg := m.containerConfig(id, sb.hostID, l, work, netns)
 	if ownFilter {

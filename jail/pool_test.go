@@ -429,9 +429,10 @@ func noPins(t *testing.T, when string) {
 	waitFor(t, 10*time.Second, "no pins open "+when, func() bool { return len(pinFDs(t)) == 0 })
 }
 
-// pinFDs counts this process's open namespace descriptors by kind, and
-// under "exe" its descriptors of a sealed copy of its own binary (which
-// libcontainer mounts alone at the root of an overlayfs: "/<name>").
+// pinFDs counts this process's open namespace descriptors by kind and by
+// link ("net:[4026532177]"), and under "exe" its descriptors of a sealed
+// copy of its own binary (which libcontainer mounts alone at the root of
+// an overlayfs: "/<name>").
 func pinFDs(t *testing.T) map[string]int {
 	t.Helper()
 	exe, err := os.Executable()
@@ -456,6 +457,7 @@ func pinFDs(t *testing.T) map[string]int {
 			kinds["exe"]++
 		} else if k, _, ok := strings.Cut(l, ":["); ok && !strings.Contains(k, "/") && k != "pipe" && k != "socket" && k != "anon_inode" {
 			kinds[k]++
+			kinds[l]++
 		}
 	}
 	return kinds
@@ -479,16 +481,21 @@ func pinnedWhileRunning(t *testing.T, p *jail.Pool) {
 	defer outR.Close()
 	done := make(chan error, 1)
 	go func() {
-		spec := sh("echo started; read x")
+		spec := sh("readlink /proc/self/ns/net; read x")
 		spec.Stdin, spec.Stdout = inR, outW
 		_, err := p.Run(context.Background(), spec)
 		outW.Close()
 		done <- err
 	}()
-	if _, err := bufio.NewReader(outR).ReadString('\n'); err != nil {
+	net, err := bufio.NewReader(outR).ReadString('\n')
+	if err != nil {
 		t.Fatal(err)
 	}
 	kinds := pinFDs(t)
+	// Its own: another sandbox being built meanwhile holds one too.
+	if kinds[strings.TrimSpace(net)] == 0 {
+		t.Errorf("the running sandbox's %s is not pinned (open: %v)", strings.TrimSpace(net), kinds)
+	}
 	for _, k := range []string{"mnt", "pid", "net", "ipc", "uts", "user", "cgroup", "exe"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s pinned for the running sandbox (open: %v)", k, kinds)

@@ -50,9 +50,11 @@ type sandbox struct {
 	// root is the sandbox's own root in the Manager's namespace, until
 	// its init has copied it (see sandboxroot.go); nil otherwise.
 	root *sandboxRoot
-	// net is the network namespace a sandbox of its own joins, until its
-	// init has (see newNetNS); nil otherwise.
-	net *os.File
+	// net is the network namespace made for this sandbox alone, until
+	// its init has joined it (see newNetNS); nil otherwise. ownNet says
+	// the sandbox had one: it is pinned as the namespaces the init made.
+	net    *os.File
+	ownNet bool
 	// pins hold the namespaces and the executable of the sandbox's init
 	// open from its command's start until Destroy (see pinInit).
 	pins []int
@@ -322,7 +324,9 @@ func (s *sandbox) pinNamespaces(dir int) {
 	}
 	defer unix.Close(dir)
 	for _, ns := range s.c.Config().Namespaces {
-		if ns.Path == "" { // the sandbox's own, not one it joined
+		// The sandbox's own, not one it shares (a workspace's, an
+		// egress pin's).
+		if ns.Path == "" || ns.Type == configs.NEWNET && s.ownNet {
 			s.pinAt(dir, "ns/"+configs.NsName(ns.Type))
 		}
 	}

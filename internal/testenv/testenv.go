@@ -265,7 +265,7 @@ func (in *Install) Check(t testing.TB) {
 	if mounts := MountsUnder(in.StateDir); len(mounts) > 0 {
 		t.Errorf("mounts left under the state dir (workspace tmpfs, netns binds): %v", mounts)
 	}
-	for _, d := range []string{"workspaces", "netns"} {
+	for _, d := range []string{"workspaces", "netns", "roots"} {
 		if ents, _ := os.ReadDir(filepath.Join(in.StateDir, d)); len(ents) > 0 {
 			t.Errorf("%d entries left in %s/%s", len(ents), in.StateDir, d)
 		}
