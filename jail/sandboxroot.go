@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -162,19 +161,15 @@ func mountOwn(dir string, mnt *configs.Mount, hostID int) error {
 	case "bind":
 		return bindOwn(mnt.Source, dst, mnt.Flags)
 	case "devpts":
-		// Its ptmx node belongs to whoever mounts it: the sandbox's
-		// root, as when the init mounted it.
-		err := withFSOwner(hostID, func() error {
-			return unix.Mount(mnt.Source, dst, "devpts", uintptr(mnt.Flags), mnt.Data)
-		})
-		if err == nil {
-			// Its root directory belongs to the mounter's user
-			// namespace's root: the sandbox's, as when the init
-			// mounted it.
-			err = unix.Chown(dst, hostID, hostID)
-		}
-		if err != nil {
+		if err := unix.Mount(mnt.Source, dst, "devpts", uintptr(mnt.Flags), mnt.Data); err != nil {
 			return fmt.Errorf("jail: mount a devpts at %s: %w", mnt.Destination, err)
+		}
+		// Its root and ptmx node belong to the mounter: the sandbox's
+		// root, as when the init mounted it.
+		for _, p := range []string{dst, dst + "/ptmx"} {
+			if err := unix.Fchownat(unix.AT_FDCWD, p, hostID, hostID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("jail: devpts at %s: %w", mnt.Destination, err)
+			}
 		}
 		return nil
 	}
@@ -213,35 +208,6 @@ func bindOwn(src, dst string, flags int) error {
 		return fmt.Errorf("jail: bind at %s: %w", dst, err)
 	}
 	return nil
-}
-
-// withFSOwner runs f on a thread whose file system uid and gid are id, then
-// sets them back to 0 (the thread's capabilities are not changed: it may
-// still mount). A thread that cannot be set back is never used again.
-func withFSOwner(id int, f func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if _, err := unix.SetfsgidRetGid(id); err != nil {
-			done <- err
-			return
-		}
-		if _, err := unix.SetfsuidRetUid(id); err != nil {
-			done <- err
-			return
-		}
-		err := f()
-		_, _ = unix.SetfsuidRetUid(0)
-		_, _ = unix.SetfsgidRetGid(0)
-		// setfs[ug]id return the previous ids; -1 changes nothing.
-		uid, _ := unix.SetfsuidRetUid(-1)
-		gid, _ := unix.SetfsgidRetGid(-1)
-		if uid == 0 && gid == 0 {
-			runtime.UnlockOSThread()
-		}
-		done <- err
-	}()
-	return <-done
 }
 
 // hostOwned returns the tmpfs options data with its uid and gid (ids of the

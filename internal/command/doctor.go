@@ -105,13 +105,13 @@ func workDirFinding(c *cli.Context) jail.Finding {
 
 // workerMountsFinding says whether the daemon's worker would get a mount
 // namespace of its own, where the host paths every sandbox binds are bound
-// once (see PrivateMounts).
+// once and each sandbox's own mounts made (see PrivateMounts).
 func workerMountsFinding(c *cli.Context) jail.Finding {
 	f := jail.Finding{Name: "worker mounts", OK: true}
 	if PrivateMounts(c) {
-		f.Detail = "the daemon's worker binds /usr and the other host paths once, in a mount namespace of its own, for every sandbox"
+		f.Detail = "the daemon's worker binds /usr and the other host paths once, in a mount namespace of its own, for every sandbox, and mounts each sandbox's /tmp and /work (and /dev/pts and /dev/shm, where sandboxes share a /dev) there before its init starts"
 	} else {
-		f.Detail = "with --workspace-root, which is seen on the host, the daemon's worker keeps the host's mount namespace and every sandbox binds /usr and the other host paths itself"
+		f.Detail = "with --workspace-root, which is seen on the host, the daemon's worker keeps the host's mount namespace, and every sandbox's init binds /usr and the other host paths and mounts its /tmp and /work itself"
 	}
 	return f
 }
