@@ -92,7 +92,8 @@ func privateMountsChild(t *testing.T) {
 // /dev/shm, /dev/pts and /dev: owner, group, mode, mount flags, type and
 // options (the tmpfs's owners as host uids, which differ between
 // sandboxes, left out), whether they take a file, whether /tmp holds more
-// than its 1 MiB, and a pseudo-terminal's name and owner.
+// than its 1 MiB, a pseudo-terminal's name and owner, and how many mounts
+// it has (none from the roots where jaild makes sandboxes' own).
 const rootProbe = `
 for d in /tmp "$PWD" /dev/shm /dev/pts /dev; do
 	stat -c '%n %u %g %a' "$d"
@@ -102,6 +103,7 @@ done
 stat -c '%n %u %g %a' /dev/pts/ptmx
 head -c 2000000 /dev/zero 2>&1 > /tmp/big | grep -o 'No space left on device'
 python3 -c 'import os, pty; m, s = pty.openpty(); n = os.ttyname(s); st = os.stat(n); print(n, st.st_uid, oct(st.st_mode))'
+echo "$(wc -l < /proc/self/mountinfo) mounts, $(grep -c /roots/ /proc/self/mountinfo) of roots"
 `
 
 var rootProbeSpec = &jail.Spec{Limits: box.Limits{TmpfsSize: 1 << 20}, Command: box.Command{Args: []string{"/bin/sh", "-c", rootProbe}}}
@@ -120,7 +122,7 @@ func plainRoot(t *testing.T, cfg jail.Config) string {
 		}
 	}()
 	res := run(t, plain, rootProbeSpec)
-	for _, w := range []string{"/tmp 0 0 1777", "/tmp rw,nosuid,nodev", "tmpfs rw,size=1024k", "/work 1000 1000 755", "/tmp takes a file", "/work takes a file", "/dev/shm takes a file", "No space left on device", "/dev/pts/0 1000 0o20620"} {
+	for _, w := range []string{"/tmp 0 0 1777", "/tmp rw,nosuid,nodev", "tmpfs rw,size=1024k", "/work 1000 1000 755", "/tmp takes a file", "/work takes a file", "/dev/shm takes a file", "No space left on device", "/dev/pts/0 1000 0o20620", " 0 of roots"} {
 		if !strings.Contains(string(res.Stdout), w) {
 			t.Errorf("a sandbox of a Manager without private mounts shows %q (stderr %q); want %q in it", res.Stdout, res.Stderr, w)
 		}
