@@ -81,7 +81,7 @@
 // The workspace's slot record lists its live sandboxes, so a sweep after a
 // crash removes them, and a tmpfs mounted on the host. A workspace made
 // [WithPrestart] keeps one sandbox started for its next run, waiting in the
-// pool's init, and up to three while its runs come back to back or at once,
+// pool's init, and up to four while its runs come back to back or at once,
 // and none once it has run nothing for [Config.PrestartIdle] (dormant: no
 // process, no cgroup; its next run builds a sandbox and wakes it; see
 // workspacewarm.go). Package session

@@ -366,7 +366,7 @@ func TestWorkspaceDormantHeap(t *testing.T) {
 	}
 	// Half run once: a run takes the waiting sandbox (or, on a slow
 	// machine where the workspace went dormant first, builds one) and
-	// the workspace then keeps up to three for a moment (see
+	// the workspace then keeps up to four for a moment (see
 	// heatLocked). The others only go dormant, each destroying the one
 	// it waited with. Not waited for: with dormantIdle, a slow machine
 	// could see it go before it is seen.

@@ -52,7 +52,7 @@ const DefaultPrestartIdle = time.Minute
 // runs come back to back or at once keeps up to hotPrestart, until it has
 // been idle for hotWindow; a dormant one keeps none.
 const (
-	hotPrestart = 3
+	hotPrestart = 4
 	hotWindow   = 2 * time.Second
 )
 
