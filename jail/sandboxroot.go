@@ -3,8 +3,8 @@ package jail
 // Sandboxes' own roots: in a Manager with private mounts (see
 // privatemounts.go), jaild itself mounts each sandbox's /tmp and /work (a
 // fresh tmpfs, or its workspace's) on a root of the sandbox's own: the
-// template bound recursively at <state dir>/roots/<id>, in the Manager's
-// namespace. libcontainer's init binds its rootfs recursively, so the mounts
+// template bound recursively at <state dir>/roots/<id>/root, in the
+// Manager's namespace. libcontainer's init binds its rootfs recursively, so the mounts
 // come with it, and it makes two fewer of its own, each with its hardened
 // path checks (docs/performance.md has the figures). Where the sandboxes
 // share a /dev (see devdir.go), jaild also binds it beside the root, mounts
