@@ -479,6 +479,12 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 		m.live.Done()
 		return nil, err
 	}
+	// From here on a failure undoes the reservation.
+	fail := func(err error) (*sandbox, error) {
+		m.unreserve(sb)
+		m.live.Done()
+		return nil, err
+	}
 	work, netns := "", sb.netns
 	if sb.join != nil {
 		work, netns = sb.join.dir, sb.join.netns
@@ -486,9 +492,7 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	if netns == "" {
 		var err error
 		if sb.net, err = newNetNS(nil); err != nil {
-			m.unreserve(sb)
-			m.live.Done()
-			return nil, fmt.Errorf("sandbox network namespace: %w", err)
+			return fail(fmt.Errorf("sandbox network namespace: %w", err))
 		}
 		netns, sb.ownNet = procFD(sb.net), true
 	}
@@ -498,21 +502,13 @@ func (m *Manager) create(ctx context.Context, l box.Limits, ws *Workspace, egres
 	}
 	if m.roots != nil {
 		var err error
-		dev := ""
-		if m.dev != nil {
-			dev = procFD(m.dev)
-		}
-		if sb.root, err = m.roots.make(id, sb.hostID, cfg, dev); err != nil {
-			m.unreserve(sb)
-			m.live.Done()
-			return nil, err
+		if sb.root, err = m.roots.make(id, sb.hostID, cfg, m.devPath()); err != nil {
+			return fail(err)
 		}
 	}
 	c, err := libcontainer.Create(m.containers, id, cfg)
 	if err != nil {
-		m.unreserve(sb)
-		m.live.Done()
-		return nil, fmt.Errorf("create sandbox: %w", err)
+		return fail(fmt.Errorf("create sandbox: %w", err))
 	}
 	sb.c = c
 	return sb, nil
@@ -600,10 +596,7 @@ func (m *Manager) containerConfig(id string, hostID int, l box.Limits, work, net
 		}
 		rules = append(rules, &d.Rule)
 	}
-	dev := ""
-	if m.dev != nil {
-		dev = procFD(m.dev)
-	}
+	dev := m.devPath()
 	pids := l.Pids
 	quota, period := cgroup.CPUQuota(l.CPUs)
 	oomScore := 1000 // the kernel's OOM killer picks sandboxes before jaild
@@ -778,6 +771,15 @@ func (m *Manager) fdStore() *fdstore.Store {
 		m.fds = st
 	})
 	return m.fds
+}
+
+// devPath is the path through which sandboxes bind the shared /dev (see
+// devdir.go), empty if there is none.
+func (m *Manager) devPath() string {
+	if m.dev == nil {
+		return ""
+	}
+	return procFD(m.dev)
 }
 
 // closeDev releases the shared /dev; the kernel frees it once no sandbox

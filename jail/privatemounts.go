@@ -121,18 +121,7 @@ func bindReadOnly(src, dst string, beneath bool) (templateBind, error) {
 	b := templateBind{src: src, dst: dst, dev: st.Dev, ino: st.Ino}
 	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	if beneath {
-		tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-		if err != nil {
-			return b, fmt.Errorf("jail: bind %s: %w", src, err)
-		}
-		defer unix.Close(tree)
-		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
-			return b, fmt.Errorf("jail: make the bind of %s read-only: %w", src, err)
-		}
-		if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH|moveMountBeneath); err != nil {
-			return b, fmt.Errorf("jail: bind %s beneath %s: %w", src, dst, err)
-		}
-		return b, nil
+		return b, bindClone(src, dst, attr, true, moveMountBeneath)
 	}
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return b, fmt.Errorf("jail: bind %s at %s: %w", src, dst, err)

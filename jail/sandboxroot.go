@@ -86,7 +86,6 @@ func (r *roots) split(ms []*configs.Mount, sharedDev bool) (own, rest []*configs
 // <roots>/<id>/dev.
 type sandboxRoot struct {
 	dir string
-	dev bool
 }
 
 // make binds cfg.Rootfs at roots/<id>/root, makes the mounts of cfg that the
@@ -96,7 +95,7 @@ type sandboxRoot struct {
 // starts; dev is the path of the shared /dev, empty if there is none.
 func (r *roots) make(id string, hostID int, cfg *configs.Config, dev string) (_ *sandboxRoot, err error) {
 	own, rest := r.split(cfg.Mounts, dev != "")
-	sr := &sandboxRoot{dir: filepath.Join(r.dir, id), dev: dev != ""}
+	sr := &sandboxRoot{dir: filepath.Join(r.dir, id)}
 	if err := unix.Mkdir(sr.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("jail: sandbox root: %w", err)
 	}
@@ -118,7 +117,7 @@ func (r *roots) make(id string, hostID int, cfg *configs.Config, dev string) (_ 
 	if err := unix.Mount("", root, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		return nil, fmt.Errorf("jail: make a sandbox's root private: %w", err)
 	}
-	if sr.dev {
+	if dev != "" {
 		if err := unix.Mkdir(sr.dir+"/dev", 0o711); err != nil {
 			return nil, fmt.Errorf("jail: sandbox root: %w", err)
 		}
@@ -185,7 +184,7 @@ func bindOwn(src, dst string, flags int) error {
 			attr.Attr_set |= a
 		}
 	}
-	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	err := bindClone(src, dst, attr, false, 0)
 	if errors.Is(err, unix.ENOSYS) {
 		// Before Linux 5.2 (no detached mounts either): a bind, then
 		// its flags.
@@ -197,15 +196,29 @@ func bindOwn(src, dst string, flags int) error {
 		}
 		return nil
 	}
+	return err
+}
+
+// bindClone binds a clone of src (with its submounts if recursive) at dst,
+// with the attributes attr, by open_tree, mount_setattr and move_mount;
+// move adds MOVE_MOUNT_* flags (moveMountBeneath). An error wraps the
+// system call's (ENOSYS before Linux 5.2, 5.12 for mount_setattr).
+func bindClone(src, dst string, attr *unix.MountAttr, recursive bool, move int) error {
+	cloneFlags, setFlags := unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC, unix.AT_EMPTY_PATH
+	if recursive {
+		cloneFlags |= unix.AT_RECURSIVE
+		setFlags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, src, uint(cloneFlags))
 	if err != nil {
 		return fmt.Errorf("jail: clone %s: %w", src, err)
 	}
 	defer unix.Close(tree)
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		return fmt.Errorf("jail: set the attributes of the bind at %s: %w", dst, err)
+	if err := unix.MountSetattr(tree, "", uint(setFlags), attr); err != nil {
+		return fmt.Errorf("jail: set the attributes of the bind of %s: %w", src, err)
 	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("jail: bind at %s: %w", dst, err)
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH|move); err != nil {
+		return fmt.Errorf("jail: bind %s at %s: %w", src, dst, err)
 	}
 	return nil
 }

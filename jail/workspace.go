@@ -267,11 +267,12 @@ func (w *Workspace) Size() int64 { return w.size }
 
 // Dir is the host path of the workspace's tmpfs: <workspace root>/<ID>
 // (/proc/<jaild's pid>/root/<workspace root>/<ID> where jaild has a mount
-// namespace of its own, see Config.PrivateMounts), or, for a detached one, /proc/<jaild's pid>/task/<tid>/fd/<n>/. (the
-// descriptor store's, see package fdstore) or /proc/<jaild's pid>/fd/<n>/.,
-// a path that every process of the host allowed to read jaild's
-// descriptors (root) walks, while the workspace is open. Everything below it was
-// written by sandboxed code: never resolve a path below it with ordinary
+// namespace of its own, see Config.PrivateMounts), or, for a detached one,
+// /proc/<jaild's pid>/task/<tid>/fd/<n>/. (the descriptor store's, see
+// package fdstore) or /proc/<jaild's pid>/fd/<n>/., a path that every
+// process of the host allowed to read jaild's descriptors (root) walks,
+// while the workspace is open. Everything below it was written by
+// sandboxed code: never resolve a path below it with ordinary
 // path walks as root (a symlink would lead out of it); use openat2 with
 // RESOLVE_IN_ROOT on a descriptor of Dir, or do the I/O in a sandbox.
 func (w *Workspace) Dir() string { return w.dir }

@@ -73,14 +73,14 @@ func workspaceOpts(size int64, host int) [][2]string {
 	}
 }
 
-// detachedMountsWork reports whether this kernel makes detached tmpfs
-// mounts and copies them, as a sandbox's bind of one does: a clone of a
-// detached tmpfs is refused (EINVAL) by kernels that only copy mounts of
-// the caller's own namespace.
 // attachedOnly makes Managers behave as on a kernel without detached
 // mounts (tests).
 var attachedOnly bool
 
+// detachedMountsWork reports whether this kernel makes detached tmpfs
+// mounts and copies them, as a sandbox's bind of one does: a clone of a
+// detached tmpfs is refused (EINVAL) by kernels that only copy mounts of
+// the caller's own namespace.
 func detachedMountsWork() bool {
 	mnt, err := detachedWorkspace([][2]string{{"size", "4096"}})
 	if err != nil {
