@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -282,5 +283,63 @@ func TestWorkspacePrestartHot(t *testing.T) {
 	})
 	if res := wsRun(t, ws, &jail.Spec{Command: box.Command{Args: []string{"true"}}}); !res.Prestarted {
 		t.Errorf("after cooling down, a run was not prestarted: %+v", res)
+	}
+}
+
+// TestWorkspacePrestartAtOnce: a run that ends while another run of its
+// workspace is under way holds its replacement's build back, until the
+// other ends or 50 ms after its take: the build's burst of CPU does not
+// compete with runs at once. The bound holds: the build starts while the
+// long run still runs.
+func TestWorkspacePrestartAtOnce(t *testing.T) {
+	m := newManager(t)
+	var (
+		mu     sync.Mutex
+		builds []time.Time
+	)
+	jail.SetPrestartHook(m, func() {
+		mu.Lock()
+		builds = append(builds, time.Now())
+		mu.Unlock()
+	})
+	ws := newPrestartWorkspace(t, m, box.Limits{})
+	for range 3 {
+		wsRun(t, ws, &jail.Spec{Command: box.Command{Args: []string{"true"}}})
+	}
+	waitFor(t, 20*time.Second, "more than one ready sandbox", func() bool { r, _ := jail.PrestartCounts(ws); return r > 1 })
+
+	long := make(chan *box.Result, 1)
+	go func() {
+		res, err := ws.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"sleep", "0.6"}}})
+		if err != nil {
+			t.Errorf("the long run: %v", err)
+		}
+		long <- res
+	}()
+	// The long run's own replacement starts 50 ms after its take.
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	builds = nil
+	mu.Unlock()
+	start := time.Now()
+	short := wsRun(t, ws, &jail.Spec{Command: box.Command{Args: []string{"true"}}})
+	shortTook := time.Since(start)
+	res := <-long
+	longEnded := time.Now()
+	if !short.Prestarted || res == nil || !res.Prestarted {
+		t.Fatalf("the runs were not both prestarted: %+v, %+v", short, res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(builds) == 0 {
+		t.Fatal("no build started after the short run while the long one ran")
+	}
+	first := builds[0].Sub(start)
+	t.Logf("short run %v; first build %v after its start; long run ended %v after it", shortTook, first, longEnded.Sub(start))
+	if first < 45*time.Millisecond {
+		t.Errorf("a replacement build started %v after the short run began (it took %v), beside the long run: want it held back ~50 ms", first, shortTook)
+	}
+	if builds[0].After(longEnded) {
+		t.Errorf("the short run's replacement waited for the long run's end (%v after the short run began): want at most ~50 ms after its take", first)
 	}
 }
