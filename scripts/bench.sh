@@ -100,7 +100,10 @@ if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
   CGMODE=v2
 else
   CGMODE=v1
-  [ -d /sys/fs/cgroup/cpuacct ] && CG=/sys/fs/cgroup/cpuacct/jaild-bench.$$
+  # Under this shell's own cpuacct cgroup (see the density section's
+  # memory cgroup).
+  own=$(awk -F: '$2 ~ /(^|,)cpuacct(,|$)/ { print $3 }' /proc/self/cgroup)
+  [ -d /sys/fs/cgroup/cpuacct ] && CG=/sys/fs/cgroup/cpuacct${own%/}/jaild-bench.$$
 fi
 DAEMON_PID=
 LOADGEN_PID=
@@ -469,9 +472,13 @@ if [[ $WANT == *" density "* ]]; then
   chmod 0600 "$T/dens.tokens"
   # The daemon in a memory cgroup of its own (v1; nested in it, its
   # sandboxes' cgroups): its charge per idle session is the memory figure.
+  # It is made under this shell's own memory cgroup, never beside it: a
+  # host (or the machinery that runs this one) may own and limit that one,
+  # and the daemon's memory stays charged to it.
   MEMCG=
   if [ "$CGMODE" = v1 ] && [ -d /sys/fs/cgroup/memory ]; then
-    MEMCG=/sys/fs/cgroup/memory/jaild-bench-density.$$
+    own=$(awk -F: '$2 == "memory" { print $3 }' /proc/self/cgroup)
+    MEMCG=/sys/fs/cgroup/memory${own%/}/jaild-bench-density.$$
     mkdir -p "$MEMCG"
   fi
   in_cg "$MEMCG"
