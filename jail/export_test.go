@@ -253,3 +253,11 @@ func BindAndRefresh(src, dst string, replace func()) (unmount func() error, err 
 // SetAttachedOnly makes the Managers made from now on behave as on a
 // kernel without detached mounts (on) or as this one (off).
 func SetAttachedOnly(on bool) { attachedOnly = on }
+
+// WorkspaceHoldsNetNS reports whether w holds its network namespace (a
+// dormant workspace with no sandbox drops it).
+func WorkspaceHoldsNetNS(w *Workspace) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ns != nil || w.nsN >= 0
+}

@@ -46,8 +46,10 @@ const minWorkspaceSize = 4096
 // <state dir>/workspaces/<id>; see workspacemount.go and
 // workspaceroot.go). The network namespace is held by jaild too, never
 // mounted: a workspace adds nothing to the mount table that every new
-// sandbox copies. Its size cap is
-// enforced by the kernel (a write beyond it fails with ENOSPC); it is
+// sandbox copies. A dormant workspace (see [WithPrestart]) with no sandbox
+// left drops its namespace, and its next sandbox gets a fresh one: with no
+// sandbox on it, nothing listened or was connected in it. /work's size cap
+// is enforced by the kernel (a write beyond it fails with ENOSPC); it is
 // memory, counted against the memory cgroup of the sandbox that wrote the
 // pages and, once that sandbox is gone, against the parent cgroup's budget.
 //
@@ -60,9 +62,11 @@ type Workspace struct {
 	id  string
 	dir string   // host path of the tmpfs (see Dir)
 	mnt *os.File // the detached tmpfs; nil if mounted at dir, or stowed
-	ns  *os.File // the network namespace; nil if stowed
+	ns  *os.File // the network namespace; nil if stowed, or dropped
 	// mntN and nsN are mnt's and ns's numbers in the Manager's
-	// descriptor store once stowed there (see stow), -1 otherwise.
+	// descriptor store once stowed there (see stow), -1 otherwise. With
+	// neither ns nor nsN, the namespace was dropped while the workspace
+	// was dormant (see dropNetNSLocked), and add makes another.
 	mntN, nsN int
 	size      int64
 	slot      *slot
@@ -344,6 +348,11 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 	// init may not walk, and which would name a mount of another
 	// namespace).
 	j := &wsJoin{dir: w.rec.Dir}
+	if w.ns == nil && w.nsN < 0 {
+		if err := w.remakeNetNSLocked(); err != nil {
+			return 0, nil, fmt.Errorf("workspace %s: %w", w.id, err)
+		}
+	}
 	var err error
 	if w.nsN >= 0 {
 		err = j.openStored(w.m.fds, w.nsN, w.mntN)
@@ -408,7 +417,8 @@ func (j *wsJoin) openStored(st *fdstore.Store, ns, mnt int) error {
 	return nil
 }
 
-// remove forgets a sandbox that was destroyed.
+// remove forgets a sandbox that was destroyed; the last one of a dormant
+// workspace takes the network namespace with it (see dropNetNSLocked).
 func (w *Workspace) remove(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -421,6 +431,64 @@ func (w *Workspace) remove(id string) {
 		// nothing to destroy for it, which is harmless.
 		w.m.log.Warn("rewriting workspace record", "id", w.id, "err", err)
 	}
+	w.dropNetNSLocked()
+}
+
+// dropNetNS drops the network namespace of a dormant workspace that has
+// no sandbox (see dropNetNSLocked).
+func (w *Workspace) dropNetNS() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropNetNSLocked()
+}
+
+// dropNetNSLocked closes the workspace's network namespace if the
+// workspace is dormant (see prestarted.lower) and no sandbox is on it: a
+// namespace is ~90 KiB of kernel memory, the biggest part of an idle
+// session's cost, and every namespace's end walks every live one. With no
+// sandbox on it, nothing listens or is connected in it, so nothing is lost:
+// add makes another (loopback up) for the next sandbox. A sandbox the
+// dormancy does not count (one the waiting sandbox could not serve) keeps
+// it, as does a proxied workspace, whose proxy listens in it. w.mu is held.
+func (w *Workspace) dropNetNSLocked() {
+	if w.closed || w.proxied || w.pre == nil || !w.pre.dormant.Load() || len(w.rec.Sandboxes) > 0 {
+		return
+	}
+	if w.ns != nil {
+		w.ns.Close()
+		w.ns = nil
+	}
+	if w.nsN >= 0 {
+		if err := w.m.fds.Close(w.nsN); err != nil {
+			// Still held: it is closed with the store.
+			w.m.log.Warn("closing a dormant workspace's network namespace", "id", w.id, "err", err)
+		}
+		w.nsN = -1
+	}
+}
+
+// remakeNetNSLocked gives the workspace a network namespace again after
+// dropNetNSLocked, in the descriptor store if the Manager has one. w.mu is
+// held.
+func (w *Workspace) remakeNetNSLocked() error {
+	ns, err := newNetNS(nil)
+	if err != nil {
+		return err
+	}
+	st := w.m.fdStore()
+	if st == nil {
+		w.ns = ns
+		return nil
+	}
+	got, err := st.Put(int(ns.Fd()))
+	if err != nil {
+		w.m.log.Warn("workspace keeps its network namespace in the process's table", "id", w.id, "err", err)
+		w.ns = ns
+		return nil
+	}
+	ns.Close()
+	w.nsN = got[0]
+	return nil
 }
 
 // Close destroys what is left of the workspace's sandboxes, unmounts and

@@ -1,6 +1,7 @@
 package jail_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -385,4 +386,116 @@ func TestWorkspaceDormantHeap(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	t.Logf("%d B of heap per dormant workspace", (int64(after.HeapAlloc)-int64(before.HeapAlloc))/n)
+}
+
+// netnsServe listens on 127.0.0.1:8124, says so, and answers each
+// connection with its own network namespace for argv[1] seconds.
+const netnsServe = `
+import os, socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 8124)); s.listen(); s.settimeout(0.2)
+print("listening", flush=True)
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        continue
+    c.sendall(os.readlink("/proc/self/ns/net").encode()); c.close()
+`
+
+// netnsDial connects to 127.0.0.1:8124 and prints what it reads there and
+// its own network namespace, or "refused".
+const netnsDial = `
+import os, socket
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", 8124)); print(s.recv(100).decode(), os.readlink("/proc/self/ns/net"))
+except OSError:
+    print("refused")
+`
+
+// serveAt runs netnsServe for secs seconds on ws, with limits l, in the
+// background, and waits until it listens; the returned channel is closed
+// once the run has returned.
+func serveAt(t *testing.T, ws *jail.Workspace, l box.Limits, secs string) <-chan struct{} {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	spec := pySpec(netnsServe, secs)
+	spec.Limits = l
+	spec.Command.Stdout = w
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		defer w.Close()
+		if res, err := ws.Run(context.Background(), spec); err != nil || res.ExitCode != 0 {
+			t.Errorf("the server's run: %+v, %v", res, err)
+		}
+	}()
+	line := make([]byte, len("listening\n"))
+	if _, err := io.ReadFull(r, line); err != nil || string(line) != "listening\n" {
+		t.Fatalf("the server did not start: %q, %v", line, err)
+	}
+	return ended
+}
+
+// dial runs netnsDial on ws and reports whether it reached a server in its
+// own network namespace.
+func dial(t *testing.T, ws *jail.Workspace) bool {
+	t.Helper()
+	res := wsRun(t, ws, pySpec(netnsDial))
+	f := strings.Fields(res.Stdout)
+	if len(f) != 2 && res.Stdout != "refused\n" {
+		t.Fatalf("dial: %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	return len(f) == 2 && f[0] == f[1] && strings.HasPrefix(f[0], "net:[")
+}
+
+// TestWorkspaceDormantNetNS: a dormant workspace with no sandbox left
+// drops its network namespace (one descriptor less in the store), and its
+// next sandboxes share a fresh one with loopback up. One the dormancy does
+// not count (here a run with another tmpfs size, which the waiting sandbox
+// cannot serve) keeps it: a server it runs is still reached after the
+// workspace went dormant.
+func TestWorkspaceDormantNetNS(t *testing.T) {
+	m, _ := newIdleManager(t, dormantIdle)
+	ws := newWorkspace(t, m, 0, jail.WithPrestart(box.Limits{}))
+	waitPrestarted(t, ws)
+	stored := jail.StoreFDs(m)
+
+	ended := serveAt(t, ws, box.Limits{TmpfsSize: 32 << 20}, "8")
+	waitDormant(t, ws)
+	if !jail.WorkspaceHoldsNetNS(ws) {
+		t.Error("a dormant workspace dropped its network namespace while a sandbox on it ran")
+	}
+	if !dial(t, ws) {
+		t.Error("a run after the workspace went dormant did not reach the server a sandbox on it still ran")
+	}
+	<-ended
+	waitDormant(t, ws)
+	waitFor(t, 20*time.Second, "the network namespace dropped", func() bool { return !jail.WorkspaceHoldsNetNS(ws) })
+	if stored >= 0 {
+		if n := jail.StoreFDs(m); n != stored-1 {
+			t.Errorf("the store holds %d descriptors with the namespace dropped, want %d", n, stored-1)
+		}
+	}
+
+	// The next sandboxes share a fresh one: a server in one is reached
+	// from another, and loopback is up.
+	ended = serveAt(t, ws, box.Limits{}, "5")
+	if !jail.WorkspaceHoldsNetNS(ws) {
+		t.Error("a workspace woken with a sandbox on it holds no network namespace")
+	}
+	if !dial(t, ws) {
+		t.Error("after the namespace was dropped, a run did not reach the server of another run of the workspace")
+	}
+	<-ended
+	if stored >= 0 {
+		if n := jail.StoreFDs(m); n != stored {
+			t.Errorf("the store holds %d descriptors after the wake, want %d", n, stored)
+		}
+	}
 }

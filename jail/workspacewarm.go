@@ -35,12 +35,14 @@ import (
 //
 // A workspace with no run for the Manager's Config.PrestartIdle goes
 // dormant: it destroys its waiting sandboxes and keeps none, so that an
-// idle workspace holds no process and no cgroup, only its tmpfs and
-// network namespace. Every live process and cgroup slows the start of
-// every other sandbox (the kernel walks them), so a host with many idle
-// workspaces builds faster with them dormant. The next run on a dormant
-// workspace builds a fresh sandbox, and the workspace wakes: it starts one
-// again for the run after.
+// idle workspace holds no process and no cgroup, only its tmpfs; once no
+// sandbox is left on it, it drops its network namespace too (unless
+// proxied), and the next sandbox gets a fresh one. Every live process,
+// cgroup and namespace slows the start or end of every other sandbox (the
+// kernel walks them), so a host with many idle workspaces builds faster
+// with them dormant. The next run on a dormant workspace builds a fresh
+// sandbox, and the workspace wakes: it starts one again for the run
+// after.
 func WithPrestart(l box.Limits) WorkspaceOption {
 	return func(o *workspaceOptions) { o.prestart = &l }
 }
@@ -57,9 +59,10 @@ const (
 )
 
 // Descriptors of a workspace made WithPrestart. Its slot lock, tmpfs and
-// network namespace (storedWorkspaceFDs) are in the Manager's descriptor
-// store (see package fdstore), out of the file table that every sandbox
-// start copies; in that table, a dormant workspace holds none
+// network namespace (storedWorkspaceFDs; a dormant one without its
+// namespace, see dropNetNSLocked) are in the Manager's descriptor store
+// (see package fdstore), out of the file table that every sandbox start
+// copies; in that table, a dormant workspace holds none
 // (dormantWorkspaceFDs) and an idle one its waiting sandbox's (idleFDs).
 const (
 	storedWorkspaceFDs  = 3
@@ -91,7 +94,10 @@ type prestarted struct {
 	idleSince time.Time
 	timer     *time.Timer // lowers want (see lower); nil until armed
 	closed    bool
-	wg        sync.WaitGroup // builds and teardowns
+	// dormant is want == 0, for the workspace's dropNetNS: it is read
+	// under w.mu, which is never taken under mu.
+	dormant atomic.Bool
+	wg      sync.WaitGroup // builds and teardowns
 
 	hits, misses atomic.Int64
 }
@@ -168,6 +174,7 @@ func (p *prestarted) take() (_ *warm, woke bool) {
 	switch {
 	case p.want == 0 && !p.closed:
 		p.want, woke = 1, true
+		p.dormant.Store(false)
 	case len(p.ready) == 0 || (p.building > 0 && now.Sub(p.lastTake) < hotWindow):
 		p.heatLocked()
 	}
@@ -271,6 +278,7 @@ func (p *prestarted) lower() {
 			p.ready = p.ready[:want]
 		}
 		if want == 0 {
+			p.dormant.Store(true)
 			p.w.m.log.Debug("workspace dormant: no sandbox kept started", "workspace", p.w.id, "idle", idle)
 		}
 	}
@@ -280,6 +288,11 @@ func (p *prestarted) lower() {
 	defer p.wg.Done()
 	for _, w := range surplus {
 		w.destroy()
+	}
+	if want == 0 {
+		// Its sandboxes are gone (each removed from the record), unless
+		// one the dormancy does not count runs: its end drops it.
+		p.w.dropNetNS()
 	}
 }
 
