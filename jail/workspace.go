@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/jaild/jaild/box"
@@ -73,6 +74,10 @@ type Workspace struct {
 	// proxied: made WithProxy, its sandboxes get the proxy variables.
 	proxied bool
 	pre     *prestarted // made WithPrestart; nil otherwise
+	// dormant is set while pre keeps no sandbox started (see
+	// prestarted.lower) and read by dropNetNSLocked under mu, which is
+	// never taken under pre.mu.
+	dormant atomic.Bool
 
 	mu     sync.Mutex
 	rec    record
@@ -451,7 +456,7 @@ func (w *Workspace) dropNetNS() {
 // dormancy does not count (one the waiting sandbox could not serve) keeps
 // it, as does a proxied workspace, whose proxy listens in it. w.mu is held.
 func (w *Workspace) dropNetNSLocked() {
-	if w.closed || w.proxied || w.pre == nil || !w.pre.dormant.Load() || len(w.rec.Sandboxes) > 0 {
+	if w.closed || w.proxied || !w.dormant.Load() || len(w.rec.Sandboxes) > 0 {
 		return
 	}
 	if w.ns != nil {

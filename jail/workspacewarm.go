@@ -94,10 +94,7 @@ type prestarted struct {
 	idleSince time.Time
 	timer     *time.Timer // lowers want (see lower); nil until armed
 	closed    bool
-	// dormant is want == 0, for the workspace's dropNetNS: it is read
-	// under w.mu, which is never taken under mu.
-	dormant atomic.Bool
-	wg      sync.WaitGroup // builds and teardowns
+	wg        sync.WaitGroup // builds and teardowns
 
 	hits, misses atomic.Int64
 }
@@ -174,7 +171,7 @@ func (p *prestarted) take() (_ *warm, woke bool) {
 	switch {
 	case p.want == 0 && !p.closed:
 		p.want, woke = 1, true
-		p.dormant.Store(false)
+		p.w.dormant.Store(false)
 	case len(p.ready) == 0 || (p.building > 0 && now.Sub(p.lastTake) < hotWindow):
 		p.heatLocked()
 	}
@@ -278,7 +275,7 @@ func (p *prestarted) lower() {
 			p.ready = p.ready[:want]
 		}
 		if want == 0 {
-			p.dormant.Store(true)
+			p.w.dormant.Store(true)
 			p.w.m.log.Debug("workspace dormant: no sandbox kept started", "workspace", p.w.id, "idle", idle)
 		}
 	}
