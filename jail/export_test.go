@@ -140,8 +140,9 @@ func UnshareDev(m *Manager) bool {
 const DormantWorkspaceFDs = dormantWorkspaceFDs
 
 // StoredWorkspaceFDs is how many descriptors a workspace keeps in its
-// Manager's descriptor store: its tmpfs's only if detached (otherwise the
-// tmpfs is mounted in the workspace root).
+// Manager's descriptor store once it has had a sandbox (its network
+// namespace comes with the first): its tmpfs's only if detached (otherwise
+// the tmpfs is mounted in the workspace root).
 func StoredWorkspaceFDs(detached bool) int {
 	if detached {
 		return storedWorkspaceFDs

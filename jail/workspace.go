@@ -47,7 +47,8 @@ const minWorkspaceSize = 4096
 // <state dir>/workspaces/<id>; see workspacemount.go and
 // workspaceroot.go). The network namespace is held by jaild too, never
 // mounted: a workspace adds nothing to the mount table that every new
-// sandbox copies. A dormant workspace (see [WithPrestart]) with no sandbox
+// sandbox copies. It is made with the workspace's first sandbox (a
+// proxied workspace's at once, for its proxy listens in it). A dormant workspace (see [WithPrestart]) with no sandbox
 // left drops its namespace, and its next sandbox gets a fresh one: with no
 // sandbox on it, nothing listened or was connected in it. /work's size cap
 // is enforced by the kernel (a write beyond it fails with ENOSPC); it is
@@ -63,11 +64,12 @@ type Workspace struct {
 	id  string
 	dir string   // host path of the tmpfs (see Dir)
 	mnt *os.File // the detached tmpfs; nil if mounted at dir, or stowed
-	ns  *os.File // the network namespace; nil if stowed, or dropped
+	ns  *os.File // the network namespace; nil if stowed, not made yet, or dropped
 	// mntN and nsN are mnt's and ns's numbers in the Manager's
 	// descriptor store once stowed there (see stow), -1 otherwise. With
-	// neither ns nor nsN, the namespace was dropped while the workspace
-	// was dormant (see dropNetNSLocked), and add makes another.
+	// neither ns nor nsN, the workspace has no namespace (none before its
+	// first sandbox, or one dropped while it was dormant: see
+	// dropNetNSLocked), and add makes one.
 	mntN, nsN int
 	size      int64
 	slot      *slot
@@ -160,14 +162,15 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	if err := w.mountWork(); err != nil {
 		return nil, err
 	}
-	if !o.proxy {
-		w.ns, err = newNetNS(nil)
-	} else {
-		w.ns, w.proxy, err = newProxyNetNS()
-		w.proxied = err == nil
-	}
-	if err != nil {
-		return nil, err
+	// Without a proxy, the network namespace comes with the first
+	// sandbox (see add): making a workspace, a session's creation, does
+	// not wait for the kernel's setup of a namespace (~0.6 ms of CPU),
+	// which its first build pays instead.
+	if o.proxy {
+		if w.ns, w.proxy, err = newProxyNetNS(); err != nil {
+			return nil, err
+		}
+		w.proxied = true
 	}
 	if err := w.stow(); err != nil {
 		return nil, err
@@ -178,8 +181,8 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 	return w, nil
 }
 
-// stow moves what the workspace holds for its life (its network
-// namespace, its slot's lock and its detached tmpfs) into the Manager's
+// stow moves what the workspace holds for its life (its slot's lock, its
+// detached tmpfs and a proxied workspace's network namespace) into the Manager's
 // descriptor store, out of the file table that every sandbox start copies
 // (see package fdstore). Where there is no store, or the move fails, they
 // stay in the process's table, as they work there too.
@@ -188,23 +191,28 @@ func (w *Workspace) stow() error {
 	if st == nil {
 		return nil
 	}
-	fds := []int{int(w.ns.Fd()), int(w.slot.f.Fd())}
+	fds := []int{int(w.slot.f.Fd())}
 	if w.mnt != nil {
 		fds = append(fds, int(w.mnt.Fd()))
+	}
+	if w.ns != nil {
+		fds = append(fds, int(w.ns.Fd()))
 	}
 	got, err := st.Put(fds...)
 	if err != nil {
 		w.m.log.Warn("workspace keeps its descriptors in the process's table", "id", w.id, "err", err)
 		return nil
 	}
-	w.ns.Close()
-	w.ns, w.nsN = nil, got[0]
-	w.slot.stow(st, got[1])
+	w.slot.stow(st, got[0])
+	if w.ns != nil {
+		w.ns.Close()
+		w.ns, w.nsN = nil, got[len(got)-1]
+	}
 	if w.mnt == nil {
 		return nil
 	}
 	w.mnt.Close()
-	w.mnt, w.mntN = nil, got[2]
+	w.mnt, w.mntN = nil, got[1]
 	w.dir = st.Path(w.mntN) + "/."
 	w.rec.Dir = w.dir
 	return w.slot.rewrite(&w.rec)
@@ -354,7 +362,7 @@ func (w *Workspace) add(id string, g *cgroup.Group) (int, *wsJoin, error) {
 	// namespace).
 	j := &wsJoin{dir: w.rec.Dir}
 	if w.ns == nil && w.nsN < 0 {
-		if err := w.remakeNetNSLocked(); err != nil {
+		if err := w.makeNetNSLocked(); err != nil {
 			return 0, nil, fmt.Errorf("workspace %s: %w", w.id, err)
 		}
 	}
@@ -472,10 +480,10 @@ func (w *Workspace) dropNetNSLocked() {
 	}
 }
 
-// remakeNetNSLocked gives the workspace a network namespace again after
-// dropNetNSLocked, in the descriptor store if the Manager has one. w.mu is
-// held.
-func (w *Workspace) remakeNetNSLocked() error {
+// makeNetNSLocked gives the workspace a network namespace, for its first
+// sandbox or the first after dropNetNSLocked, in the descriptor store if
+// the Manager has one. w.mu is held.
+func (w *Workspace) makeNetNSLocked() error {
 	ns, err := newNetNS(nil)
 	if err != nil {
 		return err
