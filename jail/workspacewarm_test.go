@@ -306,8 +306,17 @@ func TestWorkspacePrestartAtOnce(t *testing.T) {
 	for range 3 {
 		wsRun(t, ws, &jail.Spec{Command: box.Command{Args: []string{"true"}}})
 	}
-	waitFor(t, 20*time.Second, "more than one ready sandbox", func() bool { r, _ := jail.PrestartCounts(ws); return r > 1 })
+	// Settled: every sandbox the hot workspace keeps is ready, and no
+	// build is under way, so that the next build is the long run's.
+	waitFor(t, 20*time.Second, "the hot workspace's sandboxes ready", func() bool {
+		r, want := jail.PrestartCounts(ws)
+		building, _ := jail.PrestartState(ws)
+		return want > 2 && r == want && building == 0
+	})
 
+	mu.Lock()
+	builds = nil
+	mu.Unlock()
 	long := make(chan *box.Result, 1)
 	go func() {
 		res, err := ws.Run(context.Background(), &jail.Spec{Command: box.Command{Args: []string{"sleep", "0.6"}}})
@@ -316,8 +325,16 @@ func TestWorkspacePrestartAtOnce(t *testing.T) {
 		}
 		long <- res
 	}()
-	// The long run's own replacement starts 50 ms after its take.
-	time.Sleep(200 * time.Millisecond)
+	// The long run's own replacement starts 50 ms after its take; the
+	// builds counted below are those started once it and every other
+	// build under way have ended.
+	waitFor(t, 10*time.Second, "the long run's replacement built", func() bool {
+		mu.Lock()
+		started := len(builds) > 0
+		mu.Unlock()
+		building, _ := jail.PrestartState(ws)
+		return started && building == 0
+	})
 	mu.Lock()
 	builds = nil
 	mu.Unlock()
