@@ -48,10 +48,11 @@ const minWorkspaceSize = 4096
 // workspaceroot.go). The network namespace is held by jaild too, never
 // mounted: a workspace adds nothing to the mount table that every new
 // sandbox copies. It is made with the workspace's first sandbox (a
-// proxied workspace's at once, for its proxy listens in it). A dormant workspace (see [WithPrestart]) with no sandbox
-// left drops its namespace, and its next sandbox gets a fresh one: with no
-// sandbox on it, nothing listened or was connected in it. /work's size cap
-// is enforced by the kernel (a write beyond it fails with ENOSPC); it is
+// proxied workspace's at once: its proxy listens in it). A dormant
+// workspace (see [WithPrestart]) with no sandbox left drops its namespace,
+// and its next sandbox gets a fresh one: with no sandbox on it, nothing
+// listened or was connected in it. /work's size cap is enforced by the
+// kernel (a write beyond it fails with ENOSPC); it is
 // memory, counted against the memory cgroup of the sandbox that wrote the
 // pages and, once that sandbox is gone, against the parent cgroup's budget.
 //
@@ -182,10 +183,10 @@ func (m *Manager) NewWorkspace(size int64, options ...WorkspaceOption) (_ *Works
 }
 
 // stow moves what the workspace holds for its life (its slot's lock, its
-// detached tmpfs and a proxied workspace's network namespace) into the Manager's
-// descriptor store, out of the file table that every sandbox start copies
-// (see package fdstore). Where there is no store, or the move fails, they
-// stay in the process's table, as they work there too.
+// detached tmpfs and a proxied workspace's network namespace) into the
+// Manager's descriptor store, out of the file table that every sandbox
+// start copies (see package fdstore). Where there is no store, or the move
+// fails, they stay in the process's table, as they work there too.
 func (w *Workspace) stow() error {
 	st := w.m.fdStore()
 	if st == nil {

@@ -59,8 +59,9 @@ const (
 )
 
 // Descriptors of a workspace made WithPrestart. Its slot lock, tmpfs and
-// network namespace (storedWorkspaceFDs; a dormant one without its
-// namespace, see dropNetNSLocked) are in the Manager's descriptor store
+// network namespace (storedWorkspaceFDs; the namespace from its first
+// sandbox on, and not while it is dormant with none: see makeNetNSLocked
+// and dropNetNSLocked) are in the Manager's descriptor store
 // (see package fdstore), out of the file table that every sandbox start
 // copies; in that table, a dormant workspace holds none
 // (dormantWorkspaceFDs) and an idle one its waiting sandbox's (idleFDs).
