@@ -52,9 +52,9 @@ const minWorkspaceSize = 4096
 // workspace (see [WithPrestart]) with no sandbox left drops its namespace,
 // and its next sandbox gets a fresh one: with no sandbox on it, nothing
 // listened or was connected in it. /work's size cap is enforced by the
-// kernel (a write beyond it fails with ENOSPC); it is
-// memory, counted against the memory cgroup of the sandbox that wrote the
-// pages and, once that sandbox is gone, against the parent cgroup's budget.
+// kernel (a write beyond it fails with ENOSPC); it is memory, counted
+// against the memory cgroup of the sandbox that wrote the pages and, once
+// that sandbox is gone, against the parent cgroup's budget.
 //
 // A workspace holds a uid slot for its life, whose record lists its live
 // sandboxes: a jaild that dies leaves a record that any later sweep turns
