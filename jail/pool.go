@@ -308,7 +308,7 @@ func (p *Pool) Run(ctx context.Context, spec *Spec) (*box.Result, error) {
 	var w *warm
 	select {
 	case w = <-p.ready:
-		defer replaceLater(func() { p.room <- struct{}{} })()
+		defer replaceLater(func(bool) bool { p.room <- struct{}{}; return true })()
 	default:
 		p.misses.Add(1)
 		return p.runBuilt(ctx, spec)
@@ -366,13 +366,28 @@ const replaceDelay = 50 * time.Millisecond
 // path, and on a small host lengthen every paced caller's run
 // (docs/performance.md). A long command still gets its replacement built
 // while it runs.
-func replaceLater(replace func()) (now func()) {
-	var once sync.Once
-	do := func() { once.Do(replace) }
-	t := time.AfterFunc(replaceDelay, do)
+//
+// replace is told whether replaceDelay is over (due); before, it may
+// decline (return false), and is called again, due, when replaceDelay is
+// over (see prestarted.replace).
+func replaceLater(replace func(due bool) bool) (now func()) {
+	var (
+		mu       sync.Mutex
+		replaced bool
+	)
+	call := func(due bool) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !replaced {
+			replaced = replace(due)
+		}
+		return replaced
+	}
+	t := time.AfterFunc(replaceDelay, func() { call(true) })
 	return func() {
-		t.Stop()
-		do()
+		if call(false) {
+			t.Stop()
+		}
 	}
 }
 

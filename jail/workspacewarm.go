@@ -86,10 +86,9 @@ type prestarted struct {
 	want     int           // sandboxes to keep: hotPrestart while hot, 1, 0 while dormant
 	lastTake time.Time
 	active   int // runs between take and done
-	// deferred starts, at deferUntil, the replacement builds that runs
-	// ending beside others held back (see replace); nil if none are.
-	deferred   *time.Timer
-	deferUntil time.Time
+	// held: a run that ended beside others held its replacement back
+	// (see replace); the last run's done starts it.
+	held bool
 	// idleSince is when the workspace last ran nothing and had a
 	// sandbox ready: its start, a run's end, or a build's.
 	idleSince time.Time
@@ -205,13 +204,14 @@ func (p *prestarted) take() (_ *warm, woke bool) {
 }
 
 // done ends a run that take began: the workspace's idle time (see lower)
-// starts again, and so do the builds that runs ending before it held back
-// (see replace), if it was the last.
+// starts again, and, if it was the last, so do the builds that runs ending
+// before it held back (see replace).
 func (p *prestarted) done() {
 	p.mu.Lock()
 	p.active--
-	if p.active == 0 {
-		p.startDeferredLocked()
+	if p.active == 0 && p.held {
+		p.held = false
+		p.startLocked()
 	}
 	p.idleSince = time.Now()
 	p.armLocked()
@@ -295,51 +295,23 @@ func (p *prestarted) lower() {
 }
 
 // replace starts building the next sandboxes, up to want, for a run that
-// took a sandbox at taken (see replaceLater). While other runs of the
-// workspace are under way, it holds the builds back until the last of them
-// ends (done) or replaceDelay after taken, whichever comes first: a build's
-// burst of CPU would otherwise compete with their commands and answers,
-// and runs at once in one session (an agent's parallel tool calls) would
-// each wait for the builds the first to end started. The bound is the one
-// replaceLater keeps: a run's replacement starts no later than replaceDelay
-// after its take.
-func (p *prestarted) replace(taken time.Time) {
+// took one (see replaceLater), and reports whether it did. A run that ends
+// while other runs of the workspace are under way holds the builds back
+// until the last of them ends (done) or its replaceDelay is over (due),
+// whichever comes first: a build's burst of CPU would otherwise compete
+// with their commands and answers, and runs at once in one session (an
+// agent's parallel tool calls) would each wait for the builds the first to
+// end started.
+func (p *prestarted) replace(due bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	until := taken.Add(replaceDelay)
-	if p.active <= 1 || !time.Now().Before(until) {
-		p.startLocked()
-		return
+	if !due && p.active > 1 {
+		p.held = true
+		return false
 	}
-	switch {
-	case p.deferred == nil:
-		p.deferUntil = until
-		p.deferred = time.AfterFunc(time.Until(until), p.startDeferred)
-	case until.Before(p.deferUntil):
-		// A timer that has fired already runs startDeferred again:
-		// builds start early, never late.
-		p.deferUntil = until
-		p.deferred.Reset(time.Until(until))
-	}
-}
-
-// startDeferred is the deferred timer's: it starts the builds replace held
-// back.
-func (p *prestarted) startDeferred() {
-	p.mu.Lock()
-	p.startDeferredLocked()
-	p.mu.Unlock()
-}
-
-// startDeferredLocked starts the builds replace held back, if any. p.mu is
-// held.
-func (p *prestarted) startDeferredLocked() {
-	if p.deferred == nil {
-		return
-	}
-	p.deferred.Stop()
-	p.deferred = nil
+	p.held = false // startLocked starts what any held back too
 	p.startLocked()
+	return true
 }
 
 // close stops building, destroys the waiting sandboxes and waits for builds
@@ -351,9 +323,6 @@ func (p *prestarted) close() {
 	p.ready = nil
 	if p.timer != nil {
 		p.timer.Stop()
-	}
-	if p.deferred != nil {
-		p.deferred.Stop()
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
@@ -559,19 +528,17 @@ func (w *Workspace) runPrestarted(ctx context.Context, spec *Spec) (_ *box.Resul
 	}
 	sb, woke := p.take()
 	defer p.done()
-	taken := time.Now()
-	replace := func() { p.replace(taken) }
 	if sb == nil {
 		p.misses.Add(1)
 		if woke {
 			// The run's sandbox is built first: the one the workspace
 			// keeps again starts as a taken one's replacement would.
-			defer replaceLater(replace)()
+			defer replaceLater(p.replace)()
 		}
 		res, err := p.runBuilt(ctx, spec, relay)
 		return res, err, true
 	}
-	defer replaceLater(replace)()
+	defer replaceLater(p.replace)()
 	res, err := p.run(ctx, sb, spec, relay, false)
 	return res, err, true
 }
