@@ -175,13 +175,25 @@ func mountOwn(dir string, mnt *configs.Mount, hostID int) error {
 	return fmt.Errorf("jail: a sandbox's root cannot hold a %s mount", mnt.Device)
 }
 
+// mountAttrs pairs the mount flags a bind of a sandbox's root may carry
+// with their mount_setattr attributes.
+var mountAttrs = [...]struct {
+	ms   int
+	attr uint64
+}{
+	{unix.MS_RDONLY, unix.MOUNT_ATTR_RDONLY},
+	{unix.MS_NOSUID, unix.MOUNT_ATTR_NOSUID},
+	{unix.MS_NODEV, unix.MOUNT_ATTR_NODEV},
+	{unix.MS_NOEXEC, unix.MOUNT_ATTR_NOEXEC},
+}
+
 // bindOwn binds src, a path or a /proc/<pid>/fd/<n> link to a directory or
 // a detached mount, at dst with the attributes that flags (MS_*) name.
 func bindOwn(src, dst string, flags int) error {
 	attr := &unix.MountAttr{}
-	for ms, a := range map[int]uint64{unix.MS_RDONLY: unix.MOUNT_ATTR_RDONLY, unix.MS_NOSUID: unix.MOUNT_ATTR_NOSUID, unix.MS_NODEV: unix.MOUNT_ATTR_NODEV, unix.MS_NOEXEC: unix.MOUNT_ATTR_NOEXEC} {
-		if flags&ms != 0 {
-			attr.Attr_set |= a
+	for _, a := range mountAttrs {
+		if flags&a.ms != 0 {
+			attr.Attr_set |= a.attr
 		}
 	}
 	err := bindClone(src, dst, attr, false, 0)
