@@ -83,8 +83,10 @@
 // [WithPrestart] keeps one sandbox started for its next run, waiting in the
 // pool's init, and up to four while its runs come back to back or at once,
 // and none once it has run nothing for [Config.PrestartIdle] (dormant: no
-// process, no cgroup; its next run builds a sandbox and wakes it; see
-// workspacewarm.go). Package session
+// process, no cgroup and, once none of its sandboxes is left, no network
+// namespace; its next run builds a sandbox, with a fresh namespace, and
+// wakes it; see workspacewarm.go). Calls at once hold their replacements'
+// builds back until the last of them ends, or 50 ms. Package session
 // builds sessions on it; docs/sessions.md explains the choices.
 //
 // # Egress
