@@ -86,7 +86,9 @@
 // process, no cgroup and, once none of its sandboxes is left, no network
 // namespace; its next run builds a sandbox, with a fresh namespace, and
 // wakes it; see workspacewarm.go). Calls at once hold their replacements'
-// builds back until the last of them ends, or 50 ms. Package session
+// builds back until the last of them ends, or 50 ms; the builds no run
+// waits for are made at most [Config.PrestartBuilds] at once (see
+// prestartgate.go). Package session
 // builds sessions on it; docs/sessions.md explains the choices.
 //
 // # Egress

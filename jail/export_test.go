@@ -169,8 +169,12 @@ func StoreFDs(m *Manager) int {
 }
 
 // SetPrestartHook makes every build of a workspace's prestarted sandbox on
-// m call f first (nil: no hook). Set it before any workspace is made.
-func SetPrestartHook(m *Manager, f func()) { m.prestartHook = f }
+// m call f first, once the prestart gate let it by (nil: no hook). Set it
+// before any workspace is made.
+func SetPrestartHook(m *Manager, f func()) { m.prestartHook = func(*Workspace) { f() } }
+
+// SetPrestartWorkspaceHook is SetPrestartHook with the build's workspace.
+func SetPrestartWorkspaceHook(m *Manager, f func(*Workspace)) { m.prestartHook = f }
 
 // PrestartWaiting reports the ids and init pids of the sandboxes ready on a
 // workspace made WithPrestart.

@@ -83,6 +83,10 @@ type Config struct {
 	// waiting sandboxes without a run; after it, it goes dormant (see
 	// WithPrestart). Zero means DefaultPrestartIdle, negative never.
 	PrestartIdle time.Duration
+	// PrestartBuilds is how many prestarted sandboxes of workspaces are
+	// built at once while no run waits for them (see prestartgate.go).
+	// Zero means half the CPUs, at least one; negative, no bound.
+	PrestartBuilds int
 	// PrivateMounts says this process is alone in a mount namespace made
 	// for it (the daemon's worker, see PrivateMountsWork). The Manager
 	// makes the namespace a slave of the one it was copied from, so that
@@ -115,8 +119,8 @@ type Manager struct {
 	// limits are set; its error fails the setting.
 	limitsHook func() error
 	// prestartHook, if set (by tests), runs before a workspace's
-	// prestarted sandbox is built.
-	prestartHook func()
+	// prestarted sandbox is built, once the prestart gate let it by.
+	prestartHook func(*Workspace)
 	rlimits      []configs.Rlimit // every sandbox's (see sandboxRlimits)
 	// bound are the host paths bound into the root template once, with
 	// Config.PrivateMounts; nil otherwise. ownRoot is then
@@ -130,6 +134,8 @@ type Manager struct {
 	roots *roots
 	// prestartIdle is Config.PrestartIdle: positive, or 0 for never.
 	prestartIdle time.Duration
+	// prestartGate bounds the builds of Config.PrestartBuilds.
+	prestartGate prestartGate
 
 	// workspaces is the workspace root (real path); defaultWorkspaces
 	// says it is <stateDir>/workspaces, which NewWorkspace makes.
@@ -203,6 +209,7 @@ func New(cfg Config) (*Manager, error) {
 	case cfg.PrestartIdle > 0:
 		m.prestartIdle = cfg.PrestartIdle
 	}
+	m.prestartGate = newPrestartGate(cfg.PrestartBuilds)
 	m.rlimits, _ = sandboxRlimits()
 	m.workspaces, m.defaultWorkspaces = workspaces, defWS
 	m.useDetachedMounts()

@@ -81,11 +81,16 @@ type prestarted struct {
 
 	mu       sync.Mutex
 	ready    []*warm
-	building int           // builds under way
+	building int           // builds under way, or queued at the prestart gate
 	built    chan struct{} // closed (and replaced) when a build ends
-	want     int           // sandboxes to keep: hotPrestart while hot, 1, 0 while dormant
-	lastTake time.Time
-	active   int // runs between take and done
+	// hurry is closed when a run waits for a build, which lets the
+	// workspace's builds queued at the Manager's prestart gate through
+	// (see prestartgate.go); take replaces it once that run has its
+	// sandbox. stop is closed by close: a queued build is not made.
+	hurry, stop chan struct{}
+	want        int // sandboxes to keep: hotPrestart while hot, 1, 0 while dormant
+	lastTake    time.Time
+	active      int // runs between take and done
 	// held: a run that ended beside others held its replacement back
 	// (see replace); the last run's done starts it.
 	held bool
@@ -100,7 +105,10 @@ type prestarted struct {
 }
 
 func newPrestarted(w *Workspace, l box.Limits) *prestarted {
-	p := &prestarted{w: w, limits: l.WithDefaults(), idle: w.m.prestartIdle, want: 1, built: make(chan struct{})}
+	p := &prestarted{
+		w: w, limits: l.WithDefaults(), idle: w.m.prestartIdle, want: 1,
+		built: make(chan struct{}), hurry: make(chan struct{}), stop: make(chan struct{}),
+	}
 	p.mu.Lock()
 	p.idleSince = time.Now()
 	p.startLocked()
@@ -119,18 +127,40 @@ func (p *prestarted) startLocked() {
 	}
 }
 
-// build builds one sandbox and makes it ready.
+// build builds one sandbox, once the Manager's prestart gate lets it
+// through, and makes it ready.
 func (p *prestarted) build() {
 	defer p.wg.Done()
-	if h := p.w.m.prestartHook; h != nil {
-		h()
+	p.mu.Lock()
+	hurry := p.hurry
+	p.mu.Unlock()
+	leave, ok := p.w.m.prestartGate.enter(hurry, p.stop)
+	if ok {
+		// Closed, cooled down or gone dormant while it waited: the
+		// sandboxes ready and the other builds are enough.
+		p.mu.Lock()
+		ok = !p.closed && len(p.ready)+p.building <= p.want
+		p.mu.Unlock()
 	}
-	w, err := p.w.m.startWaiting(context.Background(), p.limits, p.w, true)
+	var (
+		w   *warm
+		err error
+	)
+	if ok {
+		if h := p.w.m.prestartHook; h != nil {
+			h(p.w)
+		}
+		w, err = p.w.m.startWaiting(context.Background(), p.limits, p.w, true)
+	}
+	leave()
 	p.mu.Lock()
 	p.building--
 	close(p.built)
 	p.built = make(chan struct{})
 	switch {
+	case !ok:
+		p.mu.Unlock()
+		return
 	case err != nil:
 		p.mu.Unlock()
 		// The next run starts another attempt: a broken host is not
@@ -177,13 +207,23 @@ func (p *prestarted) take() (_ *warm, woke bool) {
 	}
 	p.lastTake = now
 	p.active++
-	if len(p.ready) == 0 && p.building > 0 && !p.closed {
+	for len(p.ready) == 0 && p.building > 0 && !p.closed {
 		// A build that outlived the workspace's going dormant is kept
-		// too, if it ends while this run waits.
-		built := p.built
+		// too, if it ends while this run waits. One queued at the
+		// prestart gate goes through at once; one that was not made
+		// (see build) leaves the others to wait for.
+		built, hurry := p.built, p.hurry
+		select {
+		case <-hurry:
+		default:
+			close(hurry)
+		}
 		p.mu.Unlock()
 		<-built
 		p.mu.Lock()
+		if p.hurry == hurry {
+			p.hurry = make(chan struct{})
+		}
 	}
 	defer p.mu.Unlock()
 	var w *warm
@@ -318,6 +358,9 @@ func (p *prestarted) replace(due bool) bool {
 // and teardowns under way.
 func (p *prestarted) close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.stop)
+	}
 	p.closed = true
 	ready := p.ready
 	p.ready = nil

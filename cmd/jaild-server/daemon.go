@@ -90,6 +90,9 @@ type daemonConfig struct {
 	proxy  egress.Config
 	// prestartIdle is --session-prestart-idle, the worker's (0: never).
 	prestartIdle time.Duration
+	// prestartBuilds is --session-prestart-builds, the worker's (0:
+	// half the CPUs).
+	prestartBuilds int
 }
 
 // readDaemonConfig reads daemonFlags, after the --config file, and the
@@ -114,6 +117,9 @@ func readDaemonConfig(c *cli.Context, limits limitFlags) (daemonConfig, error) {
 	}
 	if d.prestartIdle = c.Duration("session-prestart-idle"); d.prestartIdle < 0 {
 		return d, command.UsageError("--session-prestart-idle %v: must not be negative", d.prestartIdle)
+	}
+	if d.prestartBuilds = c.Int("session-prestart-builds"); d.prestartBuilds < 0 {
+		return d, command.UsageError("--session-prestart-builds %d: must not be negative", d.prestartBuilds)
 	}
 	if _, err := command.SizeFlag(c, "total-memory"); err != nil {
 		return d, err // the worker's, checked before it starts
@@ -233,12 +239,13 @@ func openDaemon(c *cli.Context, cfg daemonConfig, metrics *run.Metrics) (_ *daem
 	// it waits until every sandbox is torn down, so that jaild exits only
 	// when nothing of it is left on the host.
 	d.worker, err = startWorker(c, cfg.log, command.WorkerOptions{
-		LogFormat:    cfg.logFormat,
-		Pool:         cfg.pool,
-		PoolLimits:   cfg.defaults,
-		Sweep:        sweepInterval,
-		CPUProfile:   c.String("worker-cpu-profile"),
-		PrestartIdle: cfg.prestartIdle,
+		LogFormat:      cfg.logFormat,
+		Pool:           cfg.pool,
+		PoolLimits:     cfg.defaults,
+		Sweep:          sweepInterval,
+		CPUProfile:     c.String("worker-cpu-profile"),
+		PrestartIdle:   cfg.prestartIdle,
+		PrestartBuilds: cfg.prestartBuilds,
 	})
 	if err != nil {
 		return nil, err

@@ -31,6 +31,7 @@ var sessionFlags = []cli.Flag{
 	&cli.DurationFlag{Name: "max-job-timeout", Value: session.DefaultMaxJobTimeout, EnvVars: []string{"JAILD_MAX_JOB_TIMEOUT"}, Usage: "longest a background job may run, and its timeout if it asks for none"},
 	&cli.BoolFlag{Name: "session-prestart", Value: true, EnvVars: []string{"JAILD_SESSION_PRESTART"}, Usage: "keep one sandbox started on each session's workspace for its next call or job (a process, a cgroup and a few pages per idle session); false: every session call builds its sandbox"},
 	&cli.DurationFlag{Name: "session-prestart-idle", Value: jail.DefaultPrestartIdle, EnvVars: []string{"JAILD_SESSION_PRESTART_IDLE"}, Usage: "a session idle this long goes dormant: the sandbox kept started for it (--session-prestart) is destroyed, so that idle sessions do not slow every other sandbox's start; its next call builds a fresh one, as a one-shot run without the pool does, and the session keeps one started again (0: never dormant)"},
+	&cli.IntFlag{Name: "session-prestart-builds", EnvVars: []string{"JAILD_SESSION_PRESTART_BUILDS"}, Usage: "sessions' sandboxes (--session-prestart) built at once while no call waits for them (a new session's first, a replacement, a busy session's extra ones); the others wait their turn, so that a burst of new sessions does not take every CPU from the calls and creates callers wait for; a call that waits for its session's sandbox lets it through at once (0: half the CPUs, at least one)"},
 }
 
 // filesFlags bound the files API's transfers (serve only: jaild mcp has no

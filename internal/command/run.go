@@ -144,6 +144,10 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 	case idle == 0:
 		idle = -1 // jail.Config's "never"
 	}
+	builds := c.Int("session-prestart-builds") // the worker's too; 0: the default
+	if builds < 0 {
+		return nil, UsageError("--session-prestart-builds %d: must not be negative", builds)
+	}
 	if log == nil {
 		log = QuietLogger(c)
 	}
@@ -158,6 +162,7 @@ func newManager(c *cli.Context, log *slog.Logger) (*jail.Manager, error) {
 		KeepBudget:      c.Command.Name == "run" && !c.IsSet("total-memory") && !c.IsSet("total-pids") && !c.IsSet("total-cpus"),
 		TeardownBacklog: backlog,
 		PrestartIdle:    idle,
+		PrestartBuilds:  builds,
 		Logger:          log,
 		// The worker's and doctor's flag; jaild run has none: "", the
 		// default.
