@@ -12,9 +12,9 @@ import "runtime"
 // creates at 1 ms each without prestarted builds, 2-22 ms beside them).
 // The gate only orders the builds: the same are made, later.
 //
-// A run that finds no sandbox ready but one queued at the gate lets that
-// one through at once (prestarted.hurry): it never waits longer than one
-// build, as before. A queued build of a workspace closed or gone dormant
+// A run that finds no sandbox ready but its workspace's builds queued at
+// the gate lets one of them through at once (a token in prestarted.hurry):
+// it never waits longer than one build, as before. A queued build of a workspace closed or gone dormant
 // meanwhile is not made.
 
 // defaultPrestartBuilds is Config.PrestartBuilds' default: half the CPUs
@@ -36,9 +36,9 @@ func newPrestartGate(n int) prestartGate {
 	return make(prestartGate, n)
 }
 
-// enter waits for a place at the gate, or for hurry or stop to be closed.
-// It reports whether the build goes on (not stopped), and returns what
-// ends its place (a no-op if it got none).
+// enter waits for a place at the gate, a token from hurry, or stop to be
+// closed. It reports whether the build goes on (not stopped), and returns
+// what ends its place (a no-op if it got none).
 func (g prestartGate) enter(hurry, stop <-chan struct{}) (leave func(), ok bool) {
 	if g == nil {
 		return func() {}, true

@@ -83,11 +83,12 @@ type prestarted struct {
 	ready    []*warm
 	building int           // builds under way, or queued at the prestart gate
 	built    chan struct{} // closed (and replaced) when a build ends
-	// hurry is closed when a run waits for a build, which lets the
-	// workspace's builds queued at the Manager's prestart gate through
-	// (see prestartgate.go); take replaces it once that run has its
-	// sandbox. stop is closed by close: a queued build is not made.
+	// hurry holds a token for each run waiting for a build: each lets
+	// one of the workspace's builds queued at the Manager's prestart
+	// gate through (see prestartgate.go). stop is closed by close: a
+	// queued build is not made.
 	hurry, stop chan struct{}
+	waiting     int // runs in take waiting for a build
 	want        int // sandboxes to keep: hotPrestart while hot, 1, 0 while dormant
 	lastTake    time.Time
 	active      int // runs between take and done
@@ -107,7 +108,7 @@ type prestarted struct {
 func newPrestarted(w *Workspace, l box.Limits) *prestarted {
 	p := &prestarted{
 		w: w, limits: l.WithDefaults(), idle: w.m.prestartIdle, want: 1,
-		built: make(chan struct{}), hurry: make(chan struct{}), stop: make(chan struct{}),
+		built: make(chan struct{}), hurry: make(chan struct{}, hotPrestart), stop: make(chan struct{}),
 	}
 	p.mu.Lock()
 	p.idleSince = time.Now()
@@ -131,10 +132,7 @@ func (p *prestarted) startLocked() {
 // through, and makes it ready.
 func (p *prestarted) build() {
 	defer p.wg.Done()
-	p.mu.Lock()
-	hurry := p.hurry
-	p.mu.Unlock()
-	leave, ok := p.w.m.prestartGate.enter(hurry, p.stop)
+	leave, ok := p.w.m.prestartGate.enter(p.hurry, p.stop)
 	if ok {
 		// Closed, cooled down or gone dormant while it waited: the
 		// sandboxes ready and the other builds are enough.
@@ -210,19 +208,28 @@ func (p *prestarted) take() (_ *warm, woke bool) {
 	for len(p.ready) == 0 && p.building > 0 && !p.closed {
 		// A build that outlived the workspace's going dormant is kept
 		// too, if it ends while this run waits. One queued at the
-		// prestart gate goes through at once; one that was not made
-		// (see build) leaves the others to wait for.
-		built, hurry := p.built, p.hurry
+		// prestart gate goes through at once, not all: they would
+		// share the CPUs with the one the run waits for. One that was
+		// not made (see build) leaves the others to wait for.
 		select {
-		case <-hurry:
+		case p.hurry <- struct{}{}:
 		default:
-			close(hurry)
 		}
+		built := p.built
+		p.waiting++
 		p.mu.Unlock()
 		<-built
 		p.mu.Lock()
-		if p.hurry == hurry {
-			p.hurry = make(chan struct{})
+		p.waiting--
+	}
+	// Tokens no queued build took (the builds were under way already)
+	// must not let the next ones through; another waiting run's are
+	// its own.
+	for drained := p.waiting > 0; !drained; {
+		select {
+		case <-p.hurry:
+		default:
+			drained = true
 		}
 	}
 	defer p.mu.Unlock()
