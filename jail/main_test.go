@@ -55,9 +55,19 @@ func requireHost(t testing.TB) {
 // closes it; testenv then asserts that nothing of it is left on the host.
 func newManager(t testing.TB) *jail.Manager {
 	t.Helper()
+	m, _ := newManagerWith(t, func(*jail.Config) {})
+	return m
+}
+
+// newManagerWith is newManager with its config changed by edit first; it
+// returns the test installation too.
+func newManagerWith(t testing.TB, edit func(*jail.Config)) (*jail.Manager, *testenv.Install) {
+	t.Helper()
 	requireHost(t)
 	env := testenv.New(t, "jaild-test")
-	m, err := jail.New(config(env))
+	cfg := config(env)
+	edit(&cfg)
+	m, err := jail.New(cfg)
 	if err != nil {
 		t.Fatalf("jail.New: %v", err)
 	}
@@ -66,7 +76,7 @@ func newManager(t testing.TB) *jail.Manager {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return m
+	return m, env
 }
 
 func config(env *testenv.Install) jail.Config {

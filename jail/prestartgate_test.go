@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/box"
-	"github.com/jaild/jaild/internal/testenv"
 	"github.com/jaild/jaild/jail"
 )
 
@@ -18,19 +17,7 @@ import (
 // that build is never made; the others are made in the end, and nothing
 // is left.
 func TestPrestartGate(t *testing.T) {
-	requireHost(t)
-	env := testenv.New(t, "jaild-test")
-	cfg := config(env)
-	cfg.PrestartBuilds = 1
-	m, err := jail.New(cfg)
-	if err != nil {
-		t.Fatalf("jail.New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	m, env := newManagerWith(t, func(cfg *jail.Config) { cfg.PrestartBuilds = 1 })
 	leftovers := snapshotLeftovers(env)
 
 	// While holding, each build that reaches the hook (the gate let it

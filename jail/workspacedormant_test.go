@@ -29,20 +29,7 @@ const dormantIdle = 3 * time.Second
 // idle (a negative idle: never).
 func newIdleManager(t *testing.T, idle time.Duration) (*jail.Manager, *testenv.Install) {
 	t.Helper()
-	requireHost(t)
-	env := testenv.New(t, "jaild-test")
-	cfg := config(env)
-	cfg.PrestartIdle = idle
-	m, err := jail.New(cfg)
-	if err != nil {
-		t.Fatalf("jail.New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return m, env
+	return newManagerWith(t, func(cfg *jail.Config) { cfg.PrestartIdle = idle })
 }
 
 // waitDormant waits until ws keeps no sandbox started.
