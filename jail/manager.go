@@ -85,7 +85,8 @@ type Config struct {
 	PrestartIdle time.Duration
 	// PrestartBuilds is how many prestarted sandboxes of workspaces are
 	// built at once while no run waits for them (see prestartgate.go).
-	// Zero means half the CPUs, at least one; negative, no bound.
+	// Zero means half of GOMAXPROCS (the CPUs this process uses; in a
+	// container, its CPU limit), at least one; negative, no bound.
 	PrestartBuilds int
 	// PrivateMounts says this process is alone in a mount namespace made
 	// for it (the daemon's worker, see PrivateMountsWork). The Manager

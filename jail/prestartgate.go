@@ -18,9 +18,10 @@ import "runtime"
 // meanwhile is not made.
 
 // defaultPrestartBuilds is Config.PrestartBuilds' default: half the CPUs
-// this process may run on, at least one.
+// this process's Go runtime uses (GOMAXPROCS: in a container, its CPU
+// limit, not the host's CPUs), at least one.
 func defaultPrestartBuilds() int {
-	return max(1, runtime.NumCPU()/2)
+	return max(1, runtime.GOMAXPROCS(0)/2)
 }
 
 // prestartGate bounds the prestarted builds under way; nil bounds none.
