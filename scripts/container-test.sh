@@ -57,20 +57,35 @@ v2=0
 id=$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \n')
 T=$(mktemp -d "/tmp/jaild-ctest-$id.XXXX")
 NS=jaild-ctest-$id
-CG=/jaild-ctest-$id # the containers' cgroups are $CG/<variant>
+# The containers' cgroups are $CG/<variant>. On v2, at the root (a
+# container's cgroup needs a parent without processes). On v1, relative:
+# runc makes them under its own cgroup in each hierarchy, which is this
+# shell's (containerd and its shims are its children), so that a shell
+# in a nested cgroup (a memory cgroup of its host's machinery, say) keeps
+# its containers inside it, where the root would move them out.
+if [ $v2 = 1 ]; then CG=/jaild-ctest-$id; else CG=jaild-ctest-$id; fi
 SOCK=$T/ctrd.sock
 ctrd_pid=
 fail=0
 
 ctr_() { ctr --address "$SOCK" --namespace "$NS" "$@"; }
 
-# cgroup_dirs lists the host's directories of cgroup $1 in every hierarchy.
+# cgroup_dirs lists the host's directories of cgroup $1 in every
+# hierarchy: on v1 below this shell's own cgroup in each.
 cgroup_dirs() {
 	if [ $v2 = 1 ]; then
 		echo "/sys/fs/cgroup$1"
-	else
-		for h in /sys/fs/cgroup/*/; do echo "${h%/}$1"; done
+		return
 	fi
+	local ctrls own dir
+	while IFS=: read -r _ ctrls own; do
+		case $ctrls in
+		"") dir=unified ;;
+		name=*) dir=${ctrls#name=} ;;
+		*) dir=$ctrls ;;
+		esac
+		[ -d "/sys/fs/cgroup/$dir" ] && echo "/sys/fs/cgroup/$dir${own%/}/$1"
+	done < /proc/self/cgroup
 }
 
 cleanup() {
