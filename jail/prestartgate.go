@@ -9,13 +9,13 @@ import "runtime"
 // a container init, ~15 ms of CPU; a burst of session creates, each
 // starting one at once, would otherwise take every core from the creates
 // and runs that callers wait for (measured on a 2-core VM: 20 serial
-// creates at 1 ms each without prestarted builds, 2-22 ms beside them).
-// The gate only orders the builds: the same are made, later.
+// creates at 1 ms each without prestarted builds, up to 59 ms beside
+// them). The gate only orders the builds: the same are made, later.
 //
 // A run that finds no sandbox ready but its workspace's builds queued at
 // the gate lets one of them through at once (a token in prestarted.hurry):
-// it never waits longer than one build, as before. A queued build of a workspace closed or gone dormant
-// meanwhile is not made.
+// it never waits longer than one build, as before. A queued build of a
+// workspace closed or gone dormant meanwhile is not made.
 
 // defaultPrestartBuilds is Config.PrestartBuilds' default: half the CPUs
 // this process's Go runtime uses (GOMAXPROCS: in a container, its CPU

@@ -224,12 +224,14 @@ func (p *prestarted) take() (_ *warm, woke bool) {
 	}
 	// Tokens no queued build took (the builds were under way already)
 	// must not let the next ones through; another waiting run's are
-	// its own.
-	for drained := p.waiting > 0; !drained; {
-		select {
-		case <-p.hurry:
-		default:
-			drained = true
+	// its own. A build may take one meanwhile: the receive does not
+	// block.
+	if p.waiting == 0 {
+		for len(p.hurry) > 0 {
+			select {
+			case <-p.hurry:
+			default:
+			}
 		}
 	}
 	defer p.mu.Unlock()

@@ -91,7 +91,7 @@ type daemonConfig struct {
 	// prestartIdle is --session-prestart-idle, the worker's (0: never).
 	prestartIdle time.Duration
 	// prestartBuilds is --session-prestart-builds, the worker's (0:
-	// half the CPUs).
+	// half of its GOMAXPROCS).
 	prestartBuilds int
 }
 

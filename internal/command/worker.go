@@ -38,7 +38,7 @@ var Worker = &cli.Command{
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the worker's life to this file at exit"},
 		&cli.StringFlag{Name: "workspace-root", Usage: "where session workspaces are mounted (empty: <state-dir>/workspaces)"},
 		&cli.DurationFlag{Name: "session-prestart-idle", Usage: "idle time after which a workspace's prestarted sandboxes are destroyed (0: never)"},
-		&cli.IntFlag{Name: "session-prestart-builds", Usage: "workspaces' prestarted sandboxes built at once while no run waits for them (0: half the CPUs)"},
+		&cli.IntFlag{Name: "session-prestart-builds", Usage: "workspaces' prestarted sandboxes built at once while no run waits for them (0: half of GOMAXPROCS, at least one)"},
 		&cli.BoolFlag{Name: "private-mounts", Usage: "this process was started in a mount namespace of its own (jail.Config.PrivateMounts)"},
 		&cli.BoolFlag{Name: "default-gomaxprocs", Usage: "size this process's Go runtime as if GOMAXPROCS were unset: the GOMAXPROCS of its environment is the sandboxes' inits' (see BuilderEnv)"},
 	}, ManagerFlags...),
@@ -59,7 +59,7 @@ type WorkerOptions struct {
 	PrestartIdle time.Duration
 	// PrestartBuilds is how many workspaces' prestarted sandboxes are
 	// built at once while no run waits for them
-	// (jail.Config.PrestartBuilds); zero: half the CPUs.
+	// (jail.Config.PrestartBuilds); zero: half of GOMAXPROCS.
 	PrestartBuilds int
 	// Sweep is how often the worker sweeps orphaned sandboxes; zero: only
 	// at start.
