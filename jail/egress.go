@@ -153,6 +153,9 @@ func (m *Manager) sweepPins() (int, error) {
 	}
 	named := map[string]bool{}
 	for _, s := range slots {
+		if n, err := strconv.Atoi(s.Name()); err != nil || n < 0 || n >= slotCount {
+			continue // not a slot: the search hint
+		}
 		data, err := os.ReadFile(filepath.Join(m.slotDir, s.Name()))
 		if errors.Is(err, os.ErrNotExist) {
 			continue

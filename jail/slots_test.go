@@ -1,11 +1,16 @@
 package jail
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // writeOrphan leaves in dir, as a dead jaild would, slot n naming rec.
@@ -94,10 +99,12 @@ func TestAcquireSlotSkipsHeld(t *testing.T) {
 		t.Fatalf("took slots %d and %d (held %v %v); want 0 and 1, both held", a.n, b.n, isHeld(dir, 0), isHeld(dir, 1))
 	}
 	// A held slot's file is not opened: were it, its missing file would
-	// be created again.
+	// be created again. The search starts at 0 (the hint says so) and
+	// passes 0 and 1 by.
 	if err := os.Remove(filepath.Join(dir, "0")); err != nil {
 		t.Fatal(err)
 	}
+	setSlotHint(t, dir, 0)
 	if c := take("c"); c.n != 2 {
 		t.Errorf("with 0 and 1 held, took %d; want 2", c.n)
 	}
@@ -105,6 +112,7 @@ func TestAcquireSlotSkipsHeld(t *testing.T) {
 		t.Errorf("held slot 0's file was opened again: %v", err)
 	}
 	b.release()
+	setSlotHint(t, dir, 0)
 	if d := take("d"); d.n != 1 {
 		t.Errorf("after releasing 1, took %d; want 1", d.n)
 	}
@@ -113,6 +121,87 @@ func TestAcquireSlotSkipsHeld(t *testing.T) {
 	a.keep()
 	if isHeld(dir, 0) {
 		t.Error("slot 0 still marked held after keep")
+	}
+}
+
+// setSlotHint makes dir's search hint name slot n.
+func setSlotHint(t *testing.T, dir string, n int) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, nextSlotFile), fmt.Appendf(nil, "%04d\n", n), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAcquireSlotInTurn: slots are taken in turn from where the host's
+// last search ended, so a search does not pass again over the slots
+// another process holds (were it to open their files, the test's removed
+// ones would be made again); it goes round the ring past the last slot,
+// and a hint that names no slot starts it at 0.
+func TestAcquireSlotInTurn(t *testing.T) {
+	dir := t.TempDir()
+	sweep := func(*record) error { return nil }
+	take := func(id string) *slot {
+		t.Helper()
+		s, err := acquireSlot(dir, &record{ID: id}, sweep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.release)
+		return s
+	}
+	// Another process holds slots 0-9: its flocks are on open file
+	// descriptions of their own, which this process's marks do not know.
+	for n := range 10 {
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(n)), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := take("a"); a.n != 10 {
+		t.Fatalf("with 0-9 held by another, took %d; want 10", a.n)
+	}
+	for n := range 10 {
+		if err := os.Remove(filepath.Join(dir, strconv.Itoa(n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := take("b"); b.n != 11 {
+		t.Errorf("the next search took %d; want 11, after the last taken", b.n)
+	}
+	for n := range 10 {
+		if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(n))); !os.IsNotExist(err) {
+			t.Errorf("slot %d's file was opened again by a later search: %v", n, err)
+		}
+	}
+
+	setSlotHint(t, dir, slotCount-1)
+	if c := take("c"); c.n != slotCount-1 {
+		t.Errorf("from the last slot, took %d; want %d", c.n, slotCount-1)
+	}
+	if d := take("d"); d.n != 0 {
+		t.Errorf("after the last slot, took %d; want 0 (round the ring)", d.n)
+	}
+	for _, bad := range []string{"junk\n", "-5\n", "99999\n", ""} {
+		if err := os.WriteFile(filepath.Join(dir, nextSlotFile), []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if e := take("e"); e.n != 1 {
+			t.Errorf("with the hint %q, took %d; want 1 (the search from 0)", bad, e.n)
+		} else {
+			e.release()
+		}
+	}
+	// A hint that is not a regular file is not used.
+	os.Remove(filepath.Join(dir, nextSlotFile))
+	if err := os.Symlink("/dev/null", filepath.Join(dir, nextSlotFile)); err != nil {
+		t.Fatal(err)
+	}
+	if f := take("f"); f.n != 1 {
+		t.Errorf("with the hint a symlink, took %d; want 1", f.n)
 	}
 }
 
@@ -167,5 +256,68 @@ func TestTornSlot(t *testing.T) {
 	writeOrphan(t, dir, 5, record{ID: "orphan", StateRoot: "/a/containers"})
 	if f := checkSlots(dir); !f.OK || f.Detail != "2 held by live jaild processes, 1 left by dead ones (the next sweep tears them down)" {
 		t.Errorf("doctor's finding %+v; want ok, 2 held, 1 orphaned", f)
+	}
+}
+
+// TestSweepPassesHeldSlots: a sweep opens no slot file that a live owner
+// holds, whether this process (its marks) or another (its flock, as
+// /proc/locks shows it), and still tears down the orphan beside them.
+func TestSweepPassesHeldSlots(t *testing.T) {
+	dir := t.TempDir()
+	mine := record{ID: "x", StateRoot: "/a/containers", Owner: 1}
+	for n := range 3 {
+		writeOrphan(t, dir, n, mine)
+	}
+	// Slot 0: another process's, under its flock.
+	other, err := os.OpenFile(filepath.Join(dir, "0"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := unix.Flock(int(other.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	// Slot 3: this process's own.
+	s, err := acquireSlot(dir, &record{ID: "own"}, func(*record) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.release()
+	if s.n != 3 {
+		t.Fatalf("took slot %d; want 3", s.n)
+	}
+
+	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(in)
+	if _, err := unix.InotifyAddWatch(in, dir, unix.IN_OPEN); err != nil {
+		t.Fatal(err)
+	}
+	var swept []string
+	n, err := sweepSlots(dir, func(*record) bool { return true }, func(r *record) error { swept = append(swept, r.ID); return nil })
+	if err != nil || n != 2 || len(swept) != 2 {
+		t.Fatalf("sweep = %d, %v, swept %v; want the orphans of slots 1 and 2", n, err, swept)
+	}
+	opened := map[string]bool{}
+	buf := make([]byte, 64<<10)
+	k, _ := unix.Read(in, buf)
+	for off := 0; off+unix.SizeofInotifyEvent <= k; {
+		l := int(binary.NativeEndian.Uint32(buf[off+12:]))
+		name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+l]), "\x00")
+		if name != "" {
+			opened[name] = true
+		}
+		off += unix.SizeofInotifyEvent + l
+	}
+	if opened["0"] || opened["3"] {
+		t.Errorf("the sweep opened %v; want neither 0 (another's flock) nor 3 (this process's)", opened)
+	}
+	if !opened["1"] || !opened["2"] {
+		t.Errorf("the sweep opened %v; want the orphans' 1 and 2", opened)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "0")); err != nil {
+		t.Errorf("the held slot's record: %v, want it kept", err)
 	}
 }
