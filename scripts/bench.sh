@@ -49,7 +49,9 @@
 # (which to run, default "serve jaild runc bwrap unshare policy density"),
 # BENCH_DENSITY (the idle session counts, default 0,250,500,1000,2000; quick
 # 0,250), BENCH_DENSITY_IDLE (the density daemon's --session-prestart-idle,
-# default 5s; 0: sessions never go dormant), BENCH_GO=1 (also the Go
+# default 5s; 0: sessions never go dormant), BENCH_SERIES (the back-to-back
+# calls in one session at each density level, default 100: the four or so
+# sandboxes a busy session keeps started serve only the first), BENCH_GO=1 (also the Go
 # benchmarks of ./jail).
 # Needs root. Installs what is missing with apt: runc bubblewrap
 # busybox-static jq (wrk is not needed: scripts/loadgen drives the daemon).
@@ -70,6 +72,7 @@ ROUNDS=${BENCH_ROUNDS:-1}
 WANT=" ${BENCH_TOOLS:-serve jaild runc bwrap unshare policy density} "
 if [ "${BENCH_QUICK:-0}" = 1 ]; then DENSITY=${BENCH_DENSITY:-0,250}; else DENSITY=${BENCH_DENSITY:-0,250,500,1000,2000}; fi
 DENSITY_IDLE=${BENCH_DENSITY_IDLE:-5s}
+SERIES=${BENCH_SERIES:-100}
 
 die() { echo "bench: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (jaild and runc build namespaces and cgroups)"
@@ -496,7 +499,7 @@ if [[ $WANT == *" density "* ]]; then
   # The front end and its worker: their mount tables and descriptors.
   dens_pids="$DAEMON_PID,$(pgrep -P "$DAEMON_PID" -f ' worker ' | head -1)"
   "$T/sessionbench" -url "http://127.0.0.1:$dens_port" -token-file "$T/dens.tokens" -density "$DENSITY" \
-    -secs "${SECS}s" -n 20 -idle "$DENSITY_IDLE" -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} 2> "$T/sessionbench.err" ||
+    -secs "${SECS}s" -n 20 -series "$SERIES" -idle "$DENSITY_IDLE" -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} 2> "$T/sessionbench.err" ||
     echo "bench: the density benchmark failed; its levels so far:
 $(cat "$T/sessionbench.err")
 the daemon's log: $(grep -v 'level=INFO' "$T/serve-density.log" | tail -c 1500)" >&2

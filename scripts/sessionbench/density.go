@@ -20,6 +20,10 @@ type densityOpts struct {
 	levels []int
 	secs   time.Duration // per throughput level
 	n      int           // calls per latency measurement
+	// series is the number of back-to-back calls in one session: enough
+	// that the few sandboxes a busy session keeps started cover a small
+	// share of them, and the p50 is that of calls in a row, not theirs.
+	series int
 	memcg  string        // a cgroup v1 memory dir or v2 dir holding the daemon; "" for none
 	pids   []int         // the daemon's processes (front end, worker), for their RSS, mounts and descriptors
 	hold   time.Duration // after the last level, before the sessions go
@@ -283,7 +287,7 @@ func densityLevel(ctx context.Context, c *client.Client, o densityOpts) ([]Row, 
 		return nil, err
 	}
 	settle(ctx, 300*time.Millisecond)
-	b2b, err := serialCalls(ctx, c, inSession, o.n, 0)
+	b2b, err := serialCalls(ctx, c, inSession, o.series, 0)
 	if err != nil {
 		return nil, err
 	}

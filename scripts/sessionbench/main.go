@@ -65,12 +65,13 @@ func main() {
 		memcg     = flag.String("memcg", "", "with -density: the daemon's memory cgroup directory, for the memory per idle session")
 		hold      = flag.Duration("hold", 0, "with -density: how long to keep the sessions after the last level (to profile the daemon)")
 		idle      = flag.Duration("idle", 0, "with -density: the daemon's --session-prestart-idle: after each fill, wait past it, so that the idle sessions are dormant, and time the first call in dormant sessions (0: the daemon's sessions never go dormant)")
+		series    = flag.Int("series", 100, "with -density: back-to-back calls in one session (1..10000); the first four or so find sandboxes the busy session keeps started")
 		pidList   = flag.String("pids", "", "with -density: the daemon's pids (comma-separated: the front end, then its worker), for their mount tables and descriptors, and their RSS if -memcg is not given")
 	)
 	flag.Parse()
 	if *n < 1 || *n > 10000 || *sessions < 1 || *sessions > 64 || *calls < 1 || *calls > 1000 || *warmup < 0 || *warmup > 1000 ||
-		*gapFlag < 0 || *gapFlag > 10*time.Second {
-		fmt.Fprintln(os.Stderr, "sessionbench: -n 1..10000, -sessions 1..64, -calls 1..1000, -warmup 0..1000, -gap 0..10s")
+		*gapFlag < 0 || *gapFlag > 10*time.Second || *series < 1 || *series > 10000 {
+		fmt.Fprintln(os.Stderr, "sessionbench: -n 1..10000, -sessions 1..64, -calls 1..1000, -warmup 0..1000, -gap 0..10s, -series 1..10000")
 		os.Exit(2)
 	}
 	gap = *gapFlag
@@ -83,7 +84,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "sessionbench:", err)
 			os.Exit(2)
 		}
-		o := densityOpts{levels: levels, secs: *secs, n: *n, memcg: *memcg, hold: *hold, idle: *idle}
+		o := densityOpts{levels: levels, secs: *secs, n: *n, series: *series, memcg: *memcg, hold: *hold, idle: *idle}
 		for _, f := range strings.Split(*pidList, ",") {
 			if p, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
 				o.pids = append(o.pids, p)
