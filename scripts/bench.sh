@@ -51,7 +51,10 @@
 # 0,250), BENCH_DENSITY_IDLE (the density daemon's --session-prestart-idle,
 # default 5s; 0: sessions never go dormant), BENCH_SERIES (the back-to-back
 # calls in one session at each density level, default 100: the four or so
-# sandboxes a busy session keeps started serve only the first), BENCH_GO=1 (also the Go
+# sandboxes a busy session keeps started serve only the first),
+# BENCH_DENSITY_BASELINE (default 1: a second daemon without sessions,
+# each one-shot throughput level measured on it right after; 0: none),
+# BENCH_GO=1 (also the Go
 # benchmarks of ./jail).
 # Needs root. Installs what is missing with apt: runc bubblewrap
 # busybox-static jq (wrk is not needed: scripts/loadgen drives the daemon).
@@ -73,6 +76,7 @@ WANT=" ${BENCH_TOOLS:-serve jaild runc bwrap unshare policy density} "
 if [ "${BENCH_QUICK:-0}" = 1 ]; then DENSITY=${BENCH_DENSITY:-0,250}; else DENSITY=${BENCH_DENSITY:-0,250,500,1000,2000}; fi
 DENSITY_IDLE=${BENCH_DENSITY_IDLE:-5s}
 SERIES=${BENCH_SERIES:-100}
+DENSITY_BASELINE=${BENCH_DENSITY_BASELINE:-1}
 
 die() { echo "bench: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (jaild and runc build namespaces and cgroups)"
@@ -109,6 +113,7 @@ else
   [ -d /sys/fs/cgroup/cpuacct ] && CG=/sys/fs/cgroup/cpuacct${own%/}/jaild-bench.$$
 fi
 DAEMON_PID=
+BASE_PID=
 LOADGEN_PID=
 cleanup() {
   local id
@@ -118,6 +123,7 @@ cleanup() {
     wait "$LOADGEN_PID" 2> /dev/null || true
   fi
   stop_daemon
+  stop_baseline
   if command -v runc > /dev/null && [ -d "$RUNC_ROOT" ]; then
     for id in $(runc --root "$RUNC_ROOT" list -q 2> /dev/null); do
       runc --root "$RUNC_ROOT" delete -f "$id" > /dev/null 2>&1 || true
@@ -147,6 +153,12 @@ stop_daemon() {
   kill -TERM "$DAEMON_PID" 2> /dev/null || true
   wait "$DAEMON_PID" 2> /dev/null || true
   DAEMON_PID=
+}
+stop_baseline() {
+  [ -n "$BASE_PID" ] || return 0
+  kill -TERM "$BASE_PID" 2> /dev/null || true
+  wait "$BASE_PID" 2> /dev/null || true
+  BASE_PID=
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -495,15 +507,39 @@ if [[ $WANT == *" density "* ]]; then
     kill -0 "$DAEMON_PID" 2> /dev/null || break
     sleep 0.1
   done
+  # The baseline: a second daemon, the same but for its state dir and
+  # outside the memory cgroup, that never holds a session; sessionbench
+  # runs each one-shot throughput level on it right after the sessions'
+  # daemon, so that their ratio does not carry the machine's drift
+  # between levels minutes apart (one daemon at two counts swung by 15%
+  # either way on vm3).
+  base_args=()
+  if [ "$DENSITY_BASELINE" = 1 ]; then
+    base_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2> /dev/null ||
+      echo 18082)
+    # shellcheck disable=SC2086 # BENCH_SERVE_ARGS is a list of flags
+    "$JAILD" serve --listen "127.0.0.1:$base_port" --state-dir "$T/state-baseline" --token-file "$T/dens.tokens" --audit-log off \
+      --max-sessions "$dens_max" --max-sessions-per-caller "$dens_max" --session-prestart-idle "$DENSITY_IDLE" \
+      ${BENCH_SERVE_ARGS:-} > "$T/serve-baseline.log" 2>&1 &
+    BASE_PID=$!
+    for _ in $(seq 150); do
+      curl -fsS "http://127.0.0.1:$base_port/healthz" > /dev/null 2>&1 && break
+      kill -0 "$BASE_PID" 2> /dev/null || break
+      sleep 0.1
+    done
+    base_args=(-baseline "http://127.0.0.1:$base_port")
+  fi
   go build -o "$T/sessionbench" ./scripts/sessionbench || die "scripts/sessionbench does not build"
   # The front end and its worker: their mount tables and descriptors.
   dens_pids="$DAEMON_PID,$(pgrep -P "$DAEMON_PID" -f ' worker ' | head -1)"
   "$T/sessionbench" -url "http://127.0.0.1:$dens_port" -token-file "$T/dens.tokens" -density "$DENSITY" \
-    -secs "${SECS}s" -n 20 -series "$SERIES" -idle "$DENSITY_IDLE" -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} 2> "$T/sessionbench.err" ||
+    -secs "${SECS}s" -n 20 -series "$SERIES" -idle "$DENSITY_IDLE" -pids "$dens_pids" ${MEMCG:+-memcg "$MEMCG"} \
+    "${base_args[@]}" 2> "$T/sessionbench.err" ||
     echo "bench: the density benchmark failed; its levels so far:
 $(cat "$T/sessionbench.err")
 the daemon's log: $(grep -v 'level=INFO' "$T/serve-density.log" | tail -c 1500)" >&2
   stop_daemon
+  stop_baseline
   if [ -n "$MEMCG" ]; then
     # The daemon removes its parent cgroup as it stops: whatever is left
     # under its memory cgroup is a sandbox or parent it leaked, which the

@@ -30,6 +30,11 @@ type densityOpts struct {
 	// idle is the daemon's --session-prestart-idle; 0 if its sessions
 	// never go dormant.
 	idle time.Duration
+	// baseline, if not nil, is a second daemon that holds no session:
+	// each one-shot throughput level runs on it right after the
+	// sessions' daemon, so that their ratio is the sessions' cost, not
+	// the machine's drift between levels minutes apart.
+	baseline *client.Client
 }
 
 // parseLevels reads "0,250,500".
@@ -302,9 +307,20 @@ func densityLevel(ctx context.Context, c *client.Client, o densityOpts) ([]Row, 
 		if err != nil {
 			return nil, err
 		}
-		r := row(fmt.Sprintf("one-shot req/s, %d connection(s)", conns), lat)
+		name := fmt.Sprintf("one-shot req/s, %d connection(s)", conns)
+		r := row(name, lat)
 		r.Mean = float64(n) / o.secs.Seconds()
 		tput = append(tput, r)
+		if o.baseline == nil {
+			continue
+		}
+		bn, blat, err := flatOut(ctx, o.baseline, oneShot, conns, o.secs)
+		if err != nil {
+			return nil, fmt.Errorf("the baseline daemon: %w", err)
+		}
+		b := row(name+", a daemon with no session", blat)
+		b.Mean = float64(bn) / o.secs.Seconds()
+		tput = append(tput, b, Row{Name: "  " + name + ": this / no session (x)", Mean: r.Mean / b.Mean})
 	}
 	deletes, err := deleteProbes(ctx, c, probes)
 	if err != nil {

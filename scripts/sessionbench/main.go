@@ -66,6 +66,7 @@ func main() {
 		hold      = flag.Duration("hold", 0, "with -density: how long to keep the sessions after the last level (to profile the daemon)")
 		idle      = flag.Duration("idle", 0, "with -density: the daemon's --session-prestart-idle: after each fill, wait past it, so that the idle sessions are dormant, and time the first call in dormant sessions (0: the daemon's sessions never go dormant)")
 		series    = flag.Int("series", 100, "with -density: back-to-back calls in one session (1..10000); the first four or so find sandboxes the busy session keeps started")
+		baseline  = flag.String("baseline", "", "with -density: a second daemon's base URL (same token file) that holds no session; each one-shot throughput level also runs on it, right after, and their ratio is printed")
 		pidList   = flag.String("pids", "", "with -density: the daemon's pids (comma-separated: the front end, then its worker), for their mount tables and descriptors, and their RSS if -memcg is not given")
 	)
 	flag.Parse()
@@ -85,6 +86,14 @@ func main() {
 			os.Exit(2)
 		}
 		o := densityOpts{levels: levels, secs: *secs, n: *n, series: *series, memcg: *memcg, hold: *hold, idle: *idle}
+		if *baseline != "" {
+			b, err := newClient(*baseline, *tokenFile)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "sessionbench:", err)
+				os.Exit(2)
+			}
+			o.baseline = b
+		}
 		for _, f := range strings.Split(*pidList, ",") {
 			if p, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
 				o.pids = append(o.pids, p)
