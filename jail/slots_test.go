@@ -80,20 +80,23 @@ func TestAbandoned(t *testing.T) {
 	}
 }
 
+// takeSlot acquires a slot of dir for a sandbox id, released at the
+// test's end.
+func takeSlot(t *testing.T, dir, id string) *slot {
+	t.Helper()
+	s, err := acquireSlot(dir, &record{ID: id}, func(*record) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.release)
+	return s
+}
+
 // TestAcquireSlotSkipsHeld: the slots this process holds are skipped
 // without touching their files, and a released one is taken again.
 func TestAcquireSlotSkipsHeld(t *testing.T) {
 	dir := t.TempDir()
-	sweep := func(*record) error { return nil }
-	take := func(id string) *slot {
-		t.Helper()
-		s, err := acquireSlot(dir, &record{ID: id}, sweep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.release)
-		return s
-	}
+	take := func(id string) *slot { return takeSlot(t, dir, id) }
 	a, b := take("a"), take("b")
 	if a.n != 0 || b.n != 1 || !isHeld(dir, 0) || !isHeld(dir, 1) {
 		t.Fatalf("took slots %d and %d (held %v %v); want 0 and 1, both held", a.n, b.n, isHeld(dir, 0), isHeld(dir, 1))
@@ -139,16 +142,7 @@ func setSlotHint(t *testing.T, dir string, n int) {
 // and a hint that names no slot starts it at 0.
 func TestAcquireSlotInTurn(t *testing.T) {
 	dir := t.TempDir()
-	sweep := func(*record) error { return nil }
-	take := func(id string) *slot {
-		t.Helper()
-		s, err := acquireSlot(dir, &record{ID: id}, sweep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.release)
-		return s
-	}
+	take := func(id string) *slot { return takeSlot(t, dir, id) }
 	// Another process holds slots 0-9: its flocks are on open file
 	// descriptions of their own, which this process's marks do not know.
 	for n := range 10 {

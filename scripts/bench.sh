@@ -154,6 +154,15 @@ stop_daemon() {
   wait "$DAEMON_PID" 2> /dev/null || true
   DAEMON_PID=
 }
+# wait_healthy PORT PID: until the daemon PID answers /healthz on PORT, or
+# is gone, or 15 s have passed.
+wait_healthy() {
+  for _ in $(seq 150); do
+    curl -fsS "http://127.0.0.1:$1/healthz" > /dev/null 2>&1 && return 0
+    kill -0 "$2" 2> /dev/null || return 0
+    sleep 0.1
+  done
+}
 stop_baseline() {
   [ -n "$BASE_PID" ] || return 0
   kill -TERM "$BASE_PID" 2> /dev/null || true
@@ -502,11 +511,7 @@ if [[ $WANT == *" density "* ]]; then
     --max-sessions "$dens_max" --max-sessions-per-caller "$dens_max" --session-prestart-idle "$DENSITY_IDLE" \
     ${BENCH_SERVE_ARGS:-} > "$T/serve-density.log" 2>&1 &
   DAEMON_PID=$!
-  for _ in $(seq 150); do
-    curl -fsS "http://127.0.0.1:$dens_port/healthz" > /dev/null 2>&1 && break
-    kill -0 "$DAEMON_PID" 2> /dev/null || break
-    sleep 0.1
-  done
+  wait_healthy "$dens_port" "$DAEMON_PID"
   # The baseline: a second daemon, the same but for its state dir and
   # outside the memory cgroup, that never holds a session; sessionbench
   # runs each one-shot throughput level on it right after the sessions'
@@ -522,11 +527,7 @@ if [[ $WANT == *" density "* ]]; then
       --max-sessions "$dens_max" --max-sessions-per-caller "$dens_max" --session-prestart-idle "$DENSITY_IDLE" \
       ${BENCH_SERVE_ARGS:-} > "$T/serve-baseline.log" 2>&1 &
     BASE_PID=$!
-    for _ in $(seq 150); do
-      curl -fsS "http://127.0.0.1:$base_port/healthz" > /dev/null 2>&1 && break
-      kill -0 "$BASE_PID" 2> /dev/null || break
-      sleep 0.1
-    done
+    wait_healthy "$base_port" "$BASE_PID"
     base_args=(-baseline "http://127.0.0.1:$base_port")
   fi
   go build -o "$T/sessionbench" ./scripts/sessionbench || die "scripts/sessionbench does not build"

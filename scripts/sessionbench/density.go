@@ -300,7 +300,11 @@ func densityLevel(ctx context.Context, c *client.Client, o densityOpts) ([]Row, 
 	if err != nil {
 		return nil, err
 	}
-	// Throughput, one-shot, 1 and 4 connections.
+	// Throughput, one-shot, 1 and 4 connections, once the busy session's
+	// extra sandboxes are gone (it keeps four for 2 s after its last
+	// call, see jail/workspacewarm.go): their builds and teardowns would
+	// otherwise land on the first level, and not on the baseline's.
+	settle(ctx, 3*time.Second)
 	var tput []Row
 	for _, conns := range []int{1, 4} {
 		n, lat, err := flatOut(ctx, c, oneShot, conns, o.secs)
