@@ -153,7 +153,7 @@ func (m *Manager) sweepPins() (int, error) {
 	}
 	named := map[string]bool{}
 	for _, s := range slots {
-		if n, err := strconv.Atoi(s.Name()); err != nil || n < 0 || n >= slotCount {
+		if _, ok := slotNumber(s.Name()); !ok {
 			continue // not a slot: the search hint
 		}
 		data, err := os.ReadFile(filepath.Join(m.slotDir, s.Name()))

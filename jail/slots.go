@@ -141,6 +141,13 @@ func markHeld(dir string, n int, on bool) {
 
 func (s *slot) hostID() int { return slotBase + s.n*slotSize }
 
+// slotNumber reads a slot file's name (or the hint's contents) as the
+// slot it names; ok is false for anything else in a slot dir.
+func slotNumber(name string) (n int, ok bool) {
+	n, err := strconv.Atoi(name)
+	return n, err == nil && n >= 0 && n < slotCount
+}
+
 // acquireSlot takes the first free slot from the search hint on (see
 // nextSlotFile), round the ring, and writes rec into it. A free slot whose
 // file still names a sandbox belonged to a dead jaild: it is taken only
@@ -228,8 +235,8 @@ func readSlotHint(f *os.File) int {
 	}
 	var b [slotHintLen]byte
 	k, _ := f.ReadAt(b[:], 0)
-	n, err := strconv.Atoi(strings.TrimSpace(string(b[:k])))
-	if err != nil || n < 0 || n >= slotCount {
+	n, ok := slotNumber(strings.TrimSpace(string(b[:k])))
+	if !ok {
 		return 0
 	}
 	return n
@@ -455,8 +462,8 @@ func checkSlots(dir string) Finding {
 	var live, orphans int
 	var torn []string
 	for _, e := range entries {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil || n < 0 || n >= slotCount {
+		n, ok := slotNumber(e.Name())
+		if !ok {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())

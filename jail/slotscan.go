@@ -77,7 +77,7 @@ func readSlotEntries(fd int) ([]slotFile, error) {
 			if i := bytes.IndexByte(name, 0); i >= 0 {
 				name = name[:i]
 			}
-			if n, err := strconv.Atoi(string(name)); err == nil && n >= 0 && n < slotCount {
+			if n, ok := slotNumber(string(name)); ok {
 				out = append(out, slotFile{n: n, ino: binary.NativeEndian.Uint64(buf[off:])})
 			}
 			off += reclen
