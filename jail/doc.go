@@ -54,7 +54,10 @@
 // installation (state dir), or of one that is gone (its state dir removed),
 // and only those, so a sweep never touches a sandbox of a jaild that is
 // still running. Another live installation's orphan is destroyed by a new
-// sandbox only when it needs that slot, no clean one being left.
+// sandbox only when it needs that slot, no clean one being left. Slots are
+// taken in turn round the host's range (see nextSlotFile), and a sweep
+// opens only the slot files that no flock it can see holds (see slotScan),
+// so a jaild beside another's thousands of sessions does not walk theirs.
 //
 // # Pools
 //
